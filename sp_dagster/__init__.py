@@ -1,0 +1,1 @@
+"""sp-dagster: distributed SiddhiQL streaming apps on Kafka and Spark, orchestrated by Dagster."""

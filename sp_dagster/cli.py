@@ -1,0 +1,58 @@
+"""`sp-dagster`: one command-line entry point with a subcommand per task.
+
+Each subcommand lives next to the code it drives, in a module that exposes
+``register(subparsers)``; this file only wires them together, so ``--help`` stays fast
+(heavy imports happen inside the handlers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from sp_dagster.errors import SpDagsterError
+
+# (module, ...) in the order they appear in `sp-dagster --help`.
+COMMAND_MODULES = (
+    "sp_dagster.config.commands",
+    "sp_dagster.embedded.commands",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="sp-dagster",
+        description="Distributed SiddhiQL streaming apps on Kafka and Spark, orchestrated by Dagster.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user-facing errors become one line on stderr and a non-zero exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except SpDagsterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

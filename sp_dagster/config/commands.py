@@ -1,0 +1,37 @@
+"""`sp-dagster config ...`: check deployment.yaml files."""
+
+from __future__ import annotations
+
+import argparse
+
+from sp_dagster.errors import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `config` command group."""
+    parser = subparsers.add_parser("config", help="check deployment.yaml files", description="Work with deployment.yaml files.")
+    actions = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    check = actions.add_parser(
+        "check",
+        help="check deployment.yaml files",
+        description="Load each file as a manager or worker would; print OK or the error. Exit 1 if any file is invalid.",
+    )
+    check.add_argument("files", nargs="+", metavar="FILE", help="deployment.yaml files")
+    check.add_argument("--role", choices=("manager", "worker"), help="check as this role (default: from the file's directory)")
+    check.set_defaults(handler=check_files)
+
+
+def check_files(args: argparse.Namespace) -> int:
+    """Print OK or the error for each file; 1 when any failed."""
+    from sp_dagster.config.loader import load_config
+
+    failed = 0
+    for path in args.files:
+        try:
+            config = load_config(path, role=args.role)
+        except ConfigError as exc:
+            failed += 1
+            print(f"FAIL {exc}")
+        else:
+            print(f"OK   {path} ({config.role} '{config.node_id}', {config.messaging.kind} at {','.join(config.messaging.servers)}, control plane {config.control_plane.safe_url})")
+    return 1 if failed else 0

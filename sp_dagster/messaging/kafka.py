@@ -1,0 +1,334 @@
+"""The Kafka messaging layer, on confluent-kafka (librdkafka).
+
+Works with Apache Kafka and with the embedded tansu broker. Tansu lacks CreatePartitions and
+reports a partition's end offset as the start of its last record batch; both have
+workarounds below (recreate a topic that holds no events; confirm end offsets by reading).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any, Iterable, Mapping, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from sp_dagster.errors import BrokerUnavailable, MessagingError, TopicError
+from sp_dagster.errors import EventDecodeError
+from sp_dagster.messaging.codecs import Codec
+from sp_dagster.messaging.strategies import Strategy
+from sp_dagster.messaging.transport import EARLIEST, LATEST, Batch, Event, Publisher, Reader, Reject, TopicInfo, Transport
+
+log = logging.getLogger(__name__)
+_client_log = logging.getLogger("sp_dagster.messaging.librdkafka")
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
+_CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
+
+
+def _code(exc: BaseException) -> int | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].code()
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].str()
+    return str(exc)
+
+
+class KafkaTransport(Transport):
+    """Topic administration, publishing and reading on a Kafka-protocol cluster."""
+
+    kind = "kafka"
+
+    def __init__(self, bootstrap_servers: str, properties: Mapping[str, str] | None = None, timeout: float = 10.0):
+        self.bootstrap_servers = bootstrap_servers
+        self.properties = dict(properties or {})
+        self.timeout = timeout
+        self._admin: AdminClient | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any, timeout: float = 10.0) -> "KafkaTransport":
+        """Build from a config's MessagingSettings."""
+        return cls(settings.bootstrap_servers, settings.properties, timeout)
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings for a new client: the servers, user properties, then extra."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.properties, "logger": _client_log, **extra}
+
+    @property
+    def admin(self) -> AdminClient:
+        """The (lazily created) admin client."""
+        if self._admin is None:
+            self._admin = AdminClient(self.client_config())
+        return self._admin
+
+    def unreachable(self, exc: BaseException, doing: str) -> MessagingError:
+        """Turn a client exception into a user-facing error that names the broker address."""
+        if _code(exc) in _UNREACHABLE:
+            return BrokerUnavailable(
+                f"cannot reach the Kafka broker at {self.bootstrap_servers} while {doing} ({_reason(exc)}); "
+                "is it running? Start the embedded one with `sp-dagster broker`, or fix deployment.config.bootstrapURLs"
+            )
+        return MessagingError(f"Kafka at {self.bootstrap_servers} failed while {doing}: {_reason(exc)}")
+
+    def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
+        return ".".join(part for part in (app, stream, key) if part)
+
+    def list_topics(self) -> dict[str, TopicInfo]:
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self.unreachable(exc, "listing topics") from None
+        return {
+            name: TopicInfo(name, len(topic.partitions))
+            for name, topic in metadata.topics.items()
+            if topic.error is None and not name.startswith("__")
+        }
+
+    def ensure_topic(self, topic: str, partitions: int) -> TopicInfo:
+        if not _TOPIC_NAME.fullmatch(topic):
+            raise TopicError(f"'{topic}' is not a valid Kafka topic name: use 1-249 letters, digits, '.', '_' or '-'")
+        if partitions < 1:
+            raise TopicError(f"topic '{topic}': a topic needs at least 1 partition, not {partitions}")
+        info = self.topic_info(topic)
+        if info is None:
+            return self._create(topic, partitions)
+        if info.partitions < partitions:
+            return self._grow(info, partitions)
+        if info.partitions > partitions:
+            log.info("topic %s keeps its %d partitions (%d needed): topics are never shrunk", topic, info.partitions, partitions)
+        return info
+
+    def _create(self, topic: str, partitions: int) -> TopicInfo:
+        future = self.admin.create_topics([NewTopic(topic, num_partitions=partitions)], operation_timeout=self.timeout)[topic]
+        try:
+            future.result(timeout=self.timeout)
+        except KafkaException as exc:
+            if _code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won the race: fine
+                raise self.unreachable(exc, f"creating topic '{topic}'") from None
+        info = self._wait_for(topic, partitions)
+        log.info("topic %s has %d partitions", topic, info.partitions)
+        return info
+
+    def _grow(self, info: TopicInfo, partitions: int) -> TopicInfo:
+        topic = info.name
+        future = self.admin.create_partitions([NewPartitions(topic, partitions)], operation_timeout=self.timeout)[topic]
+        try:
+            future.result(timeout=self.timeout)
+            return self._wait_for(topic, partitions)
+        except KafkaException as exc:
+            if _code(exc) not in _CANNOT_GROW:
+                raise self.unreachable(exc, f"adding partitions to topic '{topic}'") from None
+            reason = _reason(exc)
+        # The broker cannot add partitions. A topic that never held an event can be recreated
+        # with no loss; one that holds events is left alone.
+        ends = self.end_offsets(topic)
+        if any(ends.values()):
+            raise TopicError(
+                f"topic '{topic}' has {info.partitions} partition(s) but {partitions} are needed, and the broker at "
+                f"{self.bootstrap_servers} cannot add partitions ({reason}); it holds {sum(ends.values())} events, which "
+                "are never deleted to resize it. Delete the topic yourself once it is drained, or use a broker that "
+                "supports CreatePartitions (Apache Kafka >= 1.0)"
+            )
+        log.info("broker cannot add partitions; recreating the empty topic %s with %d partitions", topic, partitions)
+        self.delete_topic(topic)
+        return self._create(topic, partitions)
+
+    def _wait_for(self, topic: str, partitions: int) -> TopicInfo:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            info = self.topic_info(topic)
+            if info is not None and info.partitions >= partitions:
+                return info
+            if time.monotonic() > deadline:
+                raise TopicError(f"topic '{topic}' did not show {partitions} partitions within {self.timeout:.0f}s on {self.bootstrap_servers}")
+            time.sleep(0.1)
+
+    def delete_topic(self, topic: str) -> None:
+        future = self.admin.delete_topics([topic], operation_timeout=self.timeout)[topic]
+        try:
+            future.result(timeout=self.timeout)
+        except KafkaException as exc:
+            if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return
+            raise self.unreachable(exc, f"deleting topic '{topic}'") from None
+        deadline = time.monotonic() + self.timeout
+        while self.topic_info(topic) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def require_topic(self, topic: str) -> TopicInfo:
+        """The topic's info, or a TopicError saying it is missing."""
+        info = self.topic_info(topic)
+        if info is None:
+            raise TopicError(
+                f"topic '{topic}' does not exist on {self.bootstrap_servers}; deploy the app that uses it "
+                "(deploying creates its topics) or create it first"
+            )
+        return info
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        info = self.require_topic(topic)
+        consumer = Consumer(self._reader_config(**{"enable.partition.eof": True, "auto.offset.reset": "latest"}))
+        try:
+            listed = {}
+            for partition in range(info.partitions):
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout, cached=False)
+                listed[partition] = max(high, 0)
+            # The listed end can lag behind (tansu reports the start of the last batch): read on to the real end.
+            consumer.assign([TopicPartition(topic, p, max(o - 1, 0)) for p, o in listed.items()])
+            ends: dict[int, int] = {}
+            deadline = time.monotonic() + self.timeout
+            while len(ends) < info.partitions and time.monotonic() < deadline:
+                for message in consumer.consume(num_messages=10_000, timeout=0.5):
+                    error = message.error()
+                    if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                        ends[message.partition()] = message.offset()
+                    elif error is not None:
+                        raise self.unreachable(KafkaException(error), f"reading the end offsets of '{topic}'")
+            if len(ends) < info.partitions:
+                raise BrokerUnavailable(f"the broker at {self.bootstrap_servers} did not report the end of topic '{topic}' within {self.timeout:.0f}s")
+            return dict(sorted(ends.items()))
+        except KafkaException as exc:
+            raise self.unreachable(exc, f"reading the end offsets of '{topic}'") from None
+        finally:
+            consumer.close()
+
+    def _reader_config(self, **extra: Any) -> dict[str, Any]:
+        return self.client_config(
+            **{
+                "group.id": f"sp-dagster-reader-{uuid.uuid4().hex[:12]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "allow.auto.create.topics": False,
+                **extra,
+            }
+        )
+
+    def publisher(self, topic: str, codec: Codec, strategy: Strategy) -> "KafkaPublisher":
+        return KafkaPublisher(self, self.require_topic(topic), codec, strategy)
+
+    def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> "KafkaReader":
+        info = self.require_topic(topic)
+        unknown = sorted(p for p in assignments if not 0 <= p < info.partitions)
+        if unknown:
+            raise TopicError(f"topic '{topic}' has partitions 0..{info.partitions - 1}; cannot read partition(s) {unknown}")
+        resolved = dict(assignments)
+        if any(offset == LATEST for offset in resolved.values()):
+            ends = self.end_offsets(topic)
+            resolved = {p: ends[p] if o == LATEST else o for p, o in resolved.items()}
+        return KafkaReader(self, topic, resolved, codec)
+
+    def close(self) -> None:
+        self._admin = None
+
+
+class KafkaPublisher(Publisher):
+    """Publishes one stream's rows to one topic, choosing partitions with a strategy."""
+
+    def __init__(self, transport: KafkaTransport, info: TopicInfo, codec: Codec, strategy: Strategy):
+        self.transport = transport
+        self.topic = info.name
+        self.partition_count = info.partitions
+        self.codec = codec
+        self.strategy = strategy
+        self.producer = Producer(transport.client_config(**{"linger.ms": 5, "acks": "all", "allow.auto.create.topics": False}))
+        self._failures: list[str] = []
+
+    def _delivered(self, error: KafkaError | None, _message: Any) -> None:
+        if error is not None:
+            self._failures.append(error.str())
+
+    def send(self, rows: Iterable[Sequence[Any]], timestamps: Iterable[int | None] | None = None) -> int:
+        rows = list(rows)
+        stamps = list(timestamps) if timestamps is not None else [None] * len(rows)
+        if len(stamps) != len(rows):
+            raise ValueError(f"{len(rows)} rows but {len(stamps)} timestamps")
+        sent = 0
+        for row, stamp in zip(rows, stamps):
+            value, key = self.codec.encode(row), self.strategy.key(row)
+            for partition in self.strategy.partitions(row, self.partition_count):
+                self._produce(value, key, partition, stamp)
+                sent += 1
+        self.producer.poll(0)
+        return sent
+
+    def _produce(self, value: bytes, key: bytes | None, partition: int, stamp: int | None) -> None:
+        while True:
+            try:
+                self.producer.produce(
+                    self.topic, value=value, key=key, partition=partition, timestamp=stamp or 0, on_delivery=self._delivered
+                )
+                return
+            except BufferError:  # the local queue is full: let deliveries drain
+                self.producer.poll(0.1)
+            except KafkaException as exc:
+                raise self.transport.unreachable(exc, f"publishing to '{self.topic}'") from None
+
+    def flush(self, timeout: float = 30.0) -> None:
+        remaining = self.producer.flush(timeout)
+        failures, self._failures = self._failures, []
+        if remaining:
+            raise BrokerUnavailable(
+                f"{remaining} event(s) for topic '{self.topic}' were not acknowledged within {timeout:.0f}s by "
+                f"{self.transport.bootstrap_servers}; is the broker running?"
+            )
+        if failures:
+            raise MessagingError(f"{len(failures)} event(s) could not be published to '{self.topic}': {failures[0]}")
+
+
+class KafkaReader(Reader):
+    """Reads an explicit set of partitions from explicit offsets (no group rebalancing, no commits)."""
+
+    def __init__(self, transport: KafkaTransport, topic: str, assignments: Mapping[int, int], codec: Codec):
+        self.transport = transport
+        self.topic = topic
+        self.codec = codec
+        self.consumer = Consumer(transport._reader_config(**{"auto.offset.reset": "earliest"}))
+        start = {p: (TopicPartition(topic, p, o if o >= 0 else EARLIEST)) for p, o in assignments.items()}
+        self._positions = {p: o for p, o in assignments.items() if o >= 0}
+        self._unknown = {p for p, o in assignments.items() if o < 0}  # EARLIEST: learnt on first read
+        self.consumer.assign(list(start.values()))
+
+    def positions(self) -> dict[int, int]:
+        if self._unknown:
+            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in self._unknown]):
+                if tp.offset >= 0:
+                    self._positions[tp.partition] = tp.offset
+                    self._unknown.discard(tp.partition)
+        return dict(self._positions)
+
+    def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
+        batch = Batch()
+        try:
+            messages = self.consumer.consume(num_messages=max_events, timeout=timeout)
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, f"reading '{self.topic}'") from None
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise self.transport.unreachable(KafkaException(error), f"reading '{self.topic}'")
+            partition, offset = message.partition(), message.offset()
+            kind, stamp = message.timestamp()
+            stamp = stamp if kind != 0 and stamp >= 0 else None
+            try:
+                rows = self.codec.decode(message.value() or b"")
+            except EventDecodeError as exc:
+                batch.rejects.append(Reject(partition, offset, stamp, message.value() or b"", str(exc)))
+            else:
+                batch.events.extend(Event(partition, offset, stamp, row) for row in rows)
+            self._positions[partition] = offset + 1
+            self._unknown.discard(partition)
+        batch.positions = self.positions()
+        return batch
+
+    def close(self) -> None:
+        self.consumer.close()

@@ -1,0 +1,130 @@
+"""Publishing strategies: which partitions of a topic an event goes to."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from decimal import Decimal
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+def key_string(value: Any) -> str:
+    """The string form a key is hashed on, as Java/Siddhi print it (1.0, true, null)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        if value == 0:
+            return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+        if 1e-3 <= abs(value) < 1e7:
+            return repr(value)
+        # Java's Double.toString switches to computerized scientific notation: 1.0E7, 1.5E-4.
+        exact = Decimal(repr(value)).normalize()
+        sign, digits, _ = exact.as_tuple()
+        mantissa = f"{digits[0]}." + ("".join(map(str, digits[1:])) or "0")
+        return f"{'-' if sign else ''}{mantissa}E{exact.adjusted()}"
+    return str(value)
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (the Java client's default partitioner), as a signed 32-bit int."""
+    length = len(data)
+    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    tail = length - rest
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java client would choose for this key: positive murmur2 modulo N."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class Strategy:
+    """Chooses partitions for each event; `key` gives the Kafka message key, if any."""
+
+    name = "strategy"
+
+    def partitions(self, row: Sequence[Any], partition_count: int) -> Sequence[int]:
+        """The partitions this row is published to."""
+        raise NotImplementedError
+
+    def key(self, row: Sequence[Any]) -> bytes | None:
+        """The message key of this row (None: no key)."""
+        return None
+
+
+@dataclass
+class RoundRobin(Strategy):
+    """Spread events over the partitions in turn."""
+
+    name = "round_robin"
+    _counter: itertools.count = field(default_factory=itertools.count, repr=False)
+
+    def partitions(self, row, partition_count):
+        return (next(self._counter) % partition_count,)
+
+
+@dataclass
+class Partitioned(Strategy):
+    """Route by a key attribute: one key always reaches the same partition (field grouping)."""
+
+    key_index: int
+    key_name: str = ""
+    name = "partitioned"
+
+    def key(self, row):
+        return key_string(row[self.key_index]).encode("utf-8")
+
+    def partitions(self, row, partition_count):
+        return (partition_for_key(self.key(row), partition_count),)
+
+
+@dataclass
+class Broadcast(Strategy):
+    """Send every event to every partition, so every consuming instance sees it."""
+
+    name = "broadcast"
+
+    def partitions(self, row, partition_count):
+        return range(partition_count)
+
+
+def strategy_for(name: str, attribute_names: Sequence[str] = (), partition_key: str | None = None) -> Strategy:
+    """Build a strategy by name (round_robin/roundRobin, partitioned/field_grouping, broadcast/all)."""
+    normalized = name.replace("_", "").replace("-", "").lower()
+    if normalized in ("roundrobin", "rr"):
+        return RoundRobin()
+    if normalized in ("broadcast", "all"):
+        return Broadcast()
+    if normalized in ("partitioned", "fieldgrouping"):
+        if not partition_key:
+            raise ValueError("PartitionKey is required for partitioned distribution strategy.")
+        if partition_key not in attribute_names:
+            raise ValueError(f"partition key '{partition_key}' is not an attribute of the stream ({', '.join(attribute_names)})")
+        return Partitioned(list(attribute_names).index(partition_key), partition_key)
+    raise ValueError(f"unknown publishing strategy '{name}'; expected roundRobin, partitioned or broadcast")

@@ -1,0 +1,124 @@
+"""The messaging-layer interface that Kafka (and NATS) implement."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from sp_dagster.messaging.codecs import Codec
+from sp_dagster.messaging.strategies import Strategy
+
+EARLIEST = -2  # start offsets: read from the first retained event
+LATEST = -1  # start offsets: read only events published from now on
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's name and partition count."""
+
+    name: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """One decoded event read from a partition."""
+
+    partition: int
+    offset: int
+    timestamp: int | None
+    row: tuple
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A message that could not be decoded, kept whole with the reason (for a dead-letter topic)."""
+
+    partition: int
+    offset: int
+    timestamp: int | None
+    data: bytes
+    reason: str
+
+
+@dataclass
+class Batch:
+    """What one poll returned: events, rejects, and the next offset of every assigned partition."""
+
+    events: list[Event] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+class Publisher(ABC):
+    """Sends rows of one stream to one topic with one strategy."""
+
+    @abstractmethod
+    def send(self, rows: Iterable[Sequence[Any]], timestamps: Iterable[int | None] | None = None) -> int:
+        """Queue rows (with their event timestamps, ms); returns how many messages were queued."""
+
+    @abstractmethod
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every queued message is acknowledged; raise MessagingError on any failure."""
+
+    def close(self) -> None:
+        """Flush and release the client."""
+        self.flush()
+
+
+class Reader(ABC):
+    """Reads given partitions of one topic from given offsets, without consumer-group rebalancing."""
+
+    @abstractmethod
+    def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
+        """Read what is available (up to max_events), waiting at most timeout seconds for the first."""
+
+    @abstractmethod
+    def positions(self) -> dict[int, int]:
+        """The next offset to read, per assigned partition."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the client."""
+
+
+class Transport(ABC):
+    """A messaging layer: topic administration, publishing and reading."""
+
+    kind = "transport"
+
+    @abstractmethod
+    def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
+        """The topic that carries a stream of an app (field-grouped topics carry the key too)."""
+
+    @abstractmethod
+    def list_topics(self) -> dict[str, TopicInfo]:
+        """Every topic on the broker."""
+
+    def topic_info(self, topic: str) -> TopicInfo | None:
+        """One topic, or None when it does not exist."""
+        return self.list_topics().get(topic)
+
+    @abstractmethod
+    def ensure_topic(self, topic: str, partitions: int) -> TopicInfo:
+        """Create the topic with at least N partitions, growing it if it has fewer; never shrink."""
+
+    @abstractmethod
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic and its events."""
+
+    @abstractmethod
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """The offset the next published event will get, per partition."""
+
+    @abstractmethod
+    def publisher(self, topic: str, codec: Codec, strategy: Strategy) -> Publisher:
+        """A publisher of one stream's rows to a topic."""
+
+    @abstractmethod
+    def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> Reader:
+        """A reader of the given partitions, each from its offset (or EARLIEST / LATEST)."""
+
+    def close(self) -> None:
+        """Release clients held by the transport."""

@@ -1,0 +1,41 @@
+"""Shared fixtures: one embedded broker per test session, an isolated data directory per test."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """A real Kafka-protocol broker (tansu, in memory) on a free port, for the whole session."""
+    from sp_dagster.embedded import EmbeddedBroker
+
+    log_path = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_path=log_path) as running:
+        yield running
+
+
+@pytest.fixture
+def kafka(broker):
+    """A KafkaTransport connected to the session broker."""
+    from sp_dagster.messaging.kafka import KafkaTransport
+
+    transport = KafkaTransport(broker.bootstrap_servers, timeout=15)
+    yield transport
+    transport.close()
+
+
+@pytest.fixture
+def topic_name():
+    """A fresh topic name per test, so tests never see each other's events."""
+    return f"test.{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def sp_home(tmp_path, monkeypatch):
+    """Point the embedded defaults (SQLite files, persistence) at a per-test directory."""
+    home = tmp_path / "sp-home"
+    monkeypatch.setenv("SP_DAGSTER_HOME", str(home))
+    return home

@@ -1,0 +1,84 @@
+"""Event codecs: round trips, Siddhi's JSON shapes, and clear reasons for bad events."""
+
+import json
+import math
+
+import pytest
+
+from sp_dagster.errors import EventDecodeError
+from sp_dagster.messaging.codecs import BinaryCodec, JsonCodec, codec_for
+
+SCHEMA = [("symbol", "string"), ("price", "float"), ("volume", "long"), ("count", "int"), ("ratio", "double"), ("ok", "bool"), ("extra", "object")]
+
+
+@pytest.mark.parametrize("codec_class", [JsonCodec, BinaryCodec])
+def test_round_trip(codec_class):
+    codec = codec_class(SCHEMA)
+    rows = [
+        ("IBM", 55.5, 2**40, -7, 0.1, True, {"k": [1, 2]}),
+        (None, None, None, None, None, None, None),
+        ("ünïcode ☃", -1.25, -(2**63), 2**31 - 1, math.inf, False, "text"),
+    ]
+    for row in rows:
+        assert codec.decode(codec.encode(row)) == [row]
+
+
+def test_binary_float_is_32_bit():
+    codec = BinaryCodec([("p", "float")])
+    (decoded,) = codec.decode(codec.encode((55.6,)))[0]
+    assert decoded != 55.6 and abs(decoded - 55.6) < 1e-5
+
+
+def test_json_encodes_siddhi_event_shape():
+    codec = JsonCodec([("symbol", "string"), ("price", "double")])
+    assert json.loads(codec.encode(("IBM", 1.5))) == {"event": {"symbol": "IBM", "price": 1.5}}
+
+
+def test_json_accepts_bare_objects_value_lists_and_arrays():
+    codec = JsonCodec([("symbol", "string"), ("price", "double")])
+    assert codec.decode(b'{"symbol": "A", "price": 1}') == [("A", 1.0)]
+    assert codec.decode(b'["A", 2.5]') == [("A", 2.5)]
+    assert codec.decode(b'[{"event": {"symbol": "A", "price": 1}}, {"symbol": "B", "price": 2}]') == [("A", 1.0), ("B", 2.0)]
+    assert codec.decode(b'{"symbol": "A", "price": 1, "ignored": true}') == [("A", 1.0)]
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"symbol": "A"}', "missing attribute 'volume'"),
+        (b'{"symbol": 5, "volume": 1}', "attribute 'symbol': expected string, got int 5"),
+        (b'{"symbol": "A", "volume": "12"}', "attribute 'volume': expected int, got str '12'"),
+        (b'{"symbol": "A", "volume": 3000000000}', "attribute 'volume': 3000000000 is out of range for int"),
+        (b'{"symbol": "A", "volume": true}', "attribute 'volume': expected int, got bool True"),
+        (b'["A"]', "expected 2 values (symbol, volume), got 1"),
+        (b'"just a string"', "expected a JSON object"),
+        (b"\xff\xfe", "not valid JSON"),
+    ],
+)
+def test_json_rejects_with_reason(payload, reason):
+    codec = JsonCodec([("symbol", "string"), ("volume", "int")])
+    with pytest.raises(EventDecodeError) as caught:
+        codec.decode(payload)
+    assert reason in str(caught.value)
+
+
+@pytest.mark.parametrize("payload, reason", [(b"", "not a binary-encoded event"), (b'{"a":1}', "not a binary-encoded event"), (b"\xb1\x00\x01", "truncated or corrupt")])
+def test_binary_rejects_with_reason(payload, reason):
+    codec = BinaryCodec([("a", "long"), ("b", "string")])
+    with pytest.raises(EventDecodeError, match=reason):
+        codec.decode(payload)
+
+
+def test_binary_rejects_trailing_bytes():
+    codec = BinaryCodec([("a", "int")])
+    with pytest.raises(EventDecodeError, match="trailing"):
+        codec.decode(codec.encode((1,)) + b"\x00")
+
+
+def test_codec_for_and_bad_types():
+    assert isinstance(codec_for("JSON", [("a", "int")]), JsonCodec)
+    with pytest.raises(ValueError, match="unknown codec"):
+        codec_for("xml", [("a", "int")])
+    with pytest.raises(ValueError, match="unknown type 'integer'"):
+        JsonCodec([("a", "integer")])
