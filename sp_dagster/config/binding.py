@@ -23,13 +23,15 @@ def setting(
     default: Any = _MISSING,
     *,
     doc: str = "",
+    unit: str = "",
+    shown: str | None = None,
     choices: tuple[str, ...] | None = None,
     minimum: float | None = None,
     parse: Callable[[Any, "Context"], Any] | None = None,
     factory: Callable[[], Any] | None = None,
 ) -> Any:
-    """Declare a configuration field: its YAML key, default and constraints."""
-    metadata = {"key": key, "doc": doc, "choices": choices, "minimum": minimum, "parse": parse}
+    """Declare a configuration field: its YAML key, default, description (doc), unit and constraints."""
+    metadata = {"key": key, "doc": doc, "unit": unit, "shown": shown, "choices": choices, "minimum": minimum, "parse": parse}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -138,8 +140,8 @@ def _expected(hint: Any, meta: dict) -> str:
     if hint in (int, float) and meta.get("minimum") is not None:
         minimum = meta["minimum"]
         noun += " greater than 0" if minimum > 0 and hint is float else f" of at least {minimum:g}"
-    if meta.get("doc"):
-        noun += f" ({meta['doc']})"
+    if meta.get("unit"):
+        noun += f" ({meta['unit']})"
     return noun
 
 

@@ -19,6 +19,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("files", nargs="+", metavar="FILE", help="deployment.yaml files")
     check.add_argument("--role", choices=("manager", "worker"), help="check as this role (default: from the file's directory)")
     check.set_defaults(handler=check_files)
+    reference = actions.add_parser(
+        "reference", help="print every configuration key", description="Print every key, its type, default and meaning (Markdown)."
+    )
+    reference.set_defaults(handler=print_reference)
+
+
+def print_reference(args: argparse.Namespace) -> int:
+    """Print the configuration reference."""
+    from sp_dagster.config.reference import reference_markdown
+
+    print(reference_markdown())
+    return 0
 
 
 def check_files(args: argparse.Namespace) -> int:

@@ -109,13 +109,14 @@ def _check_url(url: str, ctx: Context) -> str:
     return url
 
 
-def _from_configuration(name: str, conf: _RdbmsConfiguration, description: str, ctx: Context) -> Datasource:
+def _from_configuration(name: str, conf: _RdbmsConfiguration, description: str, ctx: Context, raw: Any) -> Datasource:
+    marks = raw.marks if isinstance(raw, LocatedDict) else {}
     if conf.url and conf.jdbc_url:
         raise ctx.error("give either url or jdbcUrl, not both")
     if conf.jdbc_url:
-        url = jdbc_to_sqlalchemy(conf.jdbc_url, conf.username, conf.password, ctx.child("jdbcUrl", None))
+        url = jdbc_to_sqlalchemy(conf.jdbc_url, conf.username, conf.password, ctx.child("jdbcUrl", marks.get("jdbcUrl")))
     elif conf.url:
-        url = _check_url(conf.url, ctx.child("url", None))
+        url = _check_url(conf.url, ctx.child("url", marks.get("url")))
     else:
         raise ctx.error("expected a jdbcUrl (WSO2 form) or a url (SQLAlchemy form)")
     return Datasource(name, url, description or conf.description, conf.max_pool_size)
@@ -133,7 +134,7 @@ def parse_datasources(value: Any, ctx: Context) -> dict[str, Datasource]:
             result[name] = Datasource(name, _check_url(entry, entry_ctx))
         else:
             conf = bind_dataclass(_RdbmsConfiguration, entry, entry_ctx)
-            result[name] = _from_configuration(name, conf, "", entry_ctx)
+            result[name] = _from_configuration(name, conf, "", entry_ctx, entry)
     return result
 
 
@@ -151,6 +152,8 @@ def parse_wso2_datasources(value: Any, ctx: Context) -> dict[str, Datasource]:
         wso2 = bind_dataclass(_Wso2Datasource, entry, entry_ctx)
         if wso2.name in result:
             raise entry_ctx.error(f"datasource '{wso2.name}' is defined twice")
-        conf_ctx = entry_ctx.child("definition", None).child("configuration", None)
-        result[wso2.name] = _from_configuration(wso2.name, wso2.definition.configuration, wso2.description, conf_ctx)
+        definition = entry.get("definition") if isinstance(entry, dict) else None
+        raw = definition.get("configuration") if isinstance(definition, dict) else None
+        conf_ctx = entry_ctx.child("definition", None).child("configuration", getattr(raw, "mark", None))
+        result[wso2.name] = _from_configuration(wso2.name, wso2.definition.configuration, wso2.description, conf_ctx, raw)
     return result

@@ -6,11 +6,13 @@ Each field names its YAML key; defaults are WSO2's own (see README "Configuratio
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
 from sp_dagster.config.binding import Context, describe, setting
 from sp_dagster.config.datasources import Datasource
+from sp_dagster.config.yamlsource import default_home
 
 RDBMS_COORDINATION = "org.wso2.carbon.cluster.coordinator.rdbms.RDBMSCoordinationStrategy"
 DB_STORE = "org.wso2.carbon.stream.processor.core.persistence.DBPersistenceStore"
@@ -43,28 +45,28 @@ def _url_list(value: Any, ctx: Context) -> tuple[str, ...]:
 class Carbon:
     """`wso2.carbon`: the node's identity."""
 
-    id: str = setting("id", factory=socket.gethostname, doc="this node's unique id")
-    name: str = setting("name", "WSO2 Stream Processor")
-    ports: dict[str, int] = setting("ports", factory=dict)
+    id: str = setting("id", factory=socket.gethostname, shown="host name", doc="this node's unique id (workers: also `--id`)")
+    name: str = setting("name", "WSO2 Stream Processor", doc="a display name")
+    ports: dict[str, int] = setting("ports", factory=dict, doc="accepted for compatibility; unused")
 
 
 @dataclass(frozen=True)
 class StrategyConfig:
     """`cluster.config.strategyConfig`: timing of the manager cluster's coordination."""
 
-    datasource: str = setting("datasource", "SP_MGT_DB")
-    heartbeat_interval: int = setting("heartbeatInterval", 1000, minimum=1, doc="milliseconds")
-    heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1)
-    event_polling_interval: int = setting("eventPollingInterval", 1000, minimum=1, doc="milliseconds")
+    datasource: str = setting("datasource", "SP_MGT_DB", doc="the coordination database; must be `deployment.config.datasource`")
+    heartbeat_interval: int = setting("heartbeatInterval", 1000, minimum=1, unit="milliseconds", doc="ms between renewals of the leader lease")
+    heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1, doc="missed renewals before another manager takes over")
+    event_polling_interval: int = setting("eventPollingInterval", 1000, minimum=1, unit="milliseconds", doc="ms between checks of membership and deployments")
 
 
 @dataclass(frozen=True)
 class ClusterConfig:
     """`cluster.config`: the manager cluster (leader election through a relational database)."""
 
-    enabled: bool = setting("enabled", False)
-    group_id: str = setting("groupId", "sp")
-    coordination_strategy_class: str = setting("coordinationStrategyClass", RDBMS_COORDINATION, choices=(RDBMS_COORDINATION,))
+    enabled: bool = setting("enabled", False, doc="run several managers with one elected leader")
+    group_id: str = setting("groupId", "sp", doc="the same for every manager of one cluster")
+    coordination_strategy_class: str = setting("coordinationStrategyClass", RDBMS_COORDINATION, choices=(RDBMS_COORDINATION,), shown="RDBMS")
     strategy_config: StrategyConfig = setting("strategyConfig", factory=StrategyConfig)
 
 
@@ -72,86 +74,86 @@ class ClusterConfig:
 class HttpsInterface:
     """`httpsInterface`: the address by which a node is known to the others."""
 
-    host: str = setting("host", "localhost")
-    port: int = setting("port", 9090, minimum=1)
-    username: str | None = setting("username", None)
-    password: str | None = setting("password", None)
+    host: str = setting("host", "localhost", doc="host name or LAN address")
+    port: int = setting("port", 9090, minimum=1, doc="port (informational: nodes talk through the database)")
+    username: str | None = setting("username", None, doc="accepted for compatibility")
+    password: str | None = setting("password", None, doc="accepted for compatibility; use `${ENV}`")
 
 
 @dataclass(frozen=True)
 class ZooKeeperConfig:
     """`zooKeeperConfig`: accepted for compatibility; topics are created with Kafka's admin API."""
 
-    zoo_keeper_urls: str | None = setting("zooKeeperURLs", None)
-    connection_timeout: int = setting("connectionTimeout", 10000)
-    session_timeout: int = setting("sessionTimeout", 10000)
+    zoo_keeper_urls: str | None = setting("zooKeeperURLs", None, doc="ignored")
+    connection_timeout: int = setting("connectionTimeout", 10000, doc="ignored")
+    session_timeout: int = setting("sessionTimeout", 10000, doc="ignored")
 
 
 @dataclass(frozen=True)
 class DeploymentConfig:
     """`deployment.config`: distributed-deployment settings of a manager, worker or receiver node."""
 
-    type: str = setting("type", choices=("distributed",))
-    https_interface: HttpsInterface = setting("httpsInterface", factory=HttpsInterface)
-    heartbeat_interval: int = setting("heartbeatInterval", 10000, minimum=1, doc="milliseconds")
-    heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1)
-    datasource: str = setting("datasource", "SP_MGT_DB")
-    min_resource_count: int = setting("minResourceCount", 1, minimum=1)
-    allocation_algorithm: str | None = setting("allocationAlgorithm", None)
-    app_creator_class: str | None = setting("appCreatorClass", None, choices=(KAFKA_APP_CREATOR, NATS_APP_CREATOR))
-    bootstrap_urls: tuple[str, ...] | None = setting("bootstrapURLs", None, parse=_url_list)
-    kafka_properties: dict[str, str] = setting("kafkaProperties", factory=dict, doc="librdkafka client settings")
-    zoo_keeper_urls: str | None = setting("zooKeeperURLs", None)
-    zoo_keeper_config: ZooKeeperConfig | None = setting("zooKeeperConfig", None)
-    nats_server_url: tuple[str, ...] | None = setting("natsServerUrl", None, parse=_url_list)
-    cluster_id: str | None = setting("clusterId", None)
-    leader_retry_interval: int = setting("leaderRetryInterval", 10000, minimum=1, doc="milliseconds")
-    resource_managers: tuple[HttpsInterface, ...] = setting("resourceManagers", ())
-    is_receiver_node: bool = setting("isReceiverNode", False)
+    type: str = setting("type", choices=("distributed",), doc="the fully distributed deployment")
+    https_interface: HttpsInterface = setting("httpsInterface", factory=HttpsInterface, doc="this node's address, shown in status")
+    heartbeat_interval: int = setting("heartbeatInterval", 10000, minimum=1, unit="milliseconds", doc="ms between worker heartbeats")
+    heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1, doc="missed heartbeats before a worker is declared dead")
+    datasource: str = setting("datasource", "SP_MGT_DB", doc="the control-plane database, shared by managers and workers")
+    min_resource_count: int = setting("minResourceCount", 1, minimum=1, doc="apps wait until this many workers are alive")
+    allocation_algorithm: str | None = setting("allocationAlgorithm", None, doc="how instances are placed on workers (default: balanced, spread per group)")
+    app_creator_class: str | None = setting("appCreatorClass", None, choices=(KAFKA_APP_CREATOR, NATS_APP_CREATOR), doc="selects Kafka or NATS")
+    bootstrap_urls: tuple[str, ...] | None = setting("bootstrapURLs", None, parse=_url_list, shown="localhost:9092", doc="Kafka brokers, `host:port` separated by commas")
+    kafka_properties: dict[str, str] = setting("kafkaProperties", factory=dict, doc="extra librdkafka client settings (security.protocol, sasl.*, ...)")
+    zoo_keeper_urls: str | None = setting("zooKeeperURLs", None, doc="ignored: topics are created with Kafka's admin API")
+    zoo_keeper_config: ZooKeeperConfig | None = setting("zooKeeperConfig", None, doc="ignored")
+    nats_server_url: tuple[str, ...] | None = setting("natsServerUrl", None, parse=_url_list, doc="NATS servers, separated by commas (with `clusterId`)")
+    cluster_id: str | None = setting("clusterId", None, doc="the NATS cluster id")
+    leader_retry_interval: int = setting("leaderRetryInterval", 10000, minimum=1, unit="milliseconds", doc="ms without a live leader before a worker stops its apps")
+    resource_managers: tuple[HttpsInterface, ...] = setting("resourceManagers", (), doc="the managers; accepted for compatibility")
+    is_receiver_node: bool = setting("isReceiverNode", False, doc="run only receiver (passthrough) partial apps")
 
 
 @dataclass(frozen=True)
 class PersistenceStoreConfig:
     """`state.persistence.config`: where revisions go (a datasource and table, or a directory)."""
 
-    datasource: str = setting("datasource", "WSO2_PERSISTENCE_DB")
-    table: str = setting("table", "PERSISTENCE_TABLE")
-    location: str = setting("location", "${SP_DAGSTER_HOME}/persistence", doc="a directory for the file store")
+    datasource: str = setting("datasource", "WSO2_PERSISTENCE_DB", doc="database store: the datasource")
+    table: str = setting("table", "PERSISTENCE_TABLE", doc="database store: the table")
+    location: str = setting("location", factory=lambda: str(Path(default_home()) / "persistence"), shown="$SP_DAGSTER_HOME/persistence", doc="file store: the directory")
 
 
 @dataclass(frozen=True)
 class PersistenceConfig:
     """`state.persistence`: periodic snapshots of every partial app's state."""
 
-    enabled: bool = setting("enabled", False)
-    interval_in_min: float = setting("intervalInMin", 1.0, minimum=1e-9, doc="minutes")
-    revisions_to_keep: int = setting("revisionsToKeep", 2, minimum=1)
-    persistence_store: str = setting("persistenceStore", "file", parse=_persistence_store)
-    config: PersistenceStoreConfig = setting("config", factory=PersistenceStoreConfig)
+    enabled: bool = setting("enabled", False, doc="snapshot every partial app's state")
+    interval_in_min: float = setting("intervalInMin", 1.0, minimum=1e-9, unit="minutes", doc="minutes between snapshots")
+    revisions_to_keep: int = setting("revisionsToKeep", 2, minimum=1, doc="snapshots kept per instance")
+    persistence_store: str = setting("persistenceStore", "file", parse=_persistence_store, doc="`database` (DBPersistenceStore) or `file` (FileSystemPersistenceStore)")
+    config: PersistenceStoreConfig = setting("config", factory=PersistenceStoreConfig, doc="where snapshots go")
 
 
 @dataclass(frozen=True)
 class SiddhiProperties:
     """`siddhi.properties`: distributed incremental aggregation settings."""
 
-    partition_by_id: bool = setting("partitionById", False)
-    shard_id: str | None = setting("shardId", None)
+    partition_by_id: bool = setting("partitionById", False, doc="distributed incremental aggregations for every aggregation")
+    shard_id: str | None = setting("shardId", None, shown="wso2.carbon.id", doc="this node's shard; never change it once set")
 
 
 @dataclass(frozen=True)
 class SiddhiConfig:
     """`siddhi`: Siddhi runtime properties."""
 
-    properties: SiddhiProperties = setting("properties", factory=SiddhiProperties)
+    properties: SiddhiProperties = setting("properties", factory=SiddhiProperties, doc="Siddhi properties")
 
 
 @dataclass(frozen=True)
 class SparkConfig:
     """`spark`: the worker's Spark application (master URL and any spark.* settings)."""
 
-    master: str = setting("master", "local[*]")
-    app_name: str | None = setting("appName", None)
-    conf: dict[str, str] = setting("conf", factory=dict, doc="spark.* settings")
+    master: str = setting("master", "local[*]", doc="the Spark master URL")
+    app_name: str | None = setting("appName", None, shown="sp-dagster-worker-<id>", doc="the Spark application name")
+    conf: dict[str, str] = setting("conf", factory=dict, doc="any `spark.*` settings")
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,16 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, ask for SIGTERM when the parent process dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class EmbeddedBroker:
     """A local tansu broker on one port, started and stopped by us; usable as a context manager."""
 
@@ -97,6 +107,7 @@ class EmbeddedBroker:
             stderr=subprocess.STDOUT if self._log_file else subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # a Ctrl-C meant for the CLI does not kill the broker mid-stop
+            preexec_fn=_die_with_parent,  # ...but a crashed owner never leaves a broker behind
         )
         try:
             self.wait_ready(timeout)

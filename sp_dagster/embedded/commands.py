@@ -32,15 +32,13 @@ def run_broker(args: argparse.Namespace) -> int:
     from sp_dagster.embedded.broker import EmbeddedBroker
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     with EmbeddedBroker(port=args.port, host=args.host, storage=args.storage) as broker:
         print(f"broker ready at {broker.bootstrap_servers} (bootstrapURLs: {broker.bootstrap_servers}); Ctrl-C to stop", flush=True)
-        try:
-            while not stop.wait(0.5):
-                if broker.process is None or broker.process.poll() is not None:
-                    print("the broker stopped unexpectedly", flush=True)
-                    return 1
-        except KeyboardInterrupt:
-            pass
+        while not stop.wait(0.5):
+            if broker.process is None or broker.process.poll() is not None:
+                print("the broker stopped unexpectedly", flush=True)
+                return 1
     print("broker stopped", flush=True)
     return 0

@@ -1,0 +1,43 @@
+"""The embedded broker's life cycle: start, answer, stop, and never outlive its owner."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sp_dagster.embedded import EmbeddedBroker, port_open
+
+pytestmark = pytest.mark.broker
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_start_answers_and_stop_frees_the_port():
+    broker = EmbeddedBroker().start()
+    pid = broker.process.pid
+    assert port_open(broker.host, broker.port)
+    broker.stop()
+    assert not _alive(pid)
+    assert not port_open(broker.host, broker.port)
+
+
+def test_a_crashed_owner_leaves_no_broker_behind():
+    code = "from sp_dagster.embedded import EmbeddedBroker; b = EmbeddedBroker().start(); print(b.process.pid, flush=True); import time; time.sleep(120)"
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    broker_pid = int(owner.stdout.readline())
+    assert _alive(broker_pid)
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while _alive(broker_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(broker_pid)
