@@ -294,6 +294,7 @@ class KafkaReader(Reader):
         start = {p: (TopicPartition(topic, p, o if o >= 0 else EARLIEST)) for p, o in assignments.items()}
         self._positions = {p: o for p, o in assignments.items() if o >= 0}
         self._unknown = {p for p, o in assignments.items() if o < 0}  # EARLIEST: learnt on first read
+        self._outage = False
         self.consumer.assign(list(start.values()))
 
     def positions(self) -> dict[int, int]:
@@ -315,7 +316,16 @@ class KafkaReader(Reader):
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
+                if error.code() in _UNREACHABLE and not error.fatal():
+                    # librdkafka reconnects by itself: report the outage once, keep polling.
+                    if not self._outage:
+                        log.warning("reading %s: broker %s unreachable (%s); retrying", self.topic, self.transport.bootstrap_servers, error.str())
+                    self._outage = True
+                    continue
                 raise self.transport.unreachable(KafkaException(error), f"reading '{self.topic}'")
+            if self._outage:
+                log.info("reading %s: broker %s reachable again", self.topic, self.transport.bootstrap_servers)
+                self._outage = False
             partition, offset = message.partition(), message.offset()
             kind, stamp = message.timestamp()
             stamp = stamp if kind != 0 and stamp >= 0 else None

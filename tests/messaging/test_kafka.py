@@ -206,3 +206,24 @@ def test_unreachable_broker_names_the_address():
         transport.ensure_topic("anything", 1)
     message = str(caught.value)
     assert address in message and "sp-dagster broker" in message and "bootstrapURLs" in message
+
+
+@pytest.mark.slow
+def test_broker_going_away_fails_publishing_clearly_and_reading_survives(topic_name):
+    from sp_dagster.embedded import EmbeddedBroker
+
+    broker = EmbeddedBroker().start()
+    try:
+        transport = KafkaTransport(broker.bootstrap_servers, timeout=3)
+        transport.ensure_topic(topic_name, 1)
+        codec = JsonCodec(SCHEMA)
+        publisher = transport.publisher(topic_name, codec, RoundRobin())
+        reader = transport.reader(topic_name, {0: EARLIEST}, codec)
+    finally:
+        broker.stop()
+    # Reading during the outage returns nothing and does not raise: the client reconnects by itself.
+    assert reader.poll(timeout=1.0).events == []
+    reader.close()
+    publisher.send([("A", 1.0, 1)])
+    with pytest.raises(BrokerUnavailable, match=rf"not acknowledged within 3s by {broker.bootstrap_servers}; is the broker running"):
+        publisher.flush(timeout=3)
