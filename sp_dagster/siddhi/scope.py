@@ -17,6 +17,7 @@ class Source:
     attributes: Attributes
     inner: bool = False  # an inner stream of a partition, named as `#S`
     event: bool = False  # a pattern/sequence event (`e1`), which may be indexed
+    label: str = ""  # the name to suggest when a reference must be qualified
 
     def attribute(self, name: str) -> ast.AttributeDef | None:
         """The attribute called `name`, or None."""
@@ -69,12 +70,15 @@ class Scope:
             if found is not None:
                 return Resolution(found.type)
         matches = [s for s in self.sources if s.attribute(variable.name) is not None]
-        types = {s.attribute(variable.name).type for s in matches}
-        if len(matches) == 1 or (matches and len({s.attributes for s in matches}) == 1):
-            return Resolution(types.pop())
+        if len(matches) == 1:
+            return Resolution(matches[0].attribute(variable.name).type)
         if matches:
-            names = " or ".join(sorted({min(s.qualifiers) for s in matches}))
-            return Resolution(error=f"Attribute '{variable.name}' is ambiguous here; qualify it with {names}.")
+            labels = [s.label for s in matches]
+            if all(labels) and len(set(labels)) == len(labels):
+                how = "write " + " or ".join(f"{label}.{variable.name}" for label in labels)
+            else:
+                how = "give the inputs names with 'as' and qualify it"
+            return Resolution(error=f"Attribute '{variable.name}' is ambiguous here; {how}.")
         return self._missing(f"No input of this query has an attribute '{variable.name}'.")
 
     def _qualified(self, variable: ast.Variable) -> Resolution:

@@ -95,9 +95,7 @@ class AstBuilder(Transformer):
 
     def name(self, children: list[Token]) -> Token:
         token = children[0]
-        if token.type == "QUOTED_NAME":
-            return token.update("NAME", token[1:-1])
-        return token.update("NAME", str(token))
+        return token if token.type == "NAME" else token.update("NAME", token[1:-1])
 
     def number(self, children: list[Token]) -> ast.Constant:
         negative = len(children) == 2
@@ -602,8 +600,12 @@ def _attach_annotations(items: list[Any]) -> tuple[list[ast.Annotation], list[An
     pending: list[ast.Annotation] = []
     elements: list[Any] = []
     for item in items:
-        if isinstance(item, ast.Annotation):
-            (app_level if item.name.lower().startswith("app:") else pending).append(item)
+        if isinstance(item, ast.Annotation) and item.name.lower().startswith("app:"):
+            if elements or pending:
+                raise _error(f"App annotation @{item.name} must come before the app's definitions and queries.", item)
+            app_level.append(item)
+        elif isinstance(item, ast.Annotation):
+            pending.append(item)
         else:
             elements.append(replace(item, annotations=tuple(pending)) if pending else item)
             pending = []

@@ -8,6 +8,7 @@ long, `sum` long for integers and double otherwise, `min`/`max` keep their argum
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from sp_dagster.siddhi import ast
@@ -121,7 +122,7 @@ class ExpressionChecker:
         attributes = self.tables.get(node.table)
         if attributes is None:
             self.report(f"'{node.table}' is not a table; 'in' needs a table.", node)
-            self._expect_bool(node.operand, scope, aggregates, "'in'")
+            self._expect_bool(node.operand, replace(scope, incomplete=True), aggregates, "'in'")
         else:
             source = Source(frozenset({node.table}), attributes)
             self._expect_bool(node.operand, scope.with_source(source), aggregates, "'in'")
@@ -132,8 +133,7 @@ class ExpressionChecker:
         spec = FUNCTIONS.get(name) or (AGGREGATORS.get(name) if node.namespace is None else None)
         if spec is None:
             hint = suggestion({**FUNCTIONS, **AGGREGATORS}, name)
-            suffix = f"; did you mean '{hint}'" if hint else ""
-            self.report(f"Function '{name}' is not defined{suffix}.", node)
+            self.report(f"Function '{name}' is not defined" + (f"; did you mean '{hint}'?" if hint else "."), node)
             for arg in node.args:
                 self._type(arg, scope, aggregates)
             return None
