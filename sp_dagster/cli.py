@@ -18,6 +18,7 @@ from sp_dagster.errors import SpDagsterError
 COMMAND_MODULES = (
     "sp_dagster.config.commands",
     "sp_dagster.embedded.commands",
+    "sp_dagster.siddhi.commands",
 )
 
 
