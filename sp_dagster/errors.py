@@ -25,3 +25,11 @@ class TopicError(MessagingError):
 
 class EventDecodeError(MessagingError):
     """An event on a topic could not be decoded into the stream's attributes."""
+
+
+class ControlPlaneError(SpDagsterError):
+    """The control-plane database refused a request, or holds something this version cannot use."""
+
+
+class DatabaseUnavailable(ControlPlaneError):
+    """The control-plane database could not be reached (or dropped the connection)."""

@@ -6,6 +6,8 @@ import uuid
 
 import pytest
 
+pytest_plugins = ["tests.fixtures.databases"]
+
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
@@ -39,3 +41,26 @@ def sp_home(tmp_path, monkeypatch):
     home = tmp_path / "sp-home"
     monkeypatch.setenv("SP_DAGSTER_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local SparkSession for the whole test session, with sp-dagster's data sources registered."""
+    from pyspark.sql import SparkSession
+
+    from sp_dagster.worker.kafka_source import KafkaPartitionsSource
+
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sp-dagster-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KafkaPartitionsSource)
+    yield session
+    session.stop()

@@ -1,0 +1,252 @@
+"""The control-plane schema and its versioned migrations.
+
+`sp_schema_version` holds the version the database is at. `migrate()` applies, in order, every
+migration the database lacks, under a lock, so several processes starting together upgrade
+it once; an older database is upgraded in place, never dropped. A database newer than this
+code is refused.
+
+All timestamps are BIGINT milliseconds taken from the database's clock (`db_now_ms()`).
+
+Adding a migration: append a function to MIGRATIONS. When a later migration alters a table
+that an earlier one creates, first copy that table's earlier shape into the earlier migration,
+so a fresh database and an upgraded one end up identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    inspect,
+    select,
+    text,
+)
+from sqlalchemy.dialects import mysql
+
+from sp_dagster.errors import ControlPlaneError
+
+log = logging.getLogger(__name__)
+
+metadata = MetaData()
+
+ID = 255  # ids are VARCHAR(255): indexable under MySQL's key-length limit with utf8mb4
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+Blob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+schema_version = Table(
+    "sp_schema_version",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("version", Integer, nullable=False),
+)
+
+# --- version 1: coordination -------------------------------------------------------------
+
+leader_lease = Table(
+    "sp_leader_lease",
+    metadata,
+    Column("group_id", String(ID), primary_key=True),
+    Column("term", BigInteger, nullable=False, default=0),  # the fencing term: only grows
+    Column("holder", String(ID)),  # manager node id
+    Column("holder_incarnation", String(64)),  # that manager process's random id
+    Column("acquired_at", BigInteger),
+    Column("renewed_at", BigInteger),
+    Column("expires_at", BigInteger, nullable=False, default=0),
+    # Bumped by every election and every fenced write: a total order of leader actions.
+    Column("fence_seq", BigInteger, nullable=False, default=0),
+    Column("rebalance_requests", BigInteger, nullable=False, default=0),
+    # The leader's worker timing, so workers heartbeat at the pace it expects.
+    Column("node_heartbeat_ms", BigInteger),
+    Column("node_max_retry", Integer),
+)
+
+terms = Table(
+    "sp_terms",
+    metadata,
+    Column("group_id", String(ID), primary_key=True),
+    Column("term", BigInteger, primary_key=True, autoincrement=False),
+    Column("holder", String(ID), nullable=False),
+    Column("holder_incarnation", String(64), nullable=False),
+    Column("elected_at", BigInteger, nullable=False),
+)
+
+managers = Table(
+    "sp_managers",
+    metadata,
+    Column("group_id", String(ID), primary_key=True),
+    Column("node_id", String(ID), primary_key=True),
+    Column("incarnation", String(64), nullable=False),
+    Column("address", String(ID), nullable=False, default=""),
+    Column("started_at", BigInteger, nullable=False),
+    Column("last_heartbeat", BigInteger, nullable=False),
+    Column("state", String(16), nullable=False),  # running | stopped
+)
+
+nodes = Table(
+    "sp_nodes",
+    metadata,
+    Column("node_id", String(ID), primary_key=True),
+    Column("role", String(16), nullable=False),  # worker | receiver
+    Column("address", String(ID), nullable=False, default=""),
+    Column("incarnation", Integer, nullable=False),
+    Column("state", String(16), nullable=False),  # alive | dead | left
+    Column("registered_at", BigInteger, nullable=False),
+    Column("last_heartbeat", BigInteger, nullable=False),
+    Column("state_changed_at", BigInteger, nullable=False),
+    Column("metrics", Text),  # JSON
+)
+
+events = Table(
+    "sp_events",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", BigInteger, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("term", BigInteger),
+    Column("seq", BigInteger),
+    Column("actor", String(ID)),
+    Column("subject", String(ID)),
+    Column("detail", Text),  # JSON
+)
+
+# --- version 2: deployments, placement and state -------------------------------------------
+
+deployments = Table(
+    "sp_deployments",
+    metadata,
+    Column("app", String(ID), primary_key=True),
+    Column("content_hash", String(128), nullable=False),
+    Column("source", LongText, nullable=False),
+    Column("plan", LongText, nullable=False),  # JSON
+    Column("status", String(16), nullable=False),  # waiting | partial | placed
+    Column("waiting_reason", Text),
+    Column("generation", Integer, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+instances = Table(
+    "sp_instances",
+    metadata,
+    Column("instance_id", String(ID), primary_key=True),
+    Column("app", String(ID), nullable=False, index=True),
+    Column("group_name", String(ID), nullable=False),
+    Column("parallel_index", Integer, nullable=False),
+    Column("receiver", Boolean, nullable=False, default=False),
+    Column("siddhi_app", LongText, nullable=False),
+    Column("extra", LongText, nullable=False),  # JSON from the planner
+    Column("spec_hash", String(64), nullable=False),
+    # Reported by the worker running it (only the current assignee's reports are kept).
+    Column("status", String(16), nullable=False),  # pending | assigned | starting | running | stopped | failed
+    Column("status_detail", Text),
+    Column("metrics", Text),  # JSON
+    Column("status_at", BigInteger),
+)
+
+assignments = Table(
+    "sp_assignments",
+    metadata,
+    Column("instance_id", String(ID), primary_key=True),
+    Column("node_id", String(ID), nullable=False),
+    Column("node_incarnation", Integer, nullable=False),
+    Column("term", BigInteger, nullable=False),  # the leader term that made (or confirmed) it
+    Column("seq", BigInteger, nullable=False),  # the lease's fence_seq of that write
+    Column("assigned_at", BigInteger, nullable=False),
+    Index("ix_sp_assignments_node", "node_id"),
+)
+
+state_revisions = Table(
+    "sp_state_revisions",
+    metadata,
+    Column("instance_id", String(ID), primary_key=True),
+    Column("revision", BigInteger, primary_key=True, autoincrement=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("raw_size", BigInteger, nullable=False),
+    Column("data", Blob, nullable=False),  # zlib-compressed
+)
+
+
+def _create(*tables: Table) -> Callable[[Connection], None]:
+    def apply(conn: Connection) -> None:
+        metadata.create_all(conn, tables=list(tables), checkfirst=True)
+
+    return apply
+
+
+# MIGRATIONS[i] takes a database from version i to version i + 1.
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _create(leader_lease, terms, managers, nodes, events),
+    _create(deployments, instances, assignments, state_revisions),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@contextlib.contextmanager
+def _schema_lock(conn: Connection) -> Iterator[None]:
+    """Hold a database-wide lock while migrating (SQLite: the BEGIN IMMEDIATE transaction)."""
+    name = conn.dialect.name
+    if name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(7301450961)"))
+        yield
+    elif name in ("mysql", "mariadb"):
+        # A session lock: MySQL's DDL commits implicitly, which would drop a row lock.
+        got = conn.execute(text("SELECT GET_LOCK('sp_dagster.schema', 60)")).scalar()
+        if got != 1:
+            raise ControlPlaneError("timed out waiting for another process to finish upgrading the control-plane schema")
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT RELEASE_LOCK('sp_dagster.schema')"))
+    else:
+        yield
+
+
+def current_version(conn: Connection) -> int:
+    """The schema version of the database (0 when it has no sp-dagster tables)."""
+    if not inspect(conn).has_table(schema_version.name):
+        return 0
+    return int(conn.execute(select(schema_version.c.version).where(schema_version.c.id == 1)).scalar() or 0)
+
+
+def migrate(plane, target: int = SCHEMA_VERSION) -> int:
+    """Apply the missing migrations up to `target` under a lock; returns the resulting version."""
+    with plane.transaction() as conn, _schema_lock(conn):
+        version = current_version(conn)
+        _refuse_newer(plane, version)
+        if version == 0:
+            metadata.create_all(conn, tables=[schema_version], checkfirst=True)
+            conn.execute(schema_version.insert().values(id=1, version=0))
+        for step in range(version, target):
+            MIGRATIONS[step](conn)
+            conn.execute(schema_version.update().where(schema_version.c.id == 1).values(version=step + 1))
+            log.info("control-plane schema at %s upgraded to version %d", plane.safe_url, step + 1)
+        return max(version, target)
+
+
+def check_version(plane) -> int:
+    """The database's schema version, refusing one newer than this code (no changes made)."""
+    with plane.transaction() as conn:
+        version = current_version(conn)
+    _refuse_newer(plane, version)
+    return version
+
+
+def _refuse_newer(plane, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise ControlPlaneError(
+            f"the control-plane database {plane.safe_url} has schema version {version}, newer than this "
+            f"sp-dagster's ({SCHEMA_VERSION}); upgrade sp-dagster on this node"
+        )

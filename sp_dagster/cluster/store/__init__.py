@@ -1,0 +1,1 @@
+"""What the control plane stores besides coordination: deployments, instances, assignments, state, events."""

@@ -1,0 +1,126 @@
+"""Leader election: one holder per term, renewal, takeover after expiry, fencing of stale leaders."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from sp_dagster.cluster.db import ControlPlane
+from sp_dagster.cluster.election import Elector, Leadership, LeadershipLost, current_leader, fenced
+from sp_dagster.cluster.schema import leader_lease, terms
+from sp_dagster.errors import ControlPlaneError
+
+LEASE_MS = 400
+
+
+def elector(plane, node, group="g", lease_ms=LEASE_MS):
+    return Elector(plane, group, node, lease_ms=lease_ms)
+
+
+def test_first_manager_leads_and_renews_in_the_same_term(plane):
+    a, b = elector(plane, "m1"), elector(plane, "m2")
+    lead = a.tick()
+    assert lead is not None and lead.term == 1
+    assert b.tick() is None
+    for _ in range(3):
+        time.sleep(LEASE_MS / 4000)
+        assert a.tick().term == 1
+        assert b.tick() is None
+    info = current_leader(plane, "g")
+    assert (info.holder, info.term, info.alive) == ("m1", 1, True)
+
+
+def test_takeover_after_expiry_bumps_the_term_and_deposes_the_old_leader(plane):
+    a, b = elector(plane, "m1"), elector(plane, "m2")
+    assert a.tick().term == 1
+    time.sleep(LEASE_MS / 1000 + 0.1)  # a stops renewing
+    assert a.leadership is None  # a stops trusting its lease on its own clock
+    taken = b.tick()
+    assert taken is not None and taken.term == 2
+    assert a.tick() is None  # cannot renew: b holds term 2
+    assert current_leader(plane, "g").holder == "m2"
+
+
+def test_resign_hands_over_at_once(plane):
+    a, b = elector(plane, "m1", lease_ms=60_000), elector(plane, "m2", lease_ms=60_000)
+    assert a.tick().term == 1
+    assert b.tick() is None
+    a.resign()
+    assert b.tick().term == 2
+
+
+def test_concurrent_attempts_elect_exactly_one_per_term(database_url):
+    electors = [Elector(ControlPlane(database_url), "g", f"m{i}", lease_ms=60_000) for i in range(5)]
+    electors[0].plane.migrate()
+    for round_ in range(1, 9):
+        barrier = threading.Barrier(len(electors))
+        winners, errors = [], []
+
+        def attempt(e):
+            barrier.wait()
+            try:
+                if e.tick() is not None:
+                    winners.append(e)
+            except Exception as exc:  # asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=attempt, args=(e,)) for e in electors]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert len(winners) == 1, [w.node_id for w in winners]
+        assert winners[0].leadership.term == round_
+        winners[0].resign()
+    with electors[0].plane.transaction() as conn:
+        rows = conn.execute(select(terms.c.term, terms.c.holder)).all()
+    assert sorted(r.term for r in rows) == list(range(1, 9))
+    for e in electors:
+        e.plane.close()
+
+
+def test_a_stale_leader_cannot_write_even_if_it_still_trusts_its_lease(plane):
+    a, b = elector(plane, "m1"), elector(plane, "m2")
+    old = a.tick()
+    time.sleep(LEASE_MS / 1000 + 0.1)
+    assert b.tick().term == 2
+    # Pretend a's clock ran slow: it still trusts term 1. The database refuses it anyway.
+    stale = Leadership(old.group_id, old.node_id, old.incarnation, old.term, old.acquired_at, time.monotonic() + 60)
+    with pytest.raises(LeadershipLost, match="term 1 is over"):
+        with fenced(plane, stale) as fence:
+            fence.bump()
+    with plane.transaction() as conn:
+        seq = conn.execute(select(leader_lease.c.fence_seq)).scalar_one()
+    with fenced(plane, b.leadership) as fence:
+        assert fence.bump() == seq + 1
+
+
+def test_an_expired_lease_is_refused_by_the_database_clock(plane):
+    a = elector(plane, "m1")
+    lead = a.tick()
+    time.sleep(LEASE_MS / 1000 + 0.1)
+    trusting = Leadership(lead.group_id, lead.node_id, lead.incarnation, lead.term, lead.acquired_at, time.monotonic() + 60)
+    with pytest.raises(LeadershipLost, match="expired"):
+        with fenced(plane, trusting):
+            pass
+
+
+def test_one_database_serves_one_group(plane):
+    assert elector(plane, "m1", group="blue", lease_ms=60_000).tick() is not None
+    with pytest.raises(ControlPlaneError, match="in use by manager group 'blue'"):
+        elector(plane, "m2", group="green").tick()
+
+
+def test_terms_only_grow(plane):
+    a = elector(plane, "m1", lease_ms=60_000)
+    seen = []
+    for _ in range(4):
+        seen.append(a.tick().term)
+        a.resign()
+    assert seen == [1, 2, 3, 4]
+    with plane.transaction() as conn:
+        assert conn.execute(select(func.count()).select_from(terms)).scalar_one() == 4
