@@ -1,0 +1,1 @@
+"""Workers: long-running Spark applications that run partial-app instances as streaming queries."""

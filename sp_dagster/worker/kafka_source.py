@@ -1,0 +1,148 @@
+"""A Spark streaming source (and, through kafka_sink, sink) that reads exactly the given partitions of one Kafka topic.
+
+Registered as the Python data source `sp-kafka`. Offsets are per partition (`{"0": 12}`);
+Spark's checkpoint keeps them, so a restarted query resumes where it stopped. Each micro-batch
+task reads one partition's offset range over confluent-kafka and yields Arrow batches.
+Undecodable messages become rows with `_error` and `_raw` set (the dead-letter path).
+
+Options: bootstrap.servers, topic, partitions ("0,2"), attributes (JSON [[name, type]]),
+codec (json|binary, default json), startingOffsets (earliest|latest, default earliest),
+maxEventsPerTrigger, kafka.* (extra librdkafka settings).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from sp_dagster.worker.spark_types import arrow_schema, parse_attributes_option, spark_ddl
+
+BATCH_ROWS = 10_000
+
+
+def normalized(options) -> dict:
+    """Spark passes options case-insensitively: keep one lower-case plain dict."""
+    return {str(k).lower(): v for k, v in dict(options).items()}
+
+
+def _kafka_properties(options: dict) -> dict:
+    return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+
+
+def transport_from_options(options: dict):
+    """A KafkaTransport from the data source's options."""
+    from sp_dagster.messaging.kafka import KafkaTransport
+
+    return KafkaTransport(options["bootstrap.servers"], _kafka_properties(options), timeout=float(options.get("timeout", 30)))
+
+
+class OffsetRange(InputPartition):
+    """One Kafka partition's offsets [start, end) in one micro-batch."""
+
+    def __init__(self, partition: int, start: int, end: int):
+        self.partition, self.start, self.end = partition, start, end
+
+
+class KafkaPartitionsSource(DataSource):
+    """The `sp-kafka` streaming source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sp-kafka"
+
+    def schema(self) -> str:
+        return spark_ddl(parse_attributes_option(normalized(self.options)["attributes"]))
+
+    def streamReader(self, schema) -> "KafkaStreamReader":
+        return KafkaStreamReader(normalized(self.options))
+
+    def streamWriter(self, schema, overwrite: bool):
+        from sp_dagster.worker.kafka_sink import KafkaStreamWriter
+
+        return KafkaStreamWriter(normalized(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Plans offset ranges on the driver; reads them on executors."""
+
+    def __init__(self, options: dict):
+        self.options = options
+        self.topic = options["topic"]
+        self.partitions_read = [int(p) for p in str(options["partitions"]).split(",") if p.strip() != ""]
+        self.max_events = int(options["maxeventspertrigger"]) if options.get("maxeventspertrigger") else None
+        self._transport = None
+
+    @property
+    def transport(self):
+        if self._transport is None:
+            self._transport = transport_from_options(self.options)
+        return self._transport
+
+    def _ends(self) -> dict[str, int]:
+        ends = self.transport.end_offsets(self.topic)
+        return {str(p): ends[p] for p in self.partitions_read}
+
+    def initialOffset(self) -> dict:
+        if self.options.get("startingoffsets", "earliest") == "latest":
+            return self._ends()
+        return {str(p): 0 for p in self.partitions_read}
+
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadMaxRows(self.max_events) if self.max_events else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        ends = self._ends()
+        if not isinstance(limit, ReadMaxRows):
+            return ends
+        budget, capped = limit.max_rows, {}
+        for key in sorted(ends, key=int):
+            take = max(0, min(ends[key] - start.get(key, 0), budget))
+            capped[key] = start.get(key, 0) + take
+            budget -= take
+        return capped
+
+    def partitions(self, start: dict, end: dict):
+        return [OffsetRange(int(key), start.get(key, 0), end[key]) for key in sorted(end, key=int) if end[key] > start.get(key, 0)]
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        from sp_dagster.messaging.codecs import codec_for
+
+        attributes = parse_attributes_option(self.options["attributes"])
+        schema = arrow_schema(attributes)
+        codec = codec_for(self.options.get("codec", "json"), attributes)
+        reader = transport_from_options(self.options).reader(self.topic, {partition.partition: partition.start}, codec)
+        columns: list[list] = [[] for _ in schema]
+        width = len(attributes)
+        try:
+            position = partition.start
+            while position < partition.end:
+                batch = reader.poll(max_events=BATCH_ROWS, timeout=1.0)
+                for event in batch.events:
+                    if event.offset < partition.end:
+                        for column, value in zip(columns, (*event.row, event.partition, event.offset, event.timestamp, None, None)):
+                            column.append(value)
+                for reject in batch.rejects:
+                    if reject.offset < partition.end:
+                        values = (*([None] * width), reject.partition, reject.offset, reject.timestamp, reject.reason, reject.data)
+                        for column, value in zip(columns, values):
+                            column.append(value)
+                position = batch.positions.get(partition.partition, position)
+                if len(columns[0]) >= BATCH_ROWS:
+                    yield pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+                    columns = [[] for _ in schema]
+            if columns[0]:
+                yield pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+        finally:
+            reader.close()
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: Spark's checkpoint holds the offsets."""
+
+    def stop(self) -> None:
+        self._transport = None
