@@ -1,0 +1,140 @@
+"""Execution groups from `@dist(execGroup=..., parallel=...)`, and one group per aggregation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sp_dagster.siddhi import ast
+from sp_dagster.topology.analysis import AGGREGATION, Catalog, ElementInfo, element_label, is_persisted
+from sp_dagster.topology.errors import error_at
+from sp_dagster.topology.model import AGGREGATION as AGGREGATION_GROUP
+from sp_dagster.topology.model import PASSTHROUGH, USER
+
+#: The execGroup of elements that name none.
+DEFAULT_GROUP = "default"
+# Ties in the data-flow order: passthroughs first, then execGroups, then aggregations (as the
+# original lists them), each by where it first appears in the app.
+TIERS = {PASSTHROUGH: 0, USER: 1, AGGREGATION_GROUP: 2}
+
+
+@dataclass
+class GroupSpec:
+    """An execution group while it is being planned."""
+
+    name: str
+    exec_group: str
+    kind: str
+    parallelism: int
+    first_index: int  # position in the app of the element that opened the group
+    elements: list[ElementInfo] = field(default_factory=list)
+    declared_at: ast.Node | None = None  # where the parallelism was set (for messages)
+    receiver: bool = False
+    stream: str | None = None  # passthrough: the stream it carries
+    source: ast.Annotation | None = None  # passthrough: the user @source it hosts (None: an entry topic)
+
+    @property
+    def rank(self) -> tuple[int, int, str]:
+        """The sort key among groups that the data flow leaves unordered."""
+        return (TIERS[self.kind], self.first_index, self.name)
+
+
+def build_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog) -> list[GroupSpec]:
+    """The execGroups (in order of first appearance), then one group per aggregation.
+
+    Queries that join an in-memory aggregation move into that aggregation's group; an element
+    joining several in-memory aggregations merges their groups.
+    """
+    groups: dict[str, GroupSpec] = {}
+    group_of: dict[int, GroupSpec] = {}
+    for info in infos:
+        if isinstance(info.element, ast.AggregationDefinition):
+            continue
+        exec_group, parallelism, declared_at = _dist(info)
+        name = f"{app_name}-{exec_group}"
+        _check_partition(info, name)
+        group = groups.get(name)
+        if group is None:
+            group = groups[name] = GroupSpec(name, exec_group, USER, parallelism, info.index, declared_at=declared_at)
+        elif group.parallelism != parallelism:
+            raise error_at(declared_at, f"execGroup = {name} not assigned constant @dist(parallel)")
+        group.elements.append(info)
+        group_of[info.index] = group
+    aggregation_groups = _aggregation_groups(app_name, infos, catalog, group_of)
+    return [group for group in groups.values() if group.elements] + aggregation_groups
+
+
+def _dist(info: ElementInfo) -> tuple[str, int, ast.Node]:
+    dist = info.dist
+    if dist is None:
+        return DEFAULT_GROUP, 1, info.element
+    exec_group = dist.get("execGroup") or DEFAULT_GROUP
+    text = dist.get("parallel")
+    if text is None:
+        return exec_group, 1, dist
+    parallelism = int(text.strip()) if text.strip().isdigit() else 0
+    if parallelism < 1:
+        raise error_at(dist.element("parallel") or dist, f"@dist(parallel = '{text}') must be a whole number of at least 1")
+    return exec_group, parallelism, dist
+
+
+def _check_partition(info: ElementInfo, group: str) -> None:
+    if not isinstance(info.element, ast.Partition):
+        return
+    for query in info.element.queries:
+        dist = query.annotation("dist")
+        if dist is not None:
+            raise error_at(dist, "Unsupported:@dist annotation inside partition queries")
+    for key in info.element.keys:
+        if isinstance(key, ast.RangePartition):
+            raise error_at(key, f"Unsupported: {group} Range PartitionType not Supported in Distributed SetUp")
+
+
+def _aggregation_groups(
+    app_name: str, infos: list[ElementInfo], catalog: Catalog, group_of: dict[int, GroupSpec]
+) -> list[GroupSpec]:
+    aggregations = [info for info in infos if isinstance(info.element, ast.AggregationDefinition)]
+    root = {info.element.name: info.element.name for info in aggregations}
+    position = {info.element.name: info.index for info in aggregations}
+
+    def find(name: str) -> str:
+        while root[name] != name:
+            name = root[name]
+        return name
+
+    joining: list[tuple[ElementInfo, str]] = []
+    for info in infos:
+        in_memory = [
+            read for read in info.reads
+            if catalog.kind(read.name) == AGGREGATION and not is_persisted(catalog.definitions[read.name])
+        ]  # fmt: skip
+        if not in_memory or info.index not in group_of:
+            continue
+        if group_of[info.index].parallelism > 1:
+            read = in_memory[0]
+            raise error_at(
+                read.node,
+                f"Query element : {element_label(info, read.query)} has parallelism > 1 "
+                f"while joining with an in-memory aggregation : {read.name}",
+            )
+        for read in in_memory[1:]:
+            first, other = find(in_memory[0].name), find(read.name)
+            if first != other:
+                keep, drop = sorted((first, other), key=position.get)
+                root[drop] = keep
+        joining.append((info, in_memory[0].name))
+
+    groups: dict[str, GroupSpec] = {}
+    for info in aggregations:
+        top = find(info.element.name)
+        group = groups.get(top)
+        if group is None:
+            exec_group = f"aggregation-{top}"
+            group = groups[top] = GroupSpec(f"{app_name}-{exec_group}", exec_group, AGGREGATION_GROUP, 1, position[top])
+            group.declared_at = info.element
+        group.elements.append(info)
+    for info, aggregation in joining:
+        group_of[info.index].elements.remove(info)
+        groups[find(aggregation)].elements.append(info)
+    for group in groups.values():
+        group.elements.sort(key=lambda item: item.index)
+    return sorted(groups.values(), key=lambda group: group.first_index)
