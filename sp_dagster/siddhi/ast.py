@@ -211,11 +211,16 @@ LOGICAL_OPERATORS = ("and", "or")
 
 @dataclass(frozen=True, slots=True)
 class BinaryOp(Expression):
-    """`left op right` for arithmetic (+ - * / %), comparison (== != < <= > >=), `and`, `or`."""
+    """`left op right` for arithmetic (+ - * / %), comparison (== != < <= > >=), `and`, `or`.
+
+    The node starts where `left` starts; `op_line`/`op_column` say where the operator is.
+    """
 
     op: str
     left: Expression
     right: Expression
+    op_line: int = _position()
+    op_column: int = _position()
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,10 +239,15 @@ class IsNull(Expression):
 
 @dataclass(frozen=True, slots=True)
 class In(Expression):
-    """`condition in Table`: true when a row of the table satisfies the condition."""
+    """`condition in Table`: true when a row of the table satisfies the condition.
+
+    The node starts where `operand` starts; `op_line`/`op_column` say where `in` is.
+    """
 
     operand: Expression
     table: str
+    op_line: int = _position()
+    op_column: int = _position()
 
 
 # --------------------------------------------------------------------------- query inputs

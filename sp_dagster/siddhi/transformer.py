@@ -148,19 +148,13 @@ class AstBuilder(Transformer):
 
     def binary_op(self, children: list[Any]) -> ast.BinaryOp:
         left, op, right = children
-        return ast.BinaryOp(str(op), left, right, **_pos(op))
+        return ast.BinaryOp(op.lower(), left, right, **_pos(left), op_line=op.line, op_column=op.column)
 
-    def or_op(self, children: list[Any]) -> ast.BinaryOp:
-        left, op, right = children
-        return ast.BinaryOp("or", left, right, **_pos(op))
-
-    def and_op(self, children: list[Any]) -> ast.BinaryOp:
-        left, op, right = children
-        return ast.BinaryOp("and", left, right, **_pos(op))
+    or_op = and_op = binary_op
 
     def in_op(self, children: list[Any]) -> ast.In:
         operand, op, table = children
-        return ast.In(operand, str(table), **_pos(op))
+        return ast.In(operand, str(table), **_pos(operand), op_line=op.line, op_column=op.column)
 
     def not_op(self, children: list[Any]) -> ast.Not:
         return ast.Not(children[1], **_pos(children[0]))

@@ -111,17 +111,17 @@ class ExpressionChecker:
             if left is None or right is None:
                 return None
             if left not in ast.NUMERIC_TYPES or right not in ast.NUMERIC_TYPES:
-                self.report(f"Operator '{node.op}' needs numbers, not {left} and {right}.", node)
+                self.report(f"Operator '{node.op}' needs numbers, not {left} and {right}.", _operator(node))
                 return None
             return widest(left, right)
         if left is not None and right is not None and not _comparable(node.op, left, right):
-            self.report(f"Operator '{node.op}' cannot compare {left} with {right}.", node)
+            self.report(f"Operator '{node.op}' cannot compare {left} with {right}.", _operator(node))
         return "bool"
 
     def _in(self, node: ast.In, scope: Scope, aggregates: str) -> str:
         attributes = self.tables.get(node.table)
         if attributes is None:
-            self.report(f"'{node.table}' is not a table; 'in' needs a table.", node)
+            self.report(f"'{node.table}' is not a table; 'in' needs a table.", _operator(node))
             self._expect_bool(node.operand, replace(scope, incomplete=True), aggregates, "'in'")
         else:
             source = Source(frozenset({node.table}), attributes)
@@ -208,3 +208,8 @@ def _comparable(op: str, left: str, right: str) -> bool:
     if left in ast.NUMERIC_TYPES and right in ast.NUMERIC_TYPES:
         return True
     return op in ("==", "!=") and left == right
+
+
+def _operator(node: ast.BinaryOp | ast.In) -> ast.Node:
+    """Where the operator of `node` stands, for errors about the operation itself."""
+    return ast.Node(line=node.op_line, column=node.op_column)
