@@ -180,11 +180,6 @@ STREAM_FUNCTIONS = _specs(
 EXTRA_ATTRIBUTES = {"pol2Cart": (("x", "double"), ("y", "double"))}
 
 
-def lookup(table: dict[str, Spec], qualified_name: str) -> Spec | None:
-    """The spec called `qualified_name` (`ns:name` or `name`), or None."""
-    return table.get(qualified_name)
-
-
 def suggestion(table: dict[str, Spec], qualified_name: str) -> str | None:
     """A known name spelled like `qualified_name` but for case, if there is one."""
     lowered = qualified_name.lower()

@@ -25,20 +25,24 @@ def statements(text: str) -> Iterator[tuple[int, str]]:
     depth = 0
     in_partition = False
     start = 0
+    previous = ""
     for match in _TOKEN.finditer(text):
         token = match.group()
+        if token.startswith(("--", "//", "/*")):
+            continue
         lowered = token.lower()
         if token == "(":
             depth += 1
         elif token == ")":
             depth = max(depth - 1, 0)
-        elif lowered == "begin" and depth == 0:
+        elif lowered == "begin" and depth == 0 and previous == ")":  # `partition with (...) begin`
             in_partition = True
-        elif lowered == "end" and depth == 0:
+        elif lowered == "end" and depth == 0 and in_partition:
             in_partition = False
         elif token == ";" and depth == 0 and not in_partition:
             yield from _chunk(text, start, match.start())
             start = match.end()
+        previous = token
     yield from _chunk(text, start, len(text))
 
 

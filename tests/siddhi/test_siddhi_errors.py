@@ -224,3 +224,20 @@ def test_errors_are_user_errors_of_the_cli():
     from sp_dagster.errors import SpDagsterError
 
     assert issubclass(SiddhiQLError, SpDagsterError)
+
+
+def test_statements_split_at_top_level_semicolons_only():
+    from sp_dagster.siddhi.recovery import statements
+
+    text = (
+        "define stream S (begin long, `end` long, s string);\n"
+        "from S[s == 'a;b'] select begin insert into T; -- a comment; with a semicolon\n"
+        "partition with (s of S) begin from S select s insert into X; from S select s insert into Y; end;\n"
+        "@info(name = 'q;1') from S select s insert into Z"
+    )
+    chunks = [(offset, chunk) for offset, chunk in statements(text)]
+    starts = ("define stream", "from S[", "-- a comment", "@info(name = 'q;1')")
+    assert len(chunks) == 4 and all(chunk.strip().startswith(start) for (_, chunk), start in zip(chunks, starts))
+    assert "end" in chunks[2][1] and chunks[2][1].count(";") == 3
+    for offset, chunk in chunks:
+        assert chunk[offset:] == text[offset : offset + len(chunk) - offset], "chunks keep their place"
