@@ -240,4 +240,10 @@ def test_statements_split_at_top_level_semicolons_only():
     assert len(chunks) == 4 and all(chunk.strip().startswith(start) for (_, chunk), start in zip(chunks, starts))
     assert "end" in chunks[2][1] and chunks[2][1].count(";") == 3
     for offset, chunk in chunks:
-        assert chunk[offset:] == text[offset : offset + len(chunk) - offset], "chunks keep their place"
+        body = chunk.lstrip("\n ")
+        start = len(chunk) - len(body)  # where the statement's text begins in the chunk
+        original = offset + (len(text[offset:]) - len(text[offset:].lstrip("\n ")))
+        assert text[original : original + len(body)] == body
+        # the padding puts the statement on its original line and column
+        assert chunk.count("\n", 0, start) == text.count("\n", 0, original)
+        assert start - (chunk.rfind("\n", 0, start) + 1) == original - (text.rfind("\n", 0, original) + 1)
