@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 from importlib import resources
 
@@ -133,7 +134,20 @@ def _unexpected_token(exc: UnexpectedToken) -> str:
         return "This partition is not closed with 'end'."
     if expected and expected <= _TYPES:
         return f"Unknown attribute type {found}; use string, int, long, float, double, bool or object."
+    misspelled = _close_keyword(token, expected)
+    if misspelled:
+        return f"Unexpected {found}; did you mean '{misspelled}'?"
     return f"Unexpected {found}; expected {_describe(expected)}."
+
+
+def _close_keyword(token: Token, expected: set[str]) -> str | None:
+    """The expected keyword `token` is a likely misspelling of (`slect` for `select`), if any."""
+    if token.type != "NAME":
+        return None
+    descriptions = _terminal_descriptions()
+    keywords = [descriptions[n].strip("'") for n in expected if descriptions.get(n, "").strip("'").isalpha()]
+    close = difflib.get_close_matches(token.lower(), keywords, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _expected(exc: UnexpectedToken) -> set[str]:
