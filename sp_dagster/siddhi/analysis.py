@@ -178,7 +178,7 @@ class _Analyzer:
             self._report_input(definition.input, found, "an aggregation")
             scope, attributes = Scope(incomplete=True), None
         else:
-            scope, attributes = self._handlers(definition.input, found[1], allow_window=False, events=())
+            scope, attributes = self._handlers(definition.input, found[1], no_window="An aggregation cannot use a window.", events=())
         outputs = self._selection(definition.selector, scope, attributes)
         if definition.aggregate_by is not None:
             by_type = self.checker.check(definition.aggregate_by, scope)
@@ -226,9 +226,9 @@ class _Analyzer:
             self.report(f"Stream '{name}' is not defined" + (f"; did you mean '{hint}'?" if hint else "."), stream)
 
     def _handlers(
-        self, stream: ast.StreamInput, attributes: Attributes, *, allow_window: bool, events: tuple[Source, ...]
+        self, stream: ast.StreamInput, attributes: Attributes, *, no_window: str | None, events: tuple[Source, ...]
     ) -> tuple[Scope, Attributes]:
-        """Check a stream's filters, functions and window; the scope and attributes after them."""
+        """Check a stream's filters, functions and window (`no_window`: why none is allowed)."""
         qualifiers = frozenset({stream.stream})
         windows = 0
         for handler in stream.handlers:
@@ -238,8 +238,8 @@ class _Analyzer:
                 self._condition(handler.condition, scope, "A filter")
             elif isinstance(handler, ast.Window):
                 windows += 1
-                if not allow_window:
-                    self.report("Windows cannot be used here; only in plain queries and joins.", handler)
+                if no_window:
+                    self.report(no_window, handler)
                 elif windows == 2:
                     self.report("A stream can have only one window.", handler)
                 self._window(handler, scope)
@@ -289,7 +289,7 @@ class _Analyzer:
             if found is None or found[0] not in ("stream", "window"):
                 self._report_input(query_input, found, "a query on its own; join it instead")
                 return Scope(incomplete=True), None
-            return self._handlers(query_input, found[1], allow_window=found[0] == "stream", events=())
+            return self._handlers(query_input, found[1], no_window=_window_rule(found[0], query_input), events=())
         if isinstance(query_input, ast.JoinInput):
             return self._join(query_input, partition)
         return self._pattern(query_input, partition)
@@ -303,7 +303,7 @@ class _Analyzer:
                 incomplete = True
                 continue
             kinds.append(found[0])
-            _, attributes = self._handlers(side.stream, found[1], allow_window=found[0] == "stream", events=())
+            _, attributes = self._handlers(side.stream, found[1], no_window=_window_rule(found[0], side.stream), events=())
             qualifiers = frozenset({side.stream.stream} | ({side.alias} if side.alias else set()))
             sources.append(Source(qualifiers, attributes, inner=side.stream.inner, label=side.reference))
             star += attributes
@@ -338,11 +338,30 @@ class _Analyzer:
         events = tuple(sources)
         for leaf, attributes in zip(leaves, resolved):
             if attributes is not None:
-                self._handlers(leaf.stream, attributes, allow_window=False, events=events)
+                self._handlers(leaf.stream, attributes, no_window="Patterns and sequences cannot use windows.", events=events)
+        self._state_structure(state)
         names = frozenset(q for s in sources if s.event for q in s.qualifiers)
         scope = Scope(events, incomplete=incomplete, events=names)
         star = None if incomplete else tuple(a for s in sources for a in s.attributes)
         return scope, star
+
+    def _state_structure(self, state: ast.StateInput) -> None:
+        """Siddhi's rules on where `every`, `not ... for` and `*`/`+`/`?` may stand."""
+        top = state.element.elements if isinstance(state.element, ast.StateChain) else (state.element,)
+        if state.kind == "sequence":
+            for element in top[1:]:
+                if isinstance(element, ast.EveryState):
+                    self.report("In a sequence, 'every' can only stand before the first element.", element)
+        for element, parent in _walk_states(state.element, None):
+            if isinstance(element, ast.AbsentState) and element.waiting is None:
+                paired = isinstance(parent, ast.LogicalState) and parent.op == "and" and not all(
+                    isinstance(side, ast.AbsentState) for side in (parent.left, parent.right)
+                )
+                if not paired:
+                    self.report("An absent event needs 'for <time>' unless it is paired with an event by 'and'.", element)
+            quantifier = getattr(element, "quantifier", None)
+            if quantifier is not None and quantifier.symbol and state.kind == "pattern":
+                self.report(f"'{quantifier.symbol}' counts events in sequences; patterns count with <min:max>.", quantifier)
 
     def _quantifier(self, leaf: ast.StreamState | ast.AbsentState) -> None:
         quantifier = getattr(leaf, "quantifier", None)
@@ -474,6 +493,23 @@ class _Analyzer:
             else:
                 for condition in key.ranges:
                     self._condition(condition.condition, scope, "A range partition")
+
+
+def _window_rule(kind: str, stream: ast.StreamInput) -> str | None:
+    """Why `stream` (a stream, window, table or aggregation) cannot take a window, if it cannot."""
+    return None if kind == "stream" else f"{kind.capitalize()} '{stream.stream}' cannot take a window."
+
+
+def _walk_states(element: ast.StateElement, parent: ast.StateElement | None):
+    """Every pattern element under `element` with its parent, depth first."""
+    yield element, parent
+    children = {
+        ast.LogicalState: lambda e: (e.left, e.right),
+        ast.EveryState: lambda e: (e.element,),
+        ast.StateChain: lambda e: e.elements,
+    }.get(type(element), lambda e: ())(element)
+    for child in children:
+        yield from _walk_states(child, element)
 
 
 def _signature(attributes: Attributes) -> str:

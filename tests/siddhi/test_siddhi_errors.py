@@ -17,6 +17,16 @@ from sp_dagster.siddhi.validate import load, validate
 S = "define stream S (symbol string, price float, volume long);\n"
 
 WRONG_APPS = [
+    (S + "from e1=S, every e2=S select e1.symbol insert into T;",
+     (2, 12, "In a sequence, 'every' can only stand before the first element.")),
+    (S + "from e1=S -> not S select e1.symbol insert into T;",
+     (2, 14, "An absent event needs 'for <time>' unless it is paired with an event by 'and'.")),
+    (S + "from e1=S+ -> e2=S select e1[0].symbol insert into T;",
+     (2, 10, "'+' counts events in sequences; patterns count with <min:max>.")),
+    (S + "define table Tab (symbol string);\nfrom Tab#window.length(2) join S select S.symbol insert into T;",
+     (3, 17, "Table 'Tab' cannot take a window.")),
+    (S + "define aggregation A from S#window.time(1 sec) select symbol, sum(price) as p group by symbol aggregate every sec...min;",
+     (2, 36, "An aggregation cannot use a window.")),
     (S + "select symbol from S insert into T;",
      (2, 1, "Unexpected 'select'; expected 'define', 'from', 'partition', an annotation or the end of the text.")),
     (S + "from S select symbol insert T;",
@@ -128,7 +138,7 @@ WRONG_APPS = [
     (S + 'from e1=S -> e2=S[price > e3.price] select e1.symbol insert into T;',
      (2, 27, "'e3' is not a stream, alias or event read by this query.")),
     (S + 'from e1=S#window.length(2) -> e2=S select e1.symbol insert into T;',
-     (2, 18, 'Windows cannot be used here; only in plain queries and joins.')),
+     (2, 18, 'Patterns and sequences cannot use windows.')),
     (S + 'from every e1=S<5:2> -> e2=S select e1.symbol insert into T;',
      (2, 16, 'The count <5:2> has its minimum above its maximum.')),
     (S + 'from S select symbol output every 0 events insert into T;',
