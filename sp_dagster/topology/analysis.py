@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Iterator, Union
 
 from sp_dagster.siddhi import ast
+from sp_dagster.siddhi.analysis import Analysis
+from sp_dagster.siddhi.types import is_aggregate
 
 # Kinds of names.
 STREAM = "stream"
@@ -26,12 +28,6 @@ _KINDS = {
     ast.FunctionDefinition: FUNCTION,
 }
 
-# WORKAROUND: sp_dagster.siddhi does not expose its aggregator names yet (its validation pass is
-# still being written); use its list here once it does.
-AGGREGATE_FUNCTIONS = frozenset(
-    {"sum", "avg", "count", "distinctcount", "max", "min", "maxforever", "minforever", "stddev", "and", "or", "unionset"}
-)
-
 Executable = Union[ast.Query, ast.Partition, ast.AggregationDefinition]
 
 
@@ -47,8 +43,8 @@ def walk(node: ast.Node) -> Iterator[ast.Node]:
 
 
 def is_aggregate_call(node: ast.Node) -> bool:
-    """True for a call of an aggregate function (sum, count, ...) without a namespace."""
-    return isinstance(node, ast.FunctionCall) and node.namespace is None and node.name.lower() in AGGREGATE_FUNCTIONS
+    """True for a call of an aggregate function (sum, count, ...)."""
+    return isinstance(node, ast.FunctionCall) and is_aggregate(node)
 
 
 def is_persisted(definition: ast.Definition) -> bool:
@@ -59,13 +55,14 @@ def is_persisted(definition: ast.Definition) -> bool:
 
 @dataclass(frozen=True)
 class Catalog:
-    """Every definition of an app by name, and the position of each in the app."""
+    """Every definition the user wrote, by name and position, and the language's analysis of the app."""
 
     definitions: dict[str, ast.Definition]
     positions: dict[str, int]
+    analysis: Analysis
 
     @classmethod
-    def of(cls, app: ast.App) -> Catalog:
+    def of(cls, app: ast.App, analysis: Analysis) -> Catalog:
         """The catalog of `app`'s definitions (the first one wins when a name repeats)."""
         definitions: dict[str, ast.Definition] = {}
         positions: dict[str, int] = {}
@@ -73,7 +70,11 @@ class Catalog:
             if isinstance(element, ast.Definition) and element.name not in definitions:
                 definitions[element.name] = element
                 positions[element.name] = index
-        return cls(definitions, positions)
+        return cls(definitions, positions, analysis)
+
+    def attributes(self, name: str) -> tuple[ast.AttributeDef, ...] | None:
+        """The attributes of a stream (defined or inferred), table, window, trigger or aggregation."""
+        return self.analysis.attributes(name)
 
     def kind(self, name: str) -> str:
         """STREAM, TABLE, WINDOW, TRIGGER, AGGREGATION, FUNCTION, or INFERRED when undefined."""

@@ -51,7 +51,7 @@ def build_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog) -> l
             continue
         exec_group, parallelism, declared_at = _dist(info)
         name = f"{app_name}-{exec_group}"
-        _check_partition(info, name)
+        _check_range_partitions(info, name)
         group = groups.get(name)
         if group is None:
             group = groups[name] = GroupSpec(name, exec_group, USER, parallelism, info.index, declared_at=declared_at)
@@ -64,26 +64,17 @@ def build_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog) -> l
 
 
 def _dist(info: ElementInfo) -> tuple[str, int, ast.Node]:
+    # The language's validation (sp_dagster.siddhi) has checked @dist: its place, a whole
+    # parallel of at least 1, a non-empty execGroup.
     dist = info.dist
     if dist is None:
         return DEFAULT_GROUP, 1, info.element
-    exec_group = dist.get("execGroup") or DEFAULT_GROUP
-    text = dist.get("parallel")
-    if text is None:
-        return exec_group, 1, dist
-    parallelism = int(text.strip()) if text.strip().isdigit() else 0
-    if parallelism < 1:
-        raise error_at(dist.element("parallel") or dist, f"@dist(parallel = '{text}') must be a whole number of at least 1")
-    return exec_group, parallelism, dist
+    return dist.get("execGroup") or DEFAULT_GROUP, int(dist.get("parallel", "1").strip()), dist
 
 
-def _check_partition(info: ElementInfo, group: str) -> None:
+def _check_range_partitions(info: ElementInfo, group: str) -> None:
     if not isinstance(info.element, ast.Partition):
         return
-    for query in info.element.queries:
-        dist = query.annotation("dist")
-        if dist is not None:
-            raise error_at(dist, "Unsupported:@dist annotation inside partition queries")
     for key in info.element.keys:
         if isinstance(key, ast.RangePartition):
             raise error_at(key, f"Unsupported: {group} Range PartitionType not Supported in Distributed SetUp")

@@ -35,7 +35,6 @@ class Context:
     catalog: Catalog
     flows: Flows
     topics: dict[str, TopicSpec]
-    attributes: dict[str, tuple[ast.AttributeDef, ...]]
     producers: dict[str, list[str]]
     owners: dict[str, str]  # aggregation -> the group that computes it
 
@@ -135,7 +134,7 @@ def _aggregation_view(aggregation: ast.AggregationDefinition, group: GroupSpec, 
 
 
 def _attributes(stream: str, group: GroupSpec, context: Context) -> tuple[ast.AttributeDef, ...]:
-    attributes = context.attributes.get(stream)
+    attributes = context.catalog.attributes(stream)
     if attributes is None:
         info = next((i for i in group.elements for item in (*i.reads, *i.writes) if item.name == stream), group.elements[0])
         raise error_at(info.element, f"cannot work out the attributes of stream {stream}; define it with `define stream {stream} (...)`")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from sp_dagster.siddhi import ast
+from sp_dagster.siddhi import SiddhiQLError, ast
+from sp_dagster.siddhi.validate import check
 from sp_dagster.topology.analysis import Catalog, describe
 from sp_dagster.topology.errors import TopologyError, error_at
 from sp_dagster.topology.flows import Flows, plan_flows, producers_of
 from sp_dagster.topology.graph import CycleError, topological_order
 from sp_dagster.topology.grouping import GroupSpec, build_groups
-from sp_dagster.topology.infer import infer_attributes
 from sp_dagster.topology.model import ExecutionGroup, Publication, Topology
 from sp_dagster.topology.partial_apps import Context, partial_apps
 from sp_dagster.topology.strategies import choose_strategies
@@ -23,11 +23,15 @@ def plan(app: ast.App, name: str | None = None) -> Topology:
     """Split a distributed app into execution groups, topics and partial apps.
 
     `name` is used when the app has no `@App:name` (the CLI passes the file's stem). Raises
-    TopologyError (a SiddhiQLError: line, column, message) when the app cannot be distributed.
+    SiddhiQLError for a mistake in the app, TopologyError (a SiddhiQLError: line, column,
+    message) when the app cannot be distributed.
     """
+    analysis, errors = check(app)
+    if errors:
+        raise SiddhiQLError.combine(errors)
     app_name = app.name or name or DEFAULT_APP_NAME
     _check_app_name(app, app_name)
-    catalog = Catalog.of(app)
+    catalog = Catalog.of(app, analysis)
     groups = build_groups(app_name, describe(app), catalog)
     choices = choose_strategies(groups, catalog)
     producers = producers_of(groups, catalog)
@@ -39,7 +43,7 @@ def plan(app: ast.App, name: str | None = None) -> Topology:
     ordered = _data_flow_order(every_group, flows)
     topics = dict(sorted(flows.topics.items()))
     owners = {info.element.name: g.name for g in groups for info in g.elements if isinstance(info.element, ast.AggregationDefinition)}
-    context = Context(app, app_name, catalog, flows, topics, infer_attributes(app), producers, owners)
+    context = Context(app, app_name, catalog, flows, topics, producers, owners)
     return Topology(
         app=app_name,
         groups=tuple(_execution_group(group, flows, context) for group in ordered),
