@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "sp_dagster.config.commands",
     "sp_dagster.embedded.commands",
     "sp_dagster.siddhi.commands",
+    "sp_dagster.cluster.commands",
     "sp_dagster.topology.commands",
 )
 

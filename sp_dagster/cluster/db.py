@@ -252,6 +252,41 @@ class ControlPlane:
         self.close()
 
 
+class Connectivity:
+    """Whether a loop reaches the control plane: one log line per change, and how long to back off."""
+
+    def __init__(self, plane: ControlPlane, base_s: float, cap_s: float, logger: logging.Logger | None = None):
+        self.plane = plane
+        self.base_s = base_s
+        self.cap_s = max(cap_s, base_s)
+        self.log = logger or log
+        self.failures = 0
+        self._down_since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        """True between a failure and the next success."""
+        return self._down_since is not None
+
+    def failed(self, error: BaseException) -> float:
+        """Note a failed attempt; returns the seconds to wait before the next one."""
+        self.failures += 1
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            self.log.warning("%s; retrying with backoff up to %.1f s", error, self.cap_s)
+        delay = min(self.cap_s, self.base_s * 2 ** (self.failures - 1))
+        return delay * random.uniform(0.8, 1.0)
+
+    def succeeded(self) -> None:
+        """Note a successful attempt (logs once when the database is back)."""
+        if self._down_since is not None:
+            self.log.warning(
+                "control-plane database %s is reachable again after %.1f s", self.plane.safe_url, time.monotonic() - self._down_since
+            )
+        self._down_since = None
+        self.failures = 0
+
+
 def open_control_plane(url_or_plane: "str | ControlPlane") -> ControlPlane:
     """A ControlPlane for a URL (schema upgraded), or the given one unchanged."""
     if isinstance(url_or_plane, ControlPlane):
@@ -262,6 +297,7 @@ def open_control_plane(url_or_plane: "str | ControlPlane") -> ControlPlane:
 
 
 __all__ = [
+    "Connectivity",
     "ControlPlane",
     "ControlPlaneError",
     "DatabaseUnavailable",

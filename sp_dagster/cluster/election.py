@@ -283,6 +283,10 @@ class Elector:
         deadline = started + self.lease_ms / 1000
         return Leadership(self.group_id, self.node_id, self.incarnation, term, int(row.acquired_at), deadline), seq
 
+    def forget(self, reason: str) -> None:
+        """Stop acting as leader at once (a fenced write found the term over)."""
+        self._lose(reason)
+
     def _lose(self, reason: str) -> None:
         held, self._leadership = self._leadership, None
         if held is not None:
@@ -294,14 +298,13 @@ class Elector:
             self.listener(kind, {"node": self.node_id, "incarnation": self.incarnation, **fields})
 
 
-def current_leader(plane: ControlPlane, group_id: str | None = None) -> LeaderInfo | None:
+def read_lease(conn: Connection, group_id: str | None = None) -> LeaderInfo | None:
     """The lease of `group_id` (or of the only group) as the database has it; None if never held."""
     lease = leader_lease.c
     query = select(leader_lease, db_now_ms().label("now")).order_by(lease.expires_at.desc())
     if group_id is not None:
         query = query.where(lease.group_id == group_id)
-    with plane.transaction() as conn:
-        row = conn.execute(query.limit(1)).one_or_none()
+    row = conn.execute(query.limit(1)).one_or_none()
     if row is None or not row.term:
         return None
     return LeaderInfo(
@@ -315,6 +318,12 @@ def current_leader(plane: ControlPlane, group_id: str | None = None) -> LeaderIn
         node_heartbeat_ms=row.node_heartbeat_ms,
         node_max_retry=row.node_max_retry,
     )
+
+
+def current_leader(plane: ControlPlane, group_id: str | None = None) -> LeaderInfo | None:
+    """The lease of `group_id` (or of the only group) as the database has it; None if never held."""
+    with plane.transaction() as conn:
+        return read_lease(conn, group_id)
 
 
 def request_rebalance(plane: ControlPlane, group_id: str | None = None) -> None:

@@ -1,0 +1,62 @@
+"""`sp-dagster manager` and `sp-dagster status`: run a manager node; show the cluster."""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_MANAGER_CONF = "conf/manager/deployment.yaml"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `manager` and `status` commands."""
+    manager = subparsers.add_parser(
+        "manager",
+        help="run a manager node (leader election, membership, placement)",
+        description="Run a manager node until Ctrl-C or SIGTERM: take part in the leader election of its group and, "
+        "while leader, watch the resource nodes and place every recorded deployment's instances on them.",
+    )
+    manager.add_argument("--conf", default=DEFAULT_MANAGER_CONF, metavar="FILE", help=f"the manager's deployment.yaml (default {DEFAULT_MANAGER_CONF})")
+    manager.add_argument("--id", metavar="ID", help="this manager's node id (default: wso2.carbon.id)")
+    manager.add_argument("--journal", metavar="FILE", help="append a JSON line per leadership change and leader write (for audits)")
+    manager.set_defaults(handler=run_manager)
+
+    status = subparsers.add_parser(
+        "status",
+        help="show the leader, nodes, deployments and placements",
+        description="Show the cluster as its control-plane database has it: the leader and its term, the managers, "
+        "the resource nodes with their state and last heartbeat, and every deployment with its placements.",
+    )
+    status.add_argument("--conf", default=DEFAULT_MANAGER_CONF, metavar="FILE", help=f"a deployment.yaml naming the control plane (default {DEFAULT_MANAGER_CONF})")
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    status.set_defaults(handler=show_status)
+
+
+def run_manager(args: argparse.Namespace) -> int:
+    """Run a manager until SIGINT/SIGTERM."""
+    import signal
+    import threading
+
+    from sp_dagster.cluster.manager import Manager
+    from sp_dagster.config.loader import load_config
+
+    config = load_config(args.conf, role="manager", node_id=args.id)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    Manager(config, journal=args.journal).run(stop)
+    return 0
+
+
+def show_status(args: argparse.Namespace) -> int:
+    """Print the cluster status (text or JSON)."""
+    import json
+
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.cluster.status import cluster_status, render_status
+    from sp_dagster.config.loader import load_config
+
+    config = load_config(args.conf)
+    with ControlPlane.from_config(config, migrate=False) as plane:
+        status = cluster_status(plane)
+    print(json.dumps(status, indent=2, sort_keys=True) if args.json else render_status(status), end="\n" if args.json else "")
+    return 0

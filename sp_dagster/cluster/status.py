@@ -1,0 +1,126 @@
+"""`sp-dagster status`: the cluster as the control plane has it (leader, nodes, deployments, placements)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from sp_dagster.cluster.db import ControlPlane, db_now_ms
+from sp_dagster.cluster.election import read_lease
+from sp_dagster.cluster.membership import read_nodes
+from sp_dagster.cluster.schema import SCHEMA_VERSION, check_version, managers
+from sp_dagster.cluster.store.deployments import list_deployments, list_instances
+from sp_dagster.errors import ControlPlaneError
+
+
+def _no_cluster(plane: ControlPlane, why: str) -> ControlPlaneError:
+    return ControlPlaneError(f"the control plane {plane.safe_url} {why}; start a manager first: sp-dagster manager --conf FILE")
+
+
+def cluster_status(plane: ControlPlane) -> dict[str, Any]:
+    """The whole cluster as plain data (the `--json` form); read-only."""
+    url = make_url(plane.url)
+    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).expanduser().exists():
+        raise _no_cluster(plane, "does not exist yet")
+    version = check_version(plane)
+    if version == 0:
+        raise _no_cluster(plane, "holds no cluster yet")
+    if version < SCHEMA_VERSION:
+        raise _no_cluster(plane, f"has schema version {version}, older than this sp-dagster's ({SCHEMA_VERSION})")
+    with plane.transaction() as conn:
+        now = int(conn.execute(select(db_now_ms())).scalar_one())
+        lease = read_lease(conn)
+        manager_rows = conn.execute(select(managers).order_by(managers.c.group_id, managers.c.node_id)).all()
+        nodes = read_nodes(conn)
+    instances = list_instances(plane)
+    per_node: dict[str, int] = {}
+    for instance in instances:
+        if instance.node_id:
+            per_node[instance.node_id] = per_node.get(instance.node_id, 0) + 1
+    return {
+        "control_plane": plane.safe_url,
+        "schema_version": version,
+        "database_time_ms": now,
+        "leader": None if lease is None else {
+            "group": lease.group_id, "node": lease.holder, "term": lease.term, "alive": lease.alive,
+            "expires_in_ms": lease.expires_in_ms,
+        },
+        "managers": [
+            {
+                "group": m.group_id, "node": m.node_id, "state": m.state, "address": m.address,
+                "last_heartbeat_ago_ms": now - m.last_heartbeat,
+                "leader": bool(lease and lease.alive and lease.holder_incarnation == m.incarnation),
+            }
+            for m in manager_rows
+        ],
+        "nodes": [
+            {
+                "node": n.node_id, "role": n.role, "state": n.state, "incarnation": n.incarnation, "address": n.address,
+                "last_heartbeat_ago_ms": now - n.last_heartbeat, "instances": per_node.get(n.node_id, 0), "metrics": n.metrics,
+            }
+            for n in nodes
+        ],
+        "deployments": [
+            {
+                "app": d.app, "status": d.status, "waiting_reason": d.waiting_reason, "content_hash": d.content_hash,
+                "generation": d.generation,
+                "instances": [
+                    {
+                        "instance": i.instance_id, "group": i.group, "index": i.parallel_index, "receiver": i.receiver,
+                        "node": i.node_id, "term": i.term, "status": i.status, "detail": i.status_detail, "metrics": i.metrics,
+                    }
+                    for i in instances
+                    if i.app == d.app
+                ],
+            }
+            for d in list_deployments(plane)
+        ],
+    }
+
+
+def _ago(ms: int) -> str:
+    return f"{ms / 1000:.1f} s ago"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [header] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """The human-readable form of cluster_status()."""
+    lines = [f"control plane  {status['control_plane']} (schema {status['schema_version']})"]
+    leader = status["leader"]
+    if leader is None:
+        lines.append("leader         none yet: no manager has held the lease")
+    elif leader["alive"]:
+        lines.append(f"leader         {leader['node']} (group {leader['group']}, term {leader['term']}, lease expires in {leader['expires_in_ms'] / 1000:.1f} s)")
+    else:
+        lines.append(f"leader         none: the lease of {leader['node']} (term {leader['term']}) expired {_ago(-leader['expires_in_ms'])}")
+    for m in status["managers"]:
+        role = "leader" if m["leader"] else m["state"]
+        lines.append(f"manager        {m['node']} ({role}, {m['address']}, heartbeat {_ago(m['last_heartbeat_ago_ms'])})")
+    lines.append("")
+    if status["nodes"]:
+        lines += _table(
+            ["NODE", "ROLE", "STATE", "INCARNATION", "LAST HEARTBEAT", "INSTANCES", "ADDRESS"],
+            [[n["node"], n["role"], n["state"], n["incarnation"], _ago(n["last_heartbeat_ago_ms"]), n["instances"], n["address"]] for n in status["nodes"]],
+        )
+    else:
+        lines.append("no resource nodes have registered")
+    lines.append("")
+    if not status["deployments"]:
+        lines.append("no deployments")
+    for d in status["deployments"]:
+        placed = sum(1 for i in d["instances"] if i["node"])
+        reason = f": {d['waiting_reason']}" if d["waiting_reason"] else ""
+        lines.append(f"app {d['app']}: {d['status']}, {placed}/{len(d['instances'])} instances placed{reason}")
+        lines += ["  " + line for line in _table(
+            ["INSTANCE", "NODE", "TERM", "STATUS", "DETAIL"],
+            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], i["detail"] or ""] for i in d["instances"]],
+        )]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,127 @@
+"""Assignments: which node (incarnation) runs which instance, and the leader term that said so.
+
+Only the leader writes them, inside a fenced transaction (`assign`, `unassign`); the deploy
+step removes them with their deployment. A worker reads its own with `assignments_for`, which
+returns only those of its incarnation and of the current term.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, delete, select, update
+
+from sp_dagster.cluster.db import ControlPlane
+from sp_dagster.cluster.election import Fence, read_lease
+from sp_dagster.cluster.schema import assignments, instances
+from sp_dagster.cluster.store.deployments import ASSIGNED, PENDING
+from sp_dagster.cluster.store.events import record_event
+
+
+@dataclass(frozen=True)
+class AssignedInstance:
+    """An instance a worker should run, with everything it needs to run it."""
+
+    instance_id: str
+    app: str
+    group: str
+    parallel_index: int
+    receiver: bool
+    siddhi_app: str
+    extra: dict[str, Any]
+    spec_hash: str
+    term: int
+    assigned_at: int
+
+
+@dataclass(frozen=True)
+class NodeAssignments:
+    """A worker's assignments in the current leader term."""
+
+    node_id: str
+    incarnation: int | None
+    term: int  # the current lease term (0 before any leader)
+    leader: str | None
+    leader_alive: bool
+    instances: tuple[AssignedInstance, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An assignment row."""
+
+    node_id: str
+    node_incarnation: int
+    term: int
+
+
+def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None = None) -> NodeAssignments:
+    """The instances assigned to `node_id` (this incarnation only, when given) by the current term."""
+    a, i = assignments.c, instances.c
+    with plane.transaction() as conn:
+        lease = read_lease(conn)
+        term = lease.term if lease else 0
+        query = (
+            select(instances, a.term, a.assigned_at)
+            .select_from(instances.join(assignments, a.instance_id == i.instance_id))
+            .where(a.node_id == node_id, a.term == term)
+            .order_by(i.app, i.group_name, i.parallel_index)
+        )
+        if incarnation is not None:
+            query = query.where(a.node_incarnation == incarnation)
+        rows = conn.execute(query).all()
+    return NodeAssignments(
+        node_id=node_id,
+        incarnation=incarnation,
+        term=term,
+        leader=lease.holder if lease else None,
+        leader_alive=bool(lease and lease.alive),
+        instances=tuple(
+            AssignedInstance(
+                r.instance_id, r.app, r.group_name, int(r.parallel_index), bool(r.receiver), r.siddhi_app,
+                json.loads(r.extra), r.spec_hash, int(r.term), int(r.assigned_at),
+            )
+            for r in rows
+        ),
+    )
+
+
+def read_placements(conn: Connection) -> dict[str, Placement]:
+    """Every assignment row, by instance id."""
+    a = assignments.c
+    return {
+        r.instance_id: Placement(r.node_id, int(r.node_incarnation), int(r.term))
+        for r in conn.execute(select(a.instance_id, a.node_id, a.node_incarnation, a.term))
+    }
+
+
+def assign(fence: Fence, instance_id: str, node_id: str, node_incarnation: int, previous: str | None) -> None:
+    """Leader only: place an instance on a node incarnation (insert or move), in the fence's term."""
+    conn, seq = fence.conn, fence.bump()
+    values = dict(node_id=node_id, node_incarnation=node_incarnation, term=fence.term, seq=seq, assigned_at=fence.now_ms)
+    moved = conn.execute(update(assignments).where(assignments.c.instance_id == instance_id).values(**values)).rowcount
+    if not moved:
+        conn.execute(assignments.insert().values(instance_id=instance_id, **values))
+    conn.execute(
+        update(instances)
+        .where(instances.c.instance_id == instance_id)
+        .values(status=ASSIGNED, status_detail=None, metrics=None, status_at=fence.now_ms)
+    )
+    record_event(
+        conn, "assigned", term=fence.term, seq=seq, actor=fence.leadership.node_id, subject=instance_id,
+        detail={"node": node_id, "incarnation": node_incarnation, "from": previous},
+    )
+
+
+def unassign(fence: Fence, instance_id: str, reason: str) -> None:
+    """Leader only: take an instance off its node (it waits for a new one), in the fence's term."""
+    conn, seq = fence.conn, fence.bump()
+    conn.execute(delete(assignments).where(assignments.c.instance_id == instance_id))
+    conn.execute(
+        update(instances).where(instances.c.instance_id == instance_id).values(status=PENDING, status_detail=reason, status_at=fence.now_ms)
+    )
+    record_event(
+        conn, "unassigned", term=fence.term, seq=seq, actor=fence.leadership.node_id, subject=instance_id, detail={"reason": reason}
+    )
