@@ -1,0 +1,168 @@
+"""The default allocation algorithm, as a pure function, and loading a custom one."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from sp_dagster.cluster.allocation import (
+    Allocation,
+    AllocationAlgorithm,
+    AllocationRequest,
+    BalancedAllocation,
+    InstanceInfo,
+    NodeInfo,
+    check_allocation,
+    load_algorithm,
+)
+from sp_dagster.errors import ConfigError
+
+
+def group(app, name, parallel, receiver=False):
+    return [InstanceInfo(f"{app}-{name}-{i}", app, name, i, receiver) for i in range(1, parallel + 1)]
+
+
+def workers(*ids):
+    return tuple(NodeInfo(i) for i in ids)
+
+
+def allocate(nodes, instances, current=None, min_count=1, rebalance=False):
+    request = AllocationRequest(tuple(nodes), tuple(instances), dict(current or {}), min_count, rebalance)
+    return BalancedAllocation().allocate(request)
+
+
+def loads(placement):
+    return Counter(placement.values())
+
+
+def test_spreads_a_group_over_different_nodes_and_balances():
+    instances = group("a", "g1", 3) + group("a", "g2", 3)
+    result = allocate(workers("w1", "w2", "w3"), instances)
+    assert not result.unplaced
+    for name in ("g1", "g2"):
+        assert len({result.placement[f"a-{name}-{i}"] for i in (1, 2, 3)}) == 3
+    assert set(loads(result.placement).values()) == {2}
+
+
+def test_more_instances_than_nodes_are_spread_evenly():
+    result = allocate(workers("w1", "w2"), group("a", "g", 5))
+    assert sorted(loads(result.placement).values()) == [2, 3]
+
+
+def test_keeps_running_instances_where_they_are():
+    instances = group("a", "g", 2)
+    current = {"a-g-1": "w2", "a-g-2": "w1"}
+    assert allocate(workers("w1", "w2"), instances, current).placement == current
+
+
+def test_waits_below_min_resource_count_with_the_reason_and_keeps_what_runs():
+    instances = group("a", "g", 3)
+    result = allocate(workers("w1"), instances, {"a-g-1": "w1"}, min_count=2)
+    assert result.placement == {"a-g-1": "w1"}
+    assert result.unplaced == {
+        "a-g-2": "waiting for workers: 1 alive, minResourceCount is 2",
+        "a-g-3": "waiting for workers: 1 alive, minResourceCount is 2",
+    }
+
+
+def test_receiver_instances_only_on_receiver_nodes_when_any_exist():
+    nodes = (NodeInfo("w1"), NodeInfo("w2"), NodeInfo("r1", receiver=True), NodeInfo("r2", receiver=True))
+    instances = group("a", "passthrough", 2, receiver=True) + group("a", "g", 4)
+    result = allocate(nodes, instances)
+    assert not result.unplaced
+    assert {result.placement[f"a-passthrough-{i}"] for i in (1, 2)} == {"r1", "r2"}
+    assert {result.placement[f"a-g-{i}"] for i in range(1, 5)} == {"w1", "w2"}
+
+
+def test_receiver_instances_go_to_workers_when_no_receiver_node_exists():
+    result = allocate(workers("w1", "w2"), group("a", "passthrough", 2, receiver=True))
+    assert set(result.placement.values()) == {"w1", "w2"}
+
+
+def test_one_unplaceable_instance_leaves_the_rest_of_its_app_placed():
+    nodes = (NodeInfo("w1"), NodeInfo("r1", receiver=True))
+    instances = group("a", "passthrough", 2, receiver=True) + group("a", "g", 2)
+    result = allocate(nodes, instances)
+    assert list(result.unplaced) == ["a-passthrough-2"]
+    assert "needs a receiver node not already running another instance of receiver group a/passthrough" in result.unplaced["a-passthrough-2"]
+    assert result.placement == {"a-passthrough-1": "r1", "a-g-1": "w1", "a-g-2": "w1"}
+
+
+def test_dead_nodes_instances_are_replaced_on_the_least_loaded():
+    instances = group("a", "g", 3) + group("b", "h", 3)
+    first = allocate(workers("w1", "w2", "w3"), instances).placement
+    survivors = {i: n for i, n in first.items() if n != "w3"}
+    second = allocate(workers("w1", "w2"), instances, survivors).placement
+    assert all(second[i] == n for i, n in survivors.items())  # nothing else moved
+    assert set(loads(second).values()) == {3}
+
+
+@pytest.mark.parametrize(
+    "before, nodes, expected_moves",
+    [
+        ({"w1": 6}, ("w1", "w2"), 3),
+        ({"w1": 3, "w2": 3}, ("w1", "w2", "w3"), 2),
+        ({"w1": 4, "w2": 4}, ("w1", "w2", "w3", "w4"), 4),
+        ({"w1": 5, "w2": 4}, ("w1", "w2", "w3"), 3),
+    ],
+)
+def test_rebalance_after_a_join_moves_the_fewest(before, nodes, expected_moves):
+    instances, current, n = [], {}, 0
+    for node, count in before.items():
+        for _ in range(count):
+            n += 1
+            instance = InstanceInfo(f"app-g{n}-1", "app", f"g{n}", 1)
+            instances.append(instance)
+            current[instance.instance_id] = node
+    result = allocate(workers(*nodes), instances, current, rebalance=True)
+    moved = [i for i, node in result.placement.items() if current[i] != node]
+    assert len(moved) == expected_moves
+    assert max(loads(result.placement).values()) - min(loads(result.placement).values()) <= 1
+    assert set(loads(result.placement)) == set(nodes)
+
+
+def test_rebalance_spreads_a_crowded_group():
+    instances = group("a", "g1", 2) + group("a", "g2", 2) + group("a", "g3", 2)
+    current = {i.instance_id: "w1" for i in instances}
+    result = allocate(workers("w1", "w2"), instances, current, rebalance=True)
+    for name in ("g1", "g2", "g3"):
+        assert {result.placement[f"a-{name}-1"], result.placement[f"a-{name}-2"]} == {"w1", "w2"}
+    assert sum(current[i] != n for i, n in result.placement.items()) == 3
+
+
+def test_without_rebalance_a_join_moves_nothing():
+    instances = group("a", "g", 4)
+    current = {i.instance_id: "w1" for i in instances}
+    assert allocate(workers("w1", "w2"), instances, current).placement == current
+
+
+def test_balanced_rebalance_is_stable():
+    instances = group("a", "g", 4) + group("b", "h", 2)
+    first = allocate(workers("w1", "w2", "w3"), instances).placement
+    assert allocate(workers("w1", "w2", "w3"), instances, first, rebalance=True).placement == first
+
+
+class EverythingOnOneNode(AllocationAlgorithm):
+    name = "one-node"
+
+    def allocate(self, request):
+        return Allocation({i.instance_id: "w9" for i in request.instances}, {})
+
+
+def test_a_custom_algorithm_is_loaded_and_checked():
+    algorithm = load_algorithm(f"{__name__}:EverythingOnOneNode")
+    request = AllocationRequest(workers("w1"), tuple(group("a", "g", 1)))
+    checked = check_allocation(request, algorithm.allocate(request), algorithm.name)
+    assert checked.placement == {}
+    assert checked.unplaced == {"a-g-1": "allocation algorithm 'one-node' chose node 'w9', which is not an alive eligible node"}
+
+
+def test_default_and_wso2_names_load_the_balanced_algorithm():
+    for name in (None, "balanced", "org.wso2.carbon.sp.jobmanager.core.allocation.RoundRobinAllocationAlgorithm"):
+        assert isinstance(load_algorithm(name), BalancedAllocation)
+
+
+def test_an_unknown_algorithm_is_a_one_line_config_error():
+    with pytest.raises(ConfigError, match=r"allocationAlgorithm: cannot load 'nowhere:Thing' \(No module named 'nowhere'\)"):
+        load_algorithm("nowhere:Thing")
