@@ -38,6 +38,11 @@ def _position() -> int:
     return field(default=0, compare=False, repr=False, kw_only=True)
 
 
+def qualified(namespace: str | None, name: str) -> str:
+    """`namespace:name`, or `name` when there is no namespace."""
+    return f"{namespace}:{name}" if namespace else name
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """Base of every node: where it starts in the source text (0 when built by code)."""
@@ -199,7 +204,7 @@ class FunctionCall(Expression):
     @property
     def qualified_name(self) -> str:
         """`namespace:name`, or `name` without a namespace."""
-        return f"{self.namespace}:{self.name}" if self.namespace else self.name
+        return qualified(self.namespace, self.name)
 
 
 #: Binary operators from loosest to tightest binding; one tuple per precedence level.
@@ -271,7 +276,7 @@ class StreamFunction(Node):
     @property
     def qualified_name(self) -> str:
         """`namespace:name`, or `name` without a namespace."""
-        return f"{self.namespace}:{self.name}" if self.namespace else self.name
+        return qualified(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +290,7 @@ class Window(Node):
     @property
     def qualified_name(self) -> str:
         """`namespace:name`, or `name` without a namespace."""
-        return f"{self.namespace}:{self.name}" if self.namespace else self.name
+        return qualified(self.namespace, self.name)
 
 
 Handler = Union[Filter, StreamFunction, Window]
@@ -632,38 +637,32 @@ class Definition(Annotated):
 
 
 @dataclass(frozen=True, slots=True)
-class StreamDefinition(Definition):
+class AttributedDefinition(Definition):
+    """A definition with attributes: a stream, table or window."""
+
+    attributes: tuple[AttributeDef, ...]
+
+    def attribute(self, name: str) -> AttributeDef | None:
+        """The attribute called `name`, or None."""
+        return next((a for a in self.attributes if a.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDefinition(AttributedDefinition):
     """`define stream S (attr type, ...)`."""
 
-    attributes: tuple[AttributeDef, ...]
-
-    def attribute(self, name: str) -> AttributeDef | None:
-        """The attribute called `name`, or None."""
-        return next((a for a in self.attributes if a.name == name), None)
-
 
 @dataclass(frozen=True, slots=True)
-class TableDefinition(Definition):
+class TableDefinition(AttributedDefinition):
     """`define table T (attr type, ...)`, in memory or behind `@store(...)`."""
 
-    attributes: tuple[AttributeDef, ...]
-
-    def attribute(self, name: str) -> AttributeDef | None:
-        """The attribute called `name`, or None."""
-        return next((a for a in self.attributes if a.name == name), None)
-
 
 @dataclass(frozen=True, slots=True)
-class WindowDefinition(Definition):
+class WindowDefinition(AttributedDefinition):
     """`define window W (attr type, ...) fn(args) [output <type> events]`."""
 
-    attributes: tuple[AttributeDef, ...]
     window: Window
     output_event_type: str | None = None
-
-    def attribute(self, name: str) -> AttributeDef | None:
-        """The attribute called `name`, or None."""
-        return next((a for a in self.attributes if a.name == name), None)
 
 
 @dataclass(frozen=True, slots=True)
