@@ -180,7 +180,22 @@ class BinaryCodec(Codec):
         return [tuple(values)]
 
 
-CODECS = {"json": JsonCodec, "binary": BinaryCodec}
+class RawCodec(Codec):
+    """Messages as they are: one `value` attribute holding the bytes (decoding happens later)."""
+
+    name = "raw"
+
+    def __init__(self, attributes: Sequence[Attribute | tuple[str, str]] = (("value", "object"),)):
+        super().__init__(attributes)
+
+    def encode(self, row):
+        return bytes(row[0])
+
+    def decode(self, data):
+        return [(bytes(data),)]
+
+
+CODECS = {"json": JsonCodec, "binary": BinaryCodec, "raw": RawCodec}
 
 
 def codec_for(name: str, attributes: Sequence[Attribute | tuple[str, str]]) -> Codec:

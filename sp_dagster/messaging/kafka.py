@@ -229,21 +229,54 @@ class KafkaTransport(Transport):
         self._admin = None
 
 
-class KafkaPublisher(Publisher):
-    """Publishes one stream's rows to one topic, choosing partitions with a strategy."""
+class RawPublisher:
+    """Publishes ready-encoded messages to any topic and partition; the base of every publisher."""
 
-    def __init__(self, transport: KafkaTransport, info: TopicInfo, codec: Codec, strategy: Strategy):
+    def __init__(self, transport: KafkaTransport):
         self.transport = transport
-        self.topic = info.name
-        self.partition_count = info.partitions
-        self.codec = codec
-        self.strategy = strategy
         self.producer = Producer(transport.client_config(**{"linger.ms": 5, "acks": "all", "allow.auto.create.topics": False}))
         self._failures: list[str] = []
+        self._topics: set[str] = set()
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
         if error is not None:
             self._failures.append(error.str())
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None) -> None:
+        """Queue one message (timestamp in ms; None: the broker's time)."""
+        self._topics.add(topic)
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, on_delivery=self._delivered)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain
+                self.producer.poll(0.1)
+            except KafkaException as exc:
+                raise self.transport.unreachable(exc, f"publishing to '{topic}'") from None
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for every queued message's acknowledgement; raise on any failure."""
+        remaining = self.producer.flush(timeout)
+        failures, self._failures = self._failures, []
+        topics = ", ".join(f"'{t}'" for t in sorted(self._topics))
+        if remaining:
+            raise BrokerUnavailable(
+                f"{remaining} event(s) for topic {topics} were not acknowledged within {timeout:.0f}s by "
+                f"{self.transport.bootstrap_servers}; is the broker running?"
+            )
+        if failures:
+            raise MessagingError(f"{len(failures)} event(s) could not be published to {topics}: {failures[0]}")
+
+
+class KafkaPublisher(Publisher):
+    """Publishes one stream's rows to one topic, choosing partitions with a strategy."""
+
+    def __init__(self, transport: KafkaTransport, info: TopicInfo, codec: Codec, strategy: Strategy):
+        self.topic = info.name
+        self.partition_count = info.partitions
+        self.codec = codec
+        self.strategy = strategy
+        self.raw = RawPublisher(transport)
 
     def send(self, rows: Iterable[Sequence[Any]], timestamps: Iterable[int | None] | None = None) -> int:
         rows = list(rows)
@@ -254,33 +287,13 @@ class KafkaPublisher(Publisher):
         for row, stamp in zip(rows, stamps):
             value, key = self.codec.encode(row), self.strategy.key(row)
             for partition in self.strategy.partitions(row, self.partition_count):
-                self._produce(value, key, partition, stamp)
+                self.raw.produce(self.topic, value, key, partition, stamp)
                 sent += 1
-        self.producer.poll(0)
+        self.raw.producer.poll(0)
         return sent
 
-    def _produce(self, value: bytes, key: bytes | None, partition: int, stamp: int | None) -> None:
-        while True:
-            try:
-                self.producer.produce(
-                    self.topic, value=value, key=key, partition=partition, timestamp=stamp or 0, on_delivery=self._delivered
-                )
-                return
-            except BufferError:  # the local queue is full: let deliveries drain
-                self.producer.poll(0.1)
-            except KafkaException as exc:
-                raise self.transport.unreachable(exc, f"publishing to '{self.topic}'") from None
-
     def flush(self, timeout: float = 30.0) -> None:
-        remaining = self.producer.flush(timeout)
-        failures, self._failures = self._failures, []
-        if remaining:
-            raise BrokerUnavailable(
-                f"{remaining} event(s) for topic '{self.topic}' were not acknowledged within {timeout:.0f}s by "
-                f"{self.transport.bootstrap_servers}; is the broker running?"
-            )
-        if failures:
-            raise MessagingError(f"{len(failures)} event(s) could not be published to '{self.topic}': {failures[0]}")
+        self.raw.flush(timeout)
 
 
 class KafkaReader(Reader):
@@ -334,7 +347,7 @@ class KafkaReader(Reader):
             except EventDecodeError as exc:
                 batch.rejects.append(Reject(partition, offset, stamp, message.value() or b"", str(exc)))
             else:
-                batch.events.extend(Event(partition, offset, stamp, row) for row in rows)
+                batch.events.extend(Event(partition, offset, stamp, row, message.key()) for row in rows)
             self._positions[partition] = offset + 1
             self._unknown.discard(partition)
         batch.positions = self.positions()

@@ -29,6 +29,7 @@ class Event:
     offset: int
     timestamp: int | None
     row: tuple
+    key: bytes | None = None
 
 
 @dataclass(frozen=True)

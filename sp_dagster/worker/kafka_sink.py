@@ -3,7 +3,9 @@
 Registered as the Python data source `sp-kafka` too (its writer side). Options:
 bootstrap.servers, topic, attributes (JSON [[name, type]]), codec (json|binary),
 strategy (roundRobin|partitioned|broadcast), partitionKey, kafka.* (librdkafka settings).
-A `_timestamp` column, when present, becomes each message's event timestamp.
+A `_timestamp` column, when present, becomes each message's event timestamp. With
+format=raw the frame holds ready messages (`_topic, _partition, _key, _value, _timestamp`),
+published as they are.
 Delivery is at-least-once: a micro-batch that Spark re-runs is published again.
 """
 
@@ -30,6 +32,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
+        if self.options.get("format") == "raw":
+            return self._write_raw(iterator)
         from sp_dagster.messaging.codecs import codec_for
         from sp_dagster.messaging.strategies import strategy_for
         from sp_dagster.worker.kafka_source import transport_from_options
@@ -45,5 +49,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             columns = [batch.column(name).to_pylist() for name in names]
             stamps = batch.column("_timestamp").to_pylist() if "_timestamp" in batch.schema.names else None
             sent += publisher.send(list(zip(*columns)) if columns else [], stamps)
+        publisher.flush(float(self.options.get("timeout", 30)))
+        return Published(sent)
+
+    def _write_raw(self, iterator: Iterator[pa.RecordBatch]) -> Published:
+        from sp_dagster.messaging.kafka import RawPublisher
+        from sp_dagster.worker.kafka_source import transport_from_options
+
+        publisher = RawPublisher(transport_from_options(self.options))
+        sent = 0
+        for batch in iterator:
+            columns = [batch.column(name).to_pylist() for name in ("_topic", "_value", "_key", "_partition", "_timestamp")]
+            for topic, value, key, partition, stamp in zip(*columns):
+                publisher.produce(topic, value, key, partition, stamp)
+                sent += 1
         publisher.flush(float(self.options.get("timeout", 30)))
         return Published(sent)

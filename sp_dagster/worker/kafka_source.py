@@ -7,7 +7,10 @@ Undecodable messages become rows with `_error` and `_raw` set (the dead-letter p
 
 Options: bootstrap.servers, topic, partitions ("0,2"), attributes (JSON [[name, type]]),
 codec (json|binary, default json), startingOffsets (earliest|latest, default earliest),
-maxEventsPerTrigger, kafka.* (extra librdkafka settings).
+maxEventsPerTrigger, kafka.* (extra librdkafka settings). With format=raw the rows are the
+messages as they are (`_topic, _partition, _offset, _timestamp, _key, _value`; no attributes
+or codec needed), so frames of several topics can be unioned and decoded downstream.
+The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensitive.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sp_dagster.worker.spark_types import arrow_schema, parse_attributes_option, spark_ddl
+from sp_dagster.worker.spark_types import RAW_DDL, RAW_SCHEMA, arrow_schema, parse_attributes_option, spark_ddl
 
 BATCH_ROWS = 10_000
 
@@ -38,6 +41,11 @@ def transport_from_options(options: dict):
     return KafkaTransport(options["bootstrap.servers"], _kafka_properties(options), timeout=float(options.get("timeout", 30)))
 
 
+def _record_batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+
+
 class OffsetRange(InputPartition):
     """One Kafka partition's offsets [start, end) in one micro-batch."""
 
@@ -53,7 +61,8 @@ class KafkaPartitionsSource(DataSource):
         return "sp-kafka"
 
     def schema(self) -> str:
-        return spark_ddl(parse_attributes_option(normalized(self.options)["attributes"]))
+        options = normalized(self.options)
+        return RAW_DDL if options.get("format") == "raw" else spark_ddl(parse_attributes_option(options["attributes"]))
 
     def streamReader(self, schema) -> "KafkaStreamReader":
         return KafkaStreamReader(normalized(self.options))
@@ -111,33 +120,42 @@ class KafkaStreamReader(DataSourceStreamReader):
         return [OffsetRange(int(key), start.get(key, 0), end[key]) for key in sorted(end, key=int) if end[key] > start.get(key, 0)]
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        from sp_dagster.messaging.codecs import codec_for
+        from sp_dagster.messaging.codecs import RawCodec, codec_for
 
-        attributes = parse_attributes_option(self.options["attributes"])
-        schema = arrow_schema(attributes)
-        codec = codec_for(self.options.get("codec", "json"), attributes)
-        reader = transport_from_options(self.options).reader(self.topic, {partition.partition: partition.start}, codec)
-        columns: list[list] = [[] for _ in schema]
-        width = len(attributes)
+        topic = self.topic
+        if self.options.get("format") == "raw":
+            schema, codec = RAW_SCHEMA, RawCodec()
+
+            def values(e):
+                return (topic, e.partition, e.offset, e.timestamp, e.key, e.row[0])
+
+            def reject_values(r):  # a raw read never rejects
+                raise AssertionError(r)
+        else:
+            attributes = parse_attributes_option(self.options["attributes"])
+            schema, codec = arrow_schema(attributes), codec_for(self.options.get("codec", "json"), attributes)
+            nulls = (None,) * len(attributes)
+
+            def values(e):
+                return (*e.row, e.partition, e.offset, e.timestamp, None, None)
+
+            def reject_values(r):
+                return (*nulls, r.partition, r.offset, r.timestamp, r.reason, r.data)
+
+        reader = transport_from_options(self.options).reader(topic, {partition.partition: partition.start}, codec)
+        rows: list[tuple] = []
         try:
             position = partition.start
             while position < partition.end:
                 batch = reader.poll(max_events=BATCH_ROWS, timeout=1.0)
-                for event in batch.events:
-                    if event.offset < partition.end:
-                        for column, value in zip(columns, (*event.row, event.partition, event.offset, event.timestamp, None, None)):
-                            column.append(value)
-                for reject in batch.rejects:
-                    if reject.offset < partition.end:
-                        values = (*([None] * width), reject.partition, reject.offset, reject.timestamp, reject.reason, reject.data)
-                        for column, value in zip(columns, values):
-                            column.append(value)
+                rows.extend(values(e) for e in batch.events if e.offset < partition.end)
+                rows.extend(reject_values(r) for r in batch.rejects if r.offset < partition.end)
                 position = batch.positions.get(partition.partition, position)
-                if len(columns[0]) >= BATCH_ROWS:
-                    yield pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
-                    columns = [[] for _ in schema]
-            if columns[0]:
-                yield pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+                if len(rows) >= BATCH_ROWS:
+                    yield _record_batch(rows, schema)
+                    rows = []
+            if rows:
+                yield _record_batch(rows, schema)
         finally:
             reader.close()
 

@@ -18,6 +18,19 @@ META_COLUMNS = (("_partition", "int", pa.int32()), ("_offset", "bigint", pa.int6
 REJECT_COLUMNS = (("_error", "string", pa.string()), ("_raw", "binary", pa.binary()))
 
 
+# Rows of the raw form: messages as they are, decoded later (several streams in one frame).
+RAW_COLUMNS = (
+    ("_topic", "string", pa.string()),
+    ("_partition", "int", pa.int32()),
+    ("_offset", "bigint", pa.int64()),
+    ("_timestamp", "bigint", pa.int64()),
+    ("_key", "binary", pa.binary()),
+    ("_value", "binary", pa.binary()),
+)
+RAW_DDL = ", ".join(f"`{name}` {kind}" for name, kind, _ in RAW_COLUMNS)
+RAW_SCHEMA = pa.schema([pa.field(name, arrow_type) for name, _, arrow_type in RAW_COLUMNS])
+
+
 def attributes_option(attributes: Sequence[Attribute | tuple[str, str]]) -> str:
     """Serialize a stream's attributes for a data source option."""
     return json.dumps([[a.name, a.type] for a in schema_of(attributes)])

@@ -114,3 +114,38 @@ def test_sink_publishes_with_the_partitioned_strategy(spark, kafka, broker, topi
     for event in events:
         assert event.partition == partition_for_key(key_string(event.row[0]).encode(), 3)
     assert sorted(e.timestamp for e in events) == [2000 + i for i in range(len(rows))]
+
+
+def test_raw_form_unions_topics_and_republishes_as_is(spark, kafka, broker, topic_name, tmp_path):
+    first, second, out = topic_name + ".a", topic_name + ".b", topic_name + ".out"
+    for topic, partitions in ((first, 1), (second, 2), (out, 2)):
+        kafka.ensure_topic(topic, partitions)
+    codec = JsonCodec(ATTRS)
+    keyed = kafka.publisher(first, codec, Partitioned(0, "symbol"))
+    keyed.send([("IBM", 1.0, 1)], [7000])
+    keyed.flush()
+    plain = kafka.publisher(second, codec, RoundRobin())
+    plain.send([("X", 2.0, 2), ("Y", 3.0, 3)], [8000, 9000])
+    plain.flush()
+
+    def raw(topic, partitions):
+        options = {"bootstrap.servers": broker.bootstrap_servers, "topic": topic, "partitions": partitions, "format": "raw"}
+        return spark.readStream.format("sp-kafka").options(**options).load()
+
+    frame = raw(first, "0").unionByName(raw(second, "0,1"))
+    rows, _ = collect_stream(frame, str(tmp_path / "ck-read"))
+    seen = sorted(((r._topic, r._key, codec.decode(r._value)[0], r._timestamp) for r in rows), key=lambda t: t[3])
+    assert seen == [(first, b"IBM", ("IBM", 1.0, 1), 7000), (second, None, ("X", 2.0, 2), 8000), (second, None, ("Y", 3.0, 3), 9000)]
+
+    # Re-publish everything, as is, to partition 1 of the output topic.
+    republish = frame.selectExpr(f"'{out}' as _topic", "1 as _partition", "_key", "_value", "_timestamp")
+    options = {"bootstrap.servers": broker.bootstrap_servers, "format": "raw"}
+    query = republish.writeStream.format("sp-kafka").options(**options).option("checkpointLocation", str(tmp_path / "ck-write")).start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    events = read_topic(kafka, out, [0, 1], codec, 3)
+    assert sorted(((e.partition, e.key, e.row, e.timestamp) for e in events), key=lambda t: t[3]) == [
+        (1, b"IBM", ("IBM", 1.0, 1), 7000), (1, None, ("X", 2.0, 2), 8000), (1, None, ("Y", 3.0, 3), 9000)
+    ]
