@@ -8,7 +8,7 @@ which is what lets ``parse(render(app)) == app`` hold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterator, Union
 
 #: The attribute types of SiddhiQL, as written in definitions.
@@ -49,6 +49,16 @@ class Node:
 
     line: int = _position()
     column: int = _position()
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """`node` and every node below it (annotations included), depth first, in field order."""
+    yield node
+    for item in fields(node):
+        value = getattr(node, item.name)
+        for child in value if isinstance(value, tuple) else (value,):
+            if isinstance(child, Node):
+                yield from walk(child)
 
 
 # --------------------------------------------------------------------------- annotations

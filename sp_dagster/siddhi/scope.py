@@ -53,10 +53,6 @@ class Scope:
         """This scope with one more source (e.g. the table of an `in` condition)."""
         return Scope(self.sources + (source,), self.local, self.outputs, self.incomplete, self.events)
 
-    def with_local(self, source: Source | None) -> Scope:
-        """This scope where unqualified names look in `source` first."""
-        return Scope(self.sources, source, self.outputs, self.incomplete, self.events)
-
     def with_outputs(self, outputs: Attributes) -> Scope:
         """This scope where unqualified names look in the query's outputs first."""
         return Scope(self.sources, self.local, outputs, self.incomplete, self.events)

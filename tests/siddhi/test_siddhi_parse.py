@@ -378,6 +378,18 @@ def test_nodes_are_immutable_and_hashable():
     assert len({app, parse(S + "from S select symbol insert into T;")}) == 1
 
 
+def test_walk_visits_every_node_in_source_order():
+    app = parse(S + "@info(name = 'q') from S[price > 1] select symbol, sum(volume) as v insert into T;")
+    query = next(q for q, _ in app.queries())
+    kinds = [type(node).__name__ for node in ast.walk(query)]
+    assert kinds == [
+        "Query", "Annotation", "AnnotationElement", "StreamInput", "Filter", "BinaryOp", "Variable", "Constant",
+        "Selector", "OutputAttribute", "Variable", "OutputAttribute", "FunctionCall", "Variable", "InsertInto",
+    ]
+    variables = [n.name for n in ast.walk(app) if isinstance(n, Variable)]
+    assert variables == ["price", "symbol", "volume"]
+
+
 def test_empty_app():
     assert parse("") == ast.App() and render(ast.App()) == ""
 
