@@ -111,7 +111,8 @@ def _wire(
     passthroughs: list[GroupSpec] = []
     host = None
     if sources and readers:
-        if len(readers) > 1 or any(parallelism[name] > 1 for name in readers):
+        wanted = max(source_parallelism(source) for source in sources)
+        if len(readers) > 1 or wanted > 1 or any(parallelism[name] > 1 for name in readers):
             passthroughs = _source_passthroughs(app_name, stream, sources, catalog)
         else:
             host = next(iter(readers))

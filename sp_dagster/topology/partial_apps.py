@@ -115,7 +115,9 @@ def _stream_definition(
         kind = annotation.name.lower()
         if (kind == "source" and not hosts_source) or (kind == "sink" and not keeps_sink):
             continue
-        annotations.append(_on_cluster(annotation, context.app_name, stream) if kind in ("source", "sink") else annotation)
+        if kind in ("source", "sink"):
+            annotation = _on_cluster(_without_nested_dist(annotation), context.app_name, stream)
+        annotations.append(annotation)
     subscription = context.flows.subscriptions.get(group.name, {}).get(stream)
     if subscription is not None and subscription.topic is not None:
         annotations.append(_kafka_source(subscription, group, index, instance, context))

@@ -9,7 +9,7 @@ from sp_dagster.topology.errors import TopologyError, error_at
 from sp_dagster.topology.flows import Flows, plan_flows, producers_of
 from sp_dagster.topology.graph import CycleError, topological_order
 from sp_dagster.topology.grouping import GroupSpec, build_groups
-from sp_dagster.topology.model import ExecutionGroup, Publication, Topology
+from sp_dagster.topology.model import USER, ExecutionGroup, Publication, Topology
 from sp_dagster.topology.partial_apps import Context, partial_apps
 from sp_dagster.topology.strategies import choose_strategies
 from sp_dagster.topology.topics import valid_topic_name
@@ -99,11 +99,14 @@ def _check_app_name(app: ast.App, app_name: str) -> None:
 
 def _check_unique(groups: list[GroupSpec]) -> None:
     seen: dict[str, GroupSpec] = {}
-    for group in sorted(groups, key=lambda g: g.rank):
+    for group in groups:
         other = seen.setdefault(group.name, group)
         if other is not group:
-            user = group if group.kind == "user" else other
-            raise error_at(user.declared_at or user.elements[0].element, f"execGroup name {user.name} is taken by a generated {(other if user is group else group).kind} group; rename the execGroup")
+            user = group if group.kind == USER else other
+            raise error_at(
+                user.declared_at or user.elements[0].element,
+                f"execGroup '{user.exec_group}' has the name of a generated group ({group.name}); rename the execGroup",
+            )
 
 
 def _check_topic_names(flows: Flows, catalog: Catalog, groups: list[GroupSpec]) -> None:
