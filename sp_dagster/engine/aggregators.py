@@ -1,0 +1,569 @@
+"""Aggregators (sum, avg, count, ...), found by name, with Siddhi's retraction semantics.
+
+A current event adds its value, an expired event removes it, a RESET event (a batch window
+starting over) clears every group. State is kept per group-by key: the selector sets the
+AggregationContext's key before it evaluates a row. Each state class mirrors Siddhi's own,
+including its quirks, so outputs match value for value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from sp_dagster.engine import typeinfer
+from sp_dagster.engine.errors import app_error
+from sp_dagster.engine.events import CURRENT, EXPIRED, RESET
+from sp_dagster.engine.expressions import Executor
+from sp_dagster.engine.values import NUMERIC, java_float_to_int, wrap_long
+from sp_dagster.siddhi import ast
+
+
+class AggregationContext:
+    """The aggregators of one selector instance and the group key being evaluated."""
+
+    def __init__(self, track_future: bool = True):
+        self.key = None
+        self.track_future = track_future  # keep min/max candidates for retraction
+        self.aggregators: list[Aggregator] = []
+
+    def compile(self, node: ast.FunctionCall, args: list[Executor]) -> Executor:
+        """An executor for aggregator call `node` over argument executors `args`."""
+        aggregator = AGGREGATORS[node.name](node, args, self)
+        self.aggregators.append(aggregator)
+        executor = Executor(aggregator.type, aggregator.process)
+        executor.aggregators = (aggregator,)
+        return executor
+
+    def reset(self) -> None:
+        """A RESET event: every aggregator starts over for every group."""
+        for aggregator in self.aggregators:
+            aggregator.reset()
+
+    def snapshot(self) -> list:
+        """The state of every aggregator (plain data)."""
+        return [aggregator.snapshot() for aggregator in self.aggregators]
+
+    def restore(self, state: list) -> None:
+        """Restore what snapshot() returned."""
+        for aggregator, saved in zip(self.aggregators, state):
+            aggregator.restore(saved)
+
+
+class Aggregator:
+    """Base: one state object per group key, created on first use, dropped when empty."""
+
+    arity = 1
+    numeric_only = True
+
+    def __init__(self, node: ast.FunctionCall, args: list[Executor], context: AggregationContext):
+        if len(args) != self.arity:
+            raise app_error(f"{node.name}() takes {self.arity} argument(s), but found {len(args)}", node)
+        arg_type = args[0].type if args else None
+        if self.numeric_only and arg_type not in NUMERIC:
+            raise app_error(f"{node.name}() needs a numeric argument, but found {arg_type}", node)
+        self.arg_type = arg_type
+        self.type = typeinfer.aggregator_type(node.name, arg_type)
+        self.arg = args[0].row if args else None
+        self.context = context
+        self.states: dict = {}
+
+    def new_state(self):
+        """A fresh state for a group."""
+        raise NotImplementedError
+
+    def process(self, event):
+        """Apply `event` (current: add, expired: remove) to its group; return the value."""
+        key = self.context.key
+        state = self.states.get(key)
+        if state is None:
+            state = self.states[key] = self.new_state()
+        kind = event.type
+        value = self.arg(event) if self.arg is not None else None
+        if kind == CURRENT:
+            result = state.add(value)
+        elif kind == EXPIRED:
+            result = state.remove(value)
+        else:
+            return state.current()
+        if state.empty():
+            del self.states[key]
+        return result
+
+    def reset(self) -> None:
+        """Reset every group (forever aggregators keep their value)."""
+        for key in list(self.states):
+            state = self.states[key]
+            state.reset()
+            if state.empty():
+                del self.states[key]
+
+    def snapshot(self):
+        """Plain-data state of every group."""
+        return [(key, state.dump()) for key, state in self.states.items()]
+
+    def restore(self, saved) -> None:
+        """Inverse of snapshot()."""
+        self.states = {}
+        for key, dumped in saved:
+            state = self.new_state()
+            state.load(dumped)
+            self.states[_key(key)] = state
+
+
+def _key(key):
+    return tuple(_key(k) for k in key) if isinstance(key, list) else key
+
+
+class State:
+    """Base of aggregator states: plain attributes, dumped in __slots__ order."""
+
+    __slots__ = ()
+
+    def dump(self) -> list:
+        """Plain-data form of this state."""
+        return [_plain(getattr(self, name)) for name in self.__slots__]
+
+    def load(self, values: list) -> None:
+        """Inverse of dump()."""
+        for name, value in zip(self.__slots__, values):
+            setattr(self, name, value)
+
+
+def _plain(value):
+    if isinstance(value, deque):
+        return list(value)
+    if isinstance(value, dict):
+        return list(value.items())
+    return value
+
+
+# --------------------------------------------------------------------------- sum, avg, count
+
+
+class _SumLong(State):
+    __slots__ = ("sum", "count")
+
+    def __init__(self):
+        self.sum, self.count = 0, 0
+
+    def add(self, v):
+        if v is None:
+            return self.current()
+        self.sum = wrap_long(self.sum + v)
+        self.count += 1
+        return self.sum
+
+    def remove(self, v):
+        if v is None:
+            return self.current()
+        # Siddhi's long sum subtracts through a double overload
+        self.sum = self.sum - v if abs(self.sum) < 2**53 and abs(v) < 2**53 else java_float_to_int(float(self.sum) - float(v), 64)
+        self.count -= 1
+        return None if self.count == 0 else self.sum
+
+    def reset(self):
+        self.sum, self.count = 0, 0
+
+    def current(self):
+        return None if self.count == 0 else self.sum
+
+    def empty(self):
+        return self.count == 0 and self.sum == 0
+
+
+class _SumDouble(_SumLong):
+    __slots__ = ()
+
+    def __init__(self):
+        self.sum, self.count = 0.0, 0
+
+    def add(self, v):
+        if v is None:
+            return self.current()
+        self.sum += v
+        self.count += 1
+        return self.sum
+
+    def remove(self, v):
+        if v is None:
+            return self.current()
+        self.sum -= v
+        self.count -= 1
+        return None if self.count == 0 else self.sum
+
+    def reset(self):
+        self.sum, self.count = 0.0, 0
+
+
+class Sum(Aggregator):
+    """sum(x): long for int/long, double for float/double; null when empty."""
+
+    def new_state(self):
+        return _SumLong() if self.arg_type in ("int", "long") else _SumDouble()
+
+
+class _Avg(State):
+    __slots__ = ("value", "count")
+
+    def __init__(self):
+        self.value, self.count = 0.0, 0
+
+    def add(self, v):
+        if v is None:
+            return self.current()
+        self.count += 1
+        self.value += v
+        return self.value / self.count
+
+    def remove(self, v):
+        if v is None:
+            return self.current()
+        self.count -= 1
+        self.value -= v
+        return None if self.count == 0 else self.value / self.count
+
+    def reset(self):
+        self.value, self.count = 0.0, 0
+
+    def current(self):
+        return None if self.count == 0 else self.value / self.count
+
+    def empty(self):
+        return self.value == 0.0 and self.count == 0
+
+
+class Avg(Aggregator):
+    """avg(x): a double; null when empty."""
+
+    def new_state(self):
+        return _Avg()
+
+
+class _Count(State):
+    __slots__ = ("count",)
+
+    def __init__(self):
+        self.count = 0
+
+    def add(self, v):
+        self.count += 1
+        return self.count
+
+    def remove(self, v):
+        self.count -= 1
+        return self.count
+
+    def reset(self):
+        self.count = 0
+
+    def current(self):
+        return self.count
+
+    def empty(self):
+        return self.count == 0
+
+
+class Count(Aggregator):
+    """count(): a long; 0 when empty."""
+
+    arity = 0
+    numeric_only = False
+
+    def __init__(self, node, args, context):
+        if len(args) > 1:
+            raise app_error(f"count() takes at most 1 argument, but found {len(args)}", node)
+        self.arity = len(args)
+        super().__init__(node, args, context)
+        self.arg = None
+
+    def new_state(self):
+        return _Count()
+
+
+class _DistinctCount(State):
+    __slots__ = ("values",)
+
+    def __init__(self):
+        self.values = {}
+
+    def add(self, v):
+        self.values[v] = self.values.get(v, 0) + 1
+        return len(self.values)
+
+    def remove(self, v):
+        left = self.values.get(v, 0) - 1
+        if left > 0:
+            self.values[v] = left
+        else:
+            self.values.pop(v, None)
+        return len(self.values)
+
+    def reset(self):
+        self.values = {}
+
+    def current(self):
+        return len(self.values)
+
+    def empty(self):
+        return not self.values
+
+    def load(self, values):
+        self.values = dict((tuple(k) if isinstance(k, list) else k, n) for k, n in values[0])
+
+
+class DistinctCount(Aggregator):
+    """distinctCount(x): how many distinct values (a long); 0 when empty."""
+
+    numeric_only = False
+
+    def new_state(self):
+        return _DistinctCount()
+
+
+# --------------------------------------------------------------------------- min, max
+
+
+class _Extreme(State):
+    __slots__ = ("value", "candidates", "largest")
+
+    def __init__(self, largest: bool, track: bool):
+        self.value = None
+        self.candidates = deque() if track else None
+        self.largest = largest
+
+    def _beats(self, a, b) -> bool:
+        return a > b if self.largest else a < b
+
+    def add(self, v):
+        if v is None:
+            return self.value
+        if self.candidates is not None:
+            # a monotonic deque, exactly as Siddhi keeps it
+            while self.candidates and self._beats(v, self.candidates[-1]):
+                self.candidates.pop()
+            self.candidates.append(v)
+        if self.value is None or self._beats(v, self.value):
+            self.value = v
+        return self.value
+
+    def remove(self, v):
+        if v is None:
+            return self.value
+        if self.candidates is not None:
+            try:
+                self.candidates.remove(v)
+            except ValueError:
+                pass
+            self.value = self.candidates[0] if self.candidates else None
+        elif self.value is not None and self.value == v:
+            self.value = None
+        return self.value
+
+    def reset(self):
+        if self.candidates is not None:
+            self.candidates.clear()
+        self.value = None
+
+    def current(self):
+        return self.value
+
+    def empty(self):
+        return not self.candidates and self.value is None
+
+    def load(self, values):
+        value, candidates, largest = values
+        self.value, self.largest = value, largest
+        self.candidates = deque(candidates) if candidates is not None else None
+
+
+class Max(Aggregator):
+    """max(x): the largest value in the window; same type as x."""
+
+    largest = True
+
+    def new_state(self):
+        return _Extreme(self.largest, self.context.track_future)
+
+
+class Min(Max):
+    """min(x): the smallest value in the window; same type as x."""
+
+    largest = False
+
+
+class _Forever(State):
+    __slots__ = ("value", "largest")
+
+    def __init__(self, largest: bool):
+        self.value = None
+        self.largest = largest
+
+    def add(self, v):
+        if v is not None and (self.value is None or (v > self.value if self.largest else v < self.value)):
+            self.value = v
+        return self.value
+
+    remove = add
+
+    def reset(self):
+        pass
+
+    def current(self):
+        return self.value
+
+    def empty(self):
+        return self.value is None
+
+
+class MaxForever(Aggregator):
+    """maxForever(x): the largest value ever seen (expiry and reset keep it)."""
+
+    largest = True
+
+    def new_state(self):
+        return _Forever(self.largest)
+
+
+class MinForever(MaxForever):
+    """minForever(x): the smallest value ever seen."""
+
+    largest = False
+
+
+# --------------------------------------------------------------------------- stdDev, and, or
+
+
+class _StdDev(State):
+    __slots__ = ("mean", "deviation", "sum", "count")
+
+    def __init__(self):
+        self.mean = self.deviation = self.sum = 0.0
+        self.count = 0
+
+    def add(self, v):
+        if v is None:
+            return self.current()
+        v = float(v)
+        self.count += 1
+        if self.count == 1:
+            self.sum = self.mean = v
+            self.deviation = 0.0
+            return 0.0
+        old_mean = self.mean
+        self.sum += v
+        self.mean = self.sum / self.count
+        self.deviation += (v - old_mean) * (v - self.mean)
+        return math.sqrt(self.deviation / self.count)
+
+    def remove(self, v):
+        if v is None:
+            return self.current()
+        v = float(v)
+        self.count -= 1
+        if self.count == 0:
+            self.sum = self.mean = self.deviation = 0.0
+            return None
+        old_mean = self.mean
+        self.sum -= v
+        self.mean = self.sum / self.count
+        self.deviation -= (v - old_mean) * (v - self.mean)
+        if self.count == 1:
+            return 0.0
+        return _sqrt(self.deviation / self.count)
+
+    def reset(self):
+        self.mean = self.deviation = self.sum = 0.0
+        self.count = 0
+
+    def current(self):
+        if self.count == 0:
+            return None
+        if self.count == 1:
+            return 0.0
+        return _sqrt(self.deviation / self.count)
+
+    def empty(self):
+        return self.count == 0 and self.sum == 0.0 and self.mean == 0.0 and self.deviation == 0.0
+
+
+def _sqrt(value: float) -> float:
+    return math.sqrt(value) if value >= 0 else math.nan
+
+
+class StdDev(Aggregator):
+    """stdDev(x): the population standard deviation (a double); null when empty."""
+
+    def new_state(self):
+        return _StdDev()
+
+
+class _Logical(State):
+    __slots__ = ("true", "false", "conjunction")
+
+    def __init__(self, conjunction: bool):
+        self.true = self.false = 0
+        self.conjunction = conjunction
+
+    def add(self, v):
+        if v is not None:
+            if v:
+                self.true += 1
+            else:
+                self.false += 1
+        return self.current()
+
+    def remove(self, v):
+        if v is not None:
+            if v:
+                self.true -= 1
+            else:
+                self.false -= 1
+        return self.current()
+
+    def reset(self):
+        self.true = self.false = 0
+
+    def current(self):
+        if self.conjunction:
+            return self.true > 0 and self.false == 0
+        return self.true > 0
+
+    def empty(self):
+        return self.true == 0 and self.false == 0
+
+
+class And(Aggregator):
+    """and(b): true when every value in the window is true (false when empty)."""
+
+    numeric_only = False
+    conjunction = True
+
+    def __init__(self, node, args, context):
+        super().__init__(node, args, context)
+        if self.arg_type != "bool":
+            raise app_error(f"{node.name}() needs a bool argument, but found {self.arg_type}", node)
+
+    def new_state(self):
+        return _Logical(self.conjunction)
+
+
+class Or(And):
+    """or(b): true when any value in the window is true (false when empty)."""
+
+    conjunction = False
+
+
+AGGREGATORS: dict[str, type[Aggregator]] = {
+    "sum": Sum,
+    "avg": Avg,
+    "count": Count,
+    "distinctCount": DistinctCount,
+    "min": Min,
+    "max": Max,
+    "minForever": MinForever,
+    "maxForever": MaxForever,
+    "stdDev": StdDev,
+    "and": And,
+    "or": Or,
+}

@@ -1,0 +1,197 @@
+"""The engine's clock and timers: playback (event time) or the wall clock.
+
+Windows and rate limiters ask a Scheduler to notify them at a time. A Scheduler belongs to
+one processor of one query (shared by that query's partition instances, each with its own
+queue), and schedulers fire in the order they were created, which is query order. So when
+time moves, due timers run query by query, each query all of its own before the next, and
+within a query the partition instances with the earliest due time first: Siddhi's rules.
+
+In playback time moves only when an event with a larger timestamp is sent; timers that are
+not yet due never fire. With the wall clock a background thread fires timers when due.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+
+class Clock:
+    """Base clock: current time in epoch milliseconds and the schedulers it drives."""
+
+    playback = False
+
+    def __init__(self) -> None:
+        self.schedulers: list[Scheduler] = []
+        self.lock: threading.RLock = threading.RLock()
+
+    def now(self) -> int:
+        """The current time (ms)."""
+        raise NotImplementedError
+
+    def scheduler(self, name: str = "") -> Scheduler:
+        """A new scheduler, firing after every scheduler created before it."""
+        scheduler = Scheduler(self, name)
+        self.schedulers.append(scheduler)
+        return scheduler
+
+    def fire_due(self) -> None:
+        """Run every timer that is due now, scheduler by scheduler."""
+        for scheduler in self.schedulers:
+            scheduler.fire_due()
+
+    def wake(self, when: int) -> None:
+        """A timer was armed for `when` (the wall clock reschedules its thread)."""
+
+    def start(self) -> None:
+        """Start firing timers (the wall clock's thread)."""
+
+    def stop(self) -> None:
+        """Stop firing timers."""
+
+    def snapshot(self):
+        """Plain-data state of the clock."""
+        return None
+
+    def restore(self, state) -> None:
+        """Inverse of snapshot()."""
+
+
+class PlaybackClock(Clock):
+    """Event time: the largest event timestamp sent so far (starts at 0)."""
+
+    playback = True
+
+    def __init__(self, start: int = 0) -> None:
+        super().__init__()
+        self.current = start
+
+    def now(self) -> int:
+        return self.current
+
+    def advance(self, timestamp: int) -> None:
+        """Move time forward to `timestamp` (never back), firing the timers now due."""
+        if timestamp > self.current:
+            self.current = timestamp
+            self.fire_due()
+
+    def snapshot(self):
+        return self.current
+
+    def restore(self, state) -> None:
+        self.current = state
+
+
+class WallClock(Clock):
+    """System time; a daemon thread fires timers when they fall due."""
+
+    def __init__(self, source: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self._source = source
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def now(self) -> int:
+        return int(self._source() * 1000)
+
+    def wake(self, when: int) -> None:
+        with self._changed:
+            self._changed.notify()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="sp-dagster-engine-timers", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._thread = None
+
+    def _next_due(self) -> int | None:
+        times = [s.next_due() for s in self.schedulers]
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                if self._stopping:
+                    return
+                due = self._next_due()
+                wait = None if due is None else max(0.0, (due - self.now()) / 1000)
+                if wait is None or wait > 0:
+                    self._changed.wait(timeout=wait if wait is not None else 1.0)
+                    continue
+            with self.lock:
+                self.fire_due()
+
+
+class Scheduler:
+    """Timers of one processor of one query: one FIFO queue per partition instance."""
+
+    def __init__(self, clock: Clock, name: str = "") -> None:
+        self.clock = clock
+        self.name = name
+        self.queues: list[TimerQueue] = []
+
+    def queue(self, target: Callable[[int], None]) -> TimerQueue:
+        """A new queue whose due times call `target(time)`."""
+        queue = TimerQueue(self, target)
+        self.queues.append(queue)
+        return queue
+
+    def discard(self, queue: TimerQueue) -> None:
+        """Forget a queue (its partition instance is gone)."""
+        self.queues.remove(queue)
+
+    def next_due(self) -> int | None:
+        """The earliest armed time, or None."""
+        heads = [q.times[0] for q in self.queues if q.times]
+        return min(heads) if heads else None
+
+    def fire_due(self) -> None:
+        """Fire every due queue, earliest head first (ties in creation order)."""
+        now = self.clock.now()
+        due = [q for q in self.queues if q.times and q.times[0] <= now]
+        if len(due) > 1:
+            due.sort(key=lambda q: q.times[0])
+        for queue in due:
+            queue.fire()
+
+
+class TimerQueue:
+    """Times to notify one processor instance at, in the order they were armed (like Siddhi)."""
+
+    __slots__ = ("scheduler", "target", "times")
+
+    def __init__(self, scheduler: Scheduler, target: Callable[[int], None]) -> None:
+        self.scheduler = scheduler
+        self.target = target
+        self.times: deque[int] = deque()
+
+    def notify_at(self, when: int) -> None:
+        """Call the target with `when` once the clock reaches it."""
+        self.times.append(when)
+        self.scheduler.clock.wake(when)
+
+    def fire(self) -> None:
+        """Deliver every armed time that is due, including ones armed while firing."""
+        clock = self.scheduler.clock
+        while self.times and self.times[0] <= clock.now():
+            self.target(self.times.popleft())
+
+    def snapshot(self) -> list[int]:
+        """The armed times."""
+        return list(self.times)
+
+    def restore(self, times: list[int]) -> None:
+        """Re-arm saved times."""
+        self.times = deque(times)

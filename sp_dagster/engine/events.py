@@ -1,0 +1,88 @@
+"""Events and chunks: what flows between processors.
+
+A chunk is a list of StreamEvents, processed in order as one unit (Siddhi's
+ComplexEventChunk). Besides current events a chunk may hold expired events (leaving a
+window), RESET events (a batch window clears the aggregates) and TIMER events (a scheduled
+time has come). A chunk of current events may also travel column-wise as an ArrowChunk,
+so stateless queries can filter and project whole batches with pyarrow.compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pyarrow as pa
+
+CURRENT, EXPIRED, TIMER, RESET = 0, 1, 2, 3
+TYPE_NAMES = ("CURRENT", "EXPIRED", "TIMER", "RESET")
+
+
+class StreamEvent:
+    """One event inside the engine: timestamp, input data, type, and the selector's output."""
+
+    __slots__ = ("timestamp", "data", "type", "output", "key")
+
+    def __init__(self, timestamp: int, data: tuple | None, type: int = CURRENT, output: tuple | None = None, key=None):
+        self.timestamp = timestamp
+        self.data = data
+        self.type = type
+        self.output = output
+        self.key = key
+
+    def copy(self, type: int | None = None, timestamp: int | None = None) -> StreamEvent:
+        """A copy with the same data, optionally another type and timestamp."""
+        return StreamEvent(
+            self.timestamp if timestamp is None else timestamp,
+            self.data,
+            self.type if type is None else type,
+        )
+
+    def __repr__(self) -> str:
+        return f"StreamEvent({self.timestamp}, {self.data}, {TYPE_NAMES[self.type]}, output={self.output})"
+
+    def dump(self) -> tuple:
+        """The event as plain data (for snapshots)."""
+        return (self.timestamp, self.data, self.type)
+
+    @staticmethod
+    def load(state: tuple) -> StreamEvent:
+        """The inverse of dump()."""
+        timestamp, data, kind = state
+        return StreamEvent(timestamp, tuple(data) if data is not None else None, kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event as callbacks see it (Siddhi's Event): timestamp, data, expired or not."""
+
+    timestamp: int
+    data: tuple
+    is_expired: bool = False
+
+
+class ArrowChunk:
+    """A chunk of current events held column-wise: a record batch and one timestamp per row."""
+
+    __slots__ = ("batch", "timestamps", "_events")
+
+    def __init__(self, batch: pa.RecordBatch, timestamps: pa.Array):
+        self.batch = batch
+        self.timestamps = timestamps
+        self._events: list[StreamEvent] | None = None
+
+    def __len__(self) -> int:
+        return self.batch.num_rows
+
+    def events(self) -> list[StreamEvent]:
+        """The rows as StreamEvents (computed once)."""
+        if self._events is None:
+            columns = [column.to_pylist() for column in self.batch.columns]
+            rows = zip(*columns) if columns else ((),) * self.batch.num_rows
+            self._events = [StreamEvent(ts, row) for ts, row in zip(self.timestamps.to_pylist(), rows)]
+        return self._events
+
+
+def as_events(chunk: Sequence[StreamEvent] | ArrowChunk) -> list[StreamEvent]:
+    """A chunk as a list of StreamEvents, whichever form it travels in."""
+    return chunk.events() if isinstance(chunk, ArrowChunk) else chunk

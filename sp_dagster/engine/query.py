@@ -1,0 +1,246 @@
+"""One query at run time: input -> filters/functions/window -> selector -> rate limiter -> output.
+
+QueryRuntime builds the processor chain from the AST (raising SiddhiQLErrors for anything
+wrong or unsupported), subscribes to its input stream and delivers its output to query
+callbacks and the target stream. Partitions build one QueryRuntime per partition key.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from sp_dagster.engine.clock import Scheduler
+from sp_dagster.engine.errors import app_error
+from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent
+from sp_dagster.engine.expressions import StreamScope, compile_expression
+from sp_dagster.engine.junction import StreamJunction
+from sp_dagster.engine.processors import FilterProcessor, LogProcessor, Processor
+from sp_dagster.engine.ratelimit import EVENT_LIMITERS, TIME_LIMITERS, PassThrough
+from sp_dagster.engine.schema import Schema
+from sp_dagster.engine.selector import Selector
+from sp_dagster.engine.windows import WINDOWS, Param, WindowContext
+from sp_dagster.siddhi import ast
+
+_LOG_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
+
+
+class Streams:
+    """Where a query finds the streams it reads and writes (global, or a partition's inner ones)."""
+
+    def __init__(self, context, inner: dict[str, StreamJunction] | None = None, local: dict[str, StreamJunction] | None = None):
+        self.context = context
+        self.inner = inner
+        self.local = local or {}
+
+    def source(self, name: str, inner: bool, node: ast.Node) -> StreamJunction:
+        """The junction a query reads `name` (or `#name`) from."""
+        if inner:
+            if self.inner is None:
+                raise app_error(f"inner stream '#{name}' can only be used inside a partition", node)
+            junction = self.inner.get(name)
+            if junction is None:
+                raise app_error(f"inner stream '#{name}' is not written by any earlier query of this partition", node)
+            return junction
+        if name in self.local:
+            return self.local[name]
+        junction = self.context.junctions.get(name)
+        if junction is None:
+            raise app_error(self.context.undefined_stream_message(name), node)
+        return junction
+
+    def target(self, name: str, inner: bool, schema: Schema, node: ast.Node) -> StreamJunction:
+        """The junction a query writes to, defining the stream if it is new."""
+        if inner:
+            if self.inner is None:
+                raise app_error(f"inner stream '#{name}' can only be used inside a partition", node)
+            table = self.inner
+        else:
+            table = self.context.junctions
+        junction = table.get(name)
+        if junction is None:
+            if not inner:
+                self.context.check_writable(name, node)
+            junction = table[name] = StreamJunction(name, schema, inner)
+            if not inner:
+                self.context.schemas[name] = schema
+        elif junction.schema.types != schema.types or junction.schema.names != schema.names:
+            shown = ("#" if inner else "") + name
+            raise app_error(
+                f"query output {schema.describe()} does not match stream {shown} {junction.schema.describe()}", node
+            )
+        return junction
+
+
+class QueryOutput:
+    """Delivers a query's output chunks: query callbacks first, then the target stream."""
+
+    def __init__(self, target: StreamJunction | None, callbacks: list):
+        self.target = target
+        self.callbacks = callbacks
+
+    def send(self, chunk: list[StreamEvent]) -> None:
+        """Deliver a chunk of selector output (current, expired and RESET events)."""
+        for callback in self.callbacks:
+            callback.receive(chunk)
+        if self.target is not None:
+            rows = [
+                StreamEvent(e.timestamp, e.output)
+                for e in chunk
+                if e.type == CURRENT or e.type == EXPIRED
+            ]
+            if rows:
+                self.target.send(rows)
+
+    def send_arrow(self, chunk: ArrowChunk) -> None:
+        """Deliver a column-wise chunk of current output rows."""
+        for callback in self.callbacks:
+            callback.receive(chunk)
+        if self.target is not None:
+            self.target.send(chunk)
+
+
+class QueryRuntime:
+    """A running query: its processor chain and state."""
+
+    def __init__(
+        self,
+        query: ast.Query,
+        name: str,
+        context,
+        streams: Streams,
+        schedulers: Callable[[str], Scheduler],
+        callbacks: list,
+    ):
+        self.query = query
+        self.name = name
+        self.context = context
+        if not isinstance(query.input, ast.StreamInput):
+            raise app_error("joins, patterns and sequences are not supported by the engine yet (issue 9)", query.input)
+        source = query.input
+        if source.fault:
+            raise app_error("fault streams (!S) are not supported by the engine", source)
+        self.source = streams.source(source.stream, source.inner, source)
+        schema = self.source.schema
+        scope = StreamScope(schema, (source.stream,), context, inner=source.inner)
+        output = query.output
+        if not isinstance(output, ast.InsertInto):
+            if isinstance(output, ast.Return):
+                raise app_error("'return' is only valid in on-demand queries", output)
+            raise app_error("writing to tables (delete, update) is not supported by the engine yet (issue 9)", output)
+        current_on = output.event_type in ("current", "all")
+        expired_on = output.event_type in ("expired", "all")
+
+        self.processors: list[Processor] = []
+        window = None
+        for handler in source.handlers:
+            if isinstance(handler, ast.Filter):
+                condition = compile_expression(handler.condition, scope)
+                if condition.type != "bool":
+                    raise app_error(f"a filter needs a bool condition, but found {condition.type}", handler.condition)
+                self.processors.append(FilterProcessor(condition))
+            elif isinstance(handler, ast.Window):
+                if window is not None:
+                    raise app_error("a query input can have only one window", handler)
+                window = self._window(handler, scope, schema, expired_on, schedulers)
+                self.processors.append(window)
+            else:
+                self.processors.append(self._stream_function(handler, scope, source.stream))
+
+        mode = window.mode if window is not None else "batch"
+        self.selector = Selector(
+            query.selector,
+            schema,
+            scope,
+            current_on=current_on,
+            expired_on=expired_on,
+            track_future=(mode == "slide" or expired_on),
+            query=query,
+        )
+        context.query_schemas[name] = self.selector.output_schema
+        target = streams.target(output.target, output.inner, self.selector.output_schema, output)
+        self.output = QueryOutput(target, callbacks)
+        self.limiter = self._rate_limiter(query, schedulers)
+        chain = [*self.processors, self.selector, self.limiter]
+        for first, second in zip(chain, chain[1:]):
+            first.next = second
+        self.head = chain[0]
+        self.arrow = all(p.accepts_arrow for p in chain) and schema.arrow_capable
+        self.source.subscribe(self)
+
+    def _window(self, handler: ast.Window, scope, schema: Schema, expired_on: bool, schedulers) -> Processor:
+        if handler.namespace is not None or handler.name not in WINDOWS:
+            raise app_error(f"unknown window '{handler.qualified_name}'", handler)
+        params = [Param(arg, compile_expression(arg, scope)) for arg in handler.args]
+        window_class = WINDOWS[handler.name]
+        scheduler = schedulers("window") if window_class.uses_timers else None
+        context = WindowContext(self.context.clock, scheduler, expired_on, handler, schema)
+        return window_class(params, context)
+
+    def _stream_function(self, handler: ast.StreamFunction, scope, stream: str) -> Processor:
+        if handler.qualified_name != "log":
+            raise app_error(f"unknown stream function '#{handler.qualified_name}'", handler)
+        message, level = None, logging.INFO
+        for arg in handler.args:
+            executor = compile_expression(arg, scope)
+            if executor.constant and isinstance(executor.value, str) and executor.value.upper() in _LOG_LEVELS:
+                level = _LOG_LEVELS[executor.value.upper()]
+            elif executor.constant and executor.type == "bool":
+                continue
+            else:
+                message = executor
+        return LogProcessor(message, level, stream)
+
+    def _rate_limiter(self, query: ast.Query, schedulers) -> Processor:
+        rate = query.rate
+        group_by = bool(query.selector.group_by)
+        if rate is None:
+            return PassThrough(self.output)
+        if rate.kind == "events":
+            if rate.value <= 0:
+                raise app_error("the event count of an output rate must be positive", rate)
+            return EVENT_LIMITERS[(rate.type, group_by)](self.output, rate.value)
+        if rate.kind == "time":
+            limiter_class = TIME_LIMITERS[(rate.type, group_by)]
+            scheduler = schedulers("rate") if limiter_class.uses_timers else None
+            limiter = limiter_class(self.output, rate.value.millis, self.context.clock, scheduler)
+            limiter.start()
+            return limiter
+        from sp_dagster.engine.snapshotlimit import snapshot_limiter
+
+        if query.output.event_type == "expired":
+            raise app_error("snapshot rate limiting cannot insert only expired events", query.output)
+        self.selector.batching = False
+        limiter = snapshot_limiter(self, rate.value.millis, schedulers("rate"))
+        limiter.start()
+        return limiter
+
+    # -- running
+
+    def receive(self, chunk) -> None:
+        """A chunk arrived on the input stream."""
+        if isinstance(chunk, ArrowChunk):
+            if self.arrow:
+                self.head.process_arrow(chunk)
+                return
+            chunk = chunk.events()
+        self.head.process(chunk)
+
+    def stateful(self) -> list[Processor]:
+        """Every processor whose state a snapshot must hold."""
+        return [*self.processors, self.selector, self.limiter]
+
+    def snapshot(self) -> list:
+        """Plain-data state of the whole chain."""
+        return [p.snapshot() for p in self.stateful()]
+
+    def restore(self, state: list) -> None:
+        """Inverse of snapshot()."""
+        for processor, saved in zip(self.stateful(), state):
+            processor.restore(saved)
+
+    def stop(self) -> None:
+        """Unsubscribe and release timers."""
+        self.source.unsubscribe(self)
+        for processor in self.stateful():
+            processor.stop()

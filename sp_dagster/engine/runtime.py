@@ -1,0 +1,292 @@
+"""AppRuntime: a Siddhi app running in process, fed rows or Arrow batches.
+
+    runtime = AppRuntime(text)                     # parse, check, build (SiddhiQLError if wrong)
+    runtime.add_callback("Out", print)             # StreamCallback: fn(events)
+    runtime.add_query_callback("q1", fn)           # QueryCallback: fn(timestamp, in, removed)
+    runtime.send("In", [("IBM", 10.5)], timestamps=[1000])
+    state = runtime.snapshot(); other.restore(state)
+    runtime.shutdown()
+
+With `@app:playback` the clock follows event timestamps; otherwise it is the wall clock and
+a background thread fires time windows and rate limits when they fall due.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zlib
+from typing import Callable, Iterable, Sequence
+
+import pyarrow as pa
+
+from sp_dagster.engine.clock import Clock, PlaybackClock, WallClock
+from sp_dagster.engine.context import AppContext
+from sp_dagster.engine.errors import EngineError, app_error
+from sp_dagster.engine.events import ArrowChunk, Event, StreamEvent
+from sp_dagster.engine.junction import BatchCallback, QueryCallback, StreamCallback, StreamJunction
+from sp_dagster.engine.partition import PartitionRuntime
+from sp_dagster.engine.query import QueryRuntime, Streams
+from sp_dagster.engine.schema import Schema
+from sp_dagster.engine.support import check_supported
+from sp_dagster.engine.values import f32
+from sp_dagster.siddhi import SiddhiQLError, ast, parse
+
+SNAPSHOT_VERSION = 1
+
+
+class AppRuntime:
+    """A running Siddhi app: send events in, get them out through callbacks."""
+
+    def __init__(self, app: ast.App | str, *, clock: Clock | None = None, source: str | None = None):
+        text = app if isinstance(app, str) else None
+        try:
+            self.app = parse(app, source) if isinstance(app, str) else app
+            check_supported(self.app)
+            self.clock = clock or (PlaybackClock() if self.app.playback else WallClock())
+            self.context = AppContext(self.app, self.clock)
+            self.queries: dict[str, QueryRuntime] = {}
+            self.partitions: list[PartitionRuntime] = []
+            self._build()
+        except SiddhiQLError as error:
+            raise error.attach(text, source) from None
+        self.lock = self.clock.lock
+        self.clock.start()
+
+    @property
+    def name(self) -> str | None:
+        """The app's name (`@app:name`)."""
+        return self.app.name
+
+    @property
+    def playback(self) -> bool:
+        """True when time follows event timestamps."""
+        return self.clock.playback
+
+    # -- building
+
+    def _build(self) -> None:
+        context = self.context
+        for definition in self.app.definitions:
+            if isinstance(definition, ast.StreamDefinition):
+                if definition.name in context.junctions:
+                    raise app_error(f"stream '{definition.name}' is defined twice", definition)
+                schema = Schema.of((a.name, a.type) for a in definition.attributes)
+                if len(set(schema.names)) != len(schema.names):
+                    raise app_error(f"stream '{definition.name}' has an attribute twice", definition)
+                context.schemas[definition.name] = schema
+                context.junctions[definition.name] = StreamJunction(definition.name, schema)
+                context.defined.add(definition.name)
+        counter = 0
+        for element in self.app.elements:
+            if isinstance(element, ast.Query):
+                counter += 1
+                name = self._query_name(element, counter)
+                self.queries[name] = QueryRuntime(
+                    element,
+                    name,
+                    context,
+                    Streams(context),
+                    self._scheduler_slots(name),
+                    context.callbacks_for(name),
+                )
+            elif isinstance(element, ast.Partition):
+                names = []
+                for query in element.queries:
+                    counter += 1
+                    names.append(self._query_name(query, counter))
+                self.partitions.append(PartitionRuntime(element, len(self.partitions), context, names))
+
+    def _query_name(self, query: ast.Query, counter: int) -> str:
+        name = query.name or f"query_{counter}"
+        if name in self.context.query_callbacks:
+            raise app_error(f"two queries are named '{name}'", query)
+        self.context.callbacks_for(name)
+        return name
+
+    def _scheduler_slots(self, name: str) -> Callable[[str], object]:
+        schedulers: dict = {}
+
+        def scheduler(slot: str):
+            if slot not in schedulers:
+                schedulers[slot] = self.clock.scheduler(f"{name}.{slot}")
+            return schedulers[slot]
+
+        return scheduler
+
+    # -- callbacks
+
+    def schema(self, stream: str) -> Schema:
+        """The attributes of `stream`."""
+        junction = self.context.junctions.get(stream)
+        if junction is None:
+            raise EngineError(f"app has no stream '{stream}'; it has {', '.join(sorted(self.context.junctions))}")
+        return junction.schema
+
+    def query_schema(self, query: str) -> Schema:
+        """The output attributes of `query`."""
+        if query not in self.context.query_schemas:
+            known = ", ".join(self.context.query_schemas) or "none"
+            raise EngineError(f"app has no query '{query}'; its queries are {known}")
+        return self.context.query_schemas[query]
+
+    @property
+    def streams(self) -> dict[str, Schema]:
+        """Every stream of the app (defined or written by a query) and its schema."""
+        return dict(self.context.schemas)
+
+    def add_callback(self, stream: str, fn: Callable[[list[Event]], None]) -> None:
+        """Call `fn(events)` with every chunk `stream` receives (Siddhi's StreamCallback)."""
+        self.schema(stream)
+        self.context.junctions[stream].callbacks.append(StreamCallback(fn))
+
+    def add_batch_callback(self, stream: str, fn: Callable[[pa.RecordBatch, pa.Array], None]) -> None:
+        """Call `fn(record_batch, timestamps)` with every chunk `stream` receives, column-wise."""
+        schema = self.schema(stream)
+        self.context.junctions[stream].callbacks.append(BatchCallback(fn, schema))
+
+    def add_query_callback(self, query: str, fn: Callable[[int, list[Event] | None, list[Event] | None], None]) -> None:
+        """Call `fn(timestamp, in_events, remove_events)` with every output chunk of `query`."""
+        if query not in self.context.query_callbacks:
+            known = ", ".join(self.context.query_callbacks) or "none"
+            raise EngineError(f"app has no query '{query}'; its queries are {known}")
+        self.context.query_callbacks[query].append(QueryCallback(fn))
+
+    # -- sending
+
+    def send(
+        self,
+        stream: str,
+        rows: Sequence[Sequence] | pa.RecordBatch,
+        timestamps: Sequence[int] | pa.Array | None = None,
+    ) -> None:
+        """Send events to `stream`: rows (values in attribute order) or an Arrow record batch.
+
+        `timestamps` gives each event's time in ms (default: the clock's now). In playback a
+        send is split into runs of equal timestamps; each run advances the clock first, so
+        timers due by then fire before the run is processed.
+        """
+        schema = self.schema(stream)
+        junction = self.context.junctions[stream]
+        if isinstance(rows, pa.RecordBatch):
+            batch = _conform_batch(rows, schema, stream)
+            count = batch.num_rows
+        else:
+            batch = None
+            rows = [_conform_row(row, schema, stream) for row in rows]
+            count = len(rows)
+        if count == 0:
+            return
+        with self.lock:
+            if timestamps is None:
+                times = [self.clock.now()] * count
+            else:
+                times = timestamps.to_pylist() if isinstance(timestamps, (pa.Array, pa.ChunkedArray)) else list(timestamps)
+                if len(times) != count:
+                    raise EngineError(f"{count} events but {len(times)} timestamps sent to '{stream}'")
+            runs = _runs(times) if self.playback else [(0, count)]
+            for start, end in runs:
+                if self.playback:
+                    self.clock.advance(times[start])
+                if batch is not None:
+                    part = batch.slice(start, end - start)
+                    junction.send(ArrowChunk(part, pa.array(times[start:end], pa.int64())))
+                else:
+                    junction.send([StreamEvent(t, r) for t, r in zip(times[start:end], rows[start:end])])
+
+    def advance_time(self, timestamp: int) -> None:
+        """Playback only: move the clock to `timestamp`, firing timers due by then."""
+        if not self.playback:
+            raise EngineError("advance_time() needs @app:playback")
+        with self.lock:
+            self.clock.advance(timestamp)
+
+    # -- state
+
+    def _parts(self) -> Iterable[tuple[str, object]]:
+        for name, query in self.queries.items():
+            yield f"query:{name}", query
+        for index, partition in enumerate(self.partitions):
+            yield f"partition:{index}", partition
+
+    def snapshot(self) -> bytes:
+        """The state of every stateful operator (and the playback clock), as bytes."""
+        with self.lock:
+            state = {
+                "version": SNAPSHOT_VERSION,
+                "app": self.app.name,
+                "clock": self.clock.snapshot(),
+                "parts": {name: part.snapshot() for name, part in self._parts()},
+            }
+            return zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def restore(self, snapshot: bytes) -> None:
+        """Put the runtime back in the state `snapshot()` returned (same app)."""
+        try:
+            state = _SafeUnpickler(io.BytesIO(zlib.decompress(snapshot))).load()
+        except (zlib.error, pickle.UnpicklingError, EOFError, ValueError) as exc:
+            raise EngineError(f"not a snapshot of this engine: {exc}") from None
+        if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
+            raise EngineError("snapshot has an unknown format version")
+        parts = dict(self._parts())
+        if set(state["parts"]) != set(parts):
+            raise EngineError("snapshot was taken from a different app (its queries differ)")
+        with self.lock:
+            self.clock.restore(state["clock"])
+            for name, saved in state["parts"].items():
+                parts[name].restore(saved)
+
+    def shutdown(self) -> None:
+        """Stop timers and detach every query."""
+        self.clock.stop()
+        with self.lock:
+            for query in self.queries.values():
+                query.stop()
+            for partition in self.partitions:
+                partition.stop()
+
+    def __enter__(self) -> AppRuntime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Snapshots hold plain data only: refuse every class lookup."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"unexpected object {module}.{name}")
+
+
+def _runs(times: list[int]) -> list[tuple[int, int]]:
+    runs, start = [], 0
+    for i in range(1, len(times)):
+        if times[i] != times[start]:
+            runs.append((start, i))
+            start = i
+    runs.append((start, len(times)))
+    return runs
+
+
+def _conform_row(row: Sequence, schema: Schema, stream: str) -> tuple:
+    if len(row) != len(schema):
+        raise EngineError(f"stream '{stream}' takes {len(schema)} values {schema.describe()}, got {len(row)}")
+    if "float" in schema.types:
+        return tuple(f32(float(v)) if (t == "float" and v is not None) else v for v, t in zip(row, schema.types))
+    return tuple(row)
+
+
+def _conform_batch(batch: pa.RecordBatch, schema: Schema, stream: str) -> pa.RecordBatch:
+    if not schema.arrow_capable:
+        raise EngineError(f"stream '{stream}' has object attributes; send rows instead of an Arrow batch")
+    target = schema.arrow_schema()
+    if batch.num_columns != len(schema):
+        raise EngineError(f"stream '{stream}' takes {len(schema)} columns {schema.describe()}, got {batch.num_columns}")
+    if batch.schema.equals(target):
+        return batch
+    try:
+        columns = [column.cast(field.type) for column, field in zip(batch.columns, target)]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise EngineError(f"batch does not fit stream '{stream}' {schema.describe()}: {exc}") from None
+    return pa.RecordBatch.from_arrays(columns, schema=target)

@@ -1,0 +1,269 @@
+"""The query selector: projection, aggregation, group by, having, order by, limit, offset.
+
+Mirrors Siddhi's QuerySelector. A chunk is processed in batch mode (always, except under a
+snapshot rate limiter): with group by, one output per group (the group's last event, groups
+in first-seen order); with aggregators but no group by, one output per chunk (its last
+event); otherwise every event. Only the event types the output asks for (current, expired)
+are emitted; RESET events reset the aggregators.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pyarrow as pa
+
+from sp_dagster.engine.aggregators import AggregationContext
+from sp_dagster.engine.errors import app_error
+from sp_dagster.engine.events import CURRENT, EXPIRED, RESET, ArrowChunk, StreamEvent
+from sp_dagster.engine.expressions import Executor, OutputScope, Scope, compile_expression, materialize
+from sp_dagster.engine.processors import Processor
+from sp_dagster.engine.schema import Schema
+from sp_dagster.engine.values import java_compare
+from sp_dagster.siddhi import ast
+
+
+class Selector(Processor):
+    """Turns input events into output rows and hands chunks to the rate limiter."""
+
+    def __init__(
+        self,
+        selector: ast.Selector,
+        input_schema: Schema,
+        scope: Scope,
+        *,
+        current_on: bool,
+        expired_on: bool,
+        track_future: bool,
+        query: ast.Query,
+    ):
+        self.current_on = current_on
+        self.expired_on = expired_on
+        self.batching = True
+        self.aggregation = AggregationContext(track_future)
+        scope.aggregation = self.aggregation
+        if selector.star:
+            self.executors = [_input_attribute(i, t) for i, t in enumerate(input_schema.types)]
+            names = list(input_schema.names)
+        else:
+            self.executors, names = [], []
+            for attribute in selector.attributes:
+                name = attribute.name
+                if name is None:
+                    raise app_error("give this expression a name with 'as'", attribute.expression)
+                if name in names:
+                    raise app_error(f"output attribute '{name}' is selected twice", attribute)
+                names.append(name)
+                self.executors.append(compile_expression(attribute.expression, scope))
+        self.output_schema = Schema(tuple(names), tuple(e.type for e in self.executors))
+        scope.aggregation = None  # group by keys cannot aggregate
+        self.group_by = [compile_expression(v, scope).row for v in selector.group_by]
+        scope.aggregation = self.aggregation
+        output_scope = OutputScope(self.output_schema, scope, self.aggregation)
+        self.having = None
+        if selector.having is not None:
+            having = compile_expression(selector.having, output_scope)
+            if having.type != "bool":
+                raise app_error(f"having needs a bool condition, but found {having.type}", selector.having)
+            self.having = having.row
+        self.order_by = []
+        for order in selector.order_by:
+            index = self.output_schema.index(order.variable.name)
+            if index is None:
+                raise app_error(f"order by '{order.variable.name}': not an output attribute of this query", order)
+            self.order_by.append((index, -1 if order.order == "desc" else 1))
+        self.limit = _count(selector.limit, "limit")
+        self.offset = _count(selector.offset, "offset")
+        self.contains_aggregator = bool(self.aggregation.aggregators)
+        self.rows = [e.row for e in self.executors]
+        self.vectors = [e.arrow for e in self.executors]
+        self.accepts_arrow = (
+            not self.contains_aggregator
+            and not self.group_by
+            and self.having is None
+            and not self.order_by
+            and self.limit is None
+            and self.offset is None
+            and current_on
+            and all(v is not None for v in self.vectors)
+        )
+        self._sort_key = functools.cmp_to_key(self._compare)
+
+    # -- evaluation
+
+    def _evaluate(self, event: StreamEvent, key=None) -> StreamEvent:
+        self.aggregation.key = key
+        out = StreamEvent(event.timestamp, event.data, event.type, key=key)
+        out.output = tuple(row(event) for row in self.rows)
+        return out
+
+    def _keep(self, out: StreamEvent) -> bool:
+        return self.having is None or self.having(out) is True
+
+    def _wanted(self, kind: int) -> bool:
+        return (kind == CURRENT and self.current_on) or (kind == EXPIRED and self.expired_on)
+
+    def _group_key(self, event: StreamEvent):
+        if len(self.group_by) == 1:
+            return self.group_by[0](event)
+        return tuple(g(event) for g in self.group_by)
+
+    # -- processing
+
+    def process(self, chunk):
+        if self.batching:
+            if self.group_by:
+                out = self._batch_group_by(chunk)
+            elif self.contains_aggregator:
+                out = self._batch_no_group_by(chunk)
+            else:
+                out = self._no_group_by(chunk)
+        elif self.group_by:
+            out = self._group_by(chunk)
+        else:
+            out = self._no_group_by(chunk)
+        if out:
+            self.next.process(out)
+
+    def process_arrow(self, chunk: ArrowChunk):
+        rows = chunk.batch.num_rows
+        columns = [materialize(v(chunk), rows, e.type) for v, e in zip(self.vectors, self.executors)]
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.output_schema.arrow_schema())
+        self.next.process_arrow(ArrowChunk(batch, chunk.timestamps))
+
+    def _no_group_by(self, chunk):
+        out = []
+        for event in chunk:
+            kind = event.type
+            if kind == CURRENT or kind == EXPIRED:
+                result = self._evaluate(event)
+                if self._wanted(kind) and self._keep(result):
+                    out.append(result)
+            elif kind == RESET:
+                self.aggregation.reset()
+                out.append(event)
+        return self._order_offset_limit(out)
+
+    def _group_by(self, chunk):
+        out = []
+        for event in chunk:
+            kind = event.type
+            if kind == CURRENT or kind == EXPIRED:
+                key = self._group_key(event)
+                result = self._evaluate(event, key)
+                if self._wanted(kind) and self._keep(result):
+                    if self.limit is None or len(out) < self.limit:
+                        out.append(result)
+            elif kind == RESET:
+                self.aggregation.reset()
+        return out
+
+    def _batch_no_group_by(self, chunk):
+        last = None
+        for event in chunk:
+            kind = event.type
+            if kind == CURRENT or kind == EXPIRED:
+                result = self._evaluate(event)
+                if self._keep(result) and self._wanted(kind):
+                    last = result
+            elif kind == RESET:
+                self.aggregation.reset()
+        if last is None:
+            return None
+        if (self.offset is None or self.offset == 0) and (self.limit is None or self.limit > 0):
+            return [last]
+        return None
+
+    def _batch_group_by(self, chunk):
+        groups: dict = {}
+        for event in chunk:
+            kind = event.type
+            if kind == CURRENT or kind == EXPIRED:
+                key = self._group_key(event)
+                result = self._evaluate(event, key)
+                if self._keep(result) and self._wanted(kind):
+                    groups[key] = result
+            elif kind == RESET:
+                self.aggregation.reset()
+        if not groups:
+            return None
+        return self._order_offset_limit(list(groups.values()))
+
+    def _order_offset_limit(self, out):
+        if self.order_by and out:
+            out = self._order(out)
+        if self.offset is not None:
+            out = self._apply_offset(out)
+        if self.limit is not None:
+            out = self._apply_limit(out)
+        return out
+
+    def _compare(self, a: StreamEvent, b: StreamEvent) -> int:
+        for index, direction in self.order_by:
+            x, y = a.output[index], b.output[index]
+            if x is None or y is None:
+                result = (x is not None) - (y is not None)
+            else:
+                result = java_compare(x, y)
+            if result:
+                return direction * result
+        return 0
+
+    def _order(self, out):
+        # runs of one event type are sorted separately, as Siddhi does
+        ordered, run = [], []
+        for event in out:
+            if run and run[-1].type != event.type:
+                ordered.extend(sorted(run, key=self._sort_key))
+                run = []
+            run.append(event)
+        ordered.extend(sorted(run, key=self._sort_key))
+        return ordered
+
+    def _apply_offset(self, out):
+        kept, skipped = [], 0
+        for i, event in enumerate(out):
+            if event.type in (CURRENT, EXPIRED):
+                if skipped < self.offset:
+                    if self._wanted(event.type):
+                        skipped += 1
+                    continue
+                kept.extend(out[i:])
+                break
+            kept.append(event)
+        return kept
+
+    def _apply_limit(self, out):
+        kept, count = [], 0
+        for event in out:
+            kind = event.type
+            if kind in (CURRENT, EXPIRED):
+                # Siddhi's precedence: expired events pass whenever expired output is on
+                if (self.limit > count and kind == CURRENT and self.current_on) or (kind == EXPIRED and self.expired_on):
+                    count += 1
+                    kept.append(event)
+            else:
+                kept.append(event)
+        return kept
+
+    # -- state
+
+    def snapshot(self):
+        return self.aggregation.snapshot()
+
+    def restore(self, state) -> None:
+        self.aggregation.restore(state)
+
+
+def _input_attribute(index: int, kind: str) -> Executor:
+    return Executor(kind, lambda e: e.data[index], lambda c: c.batch.column(index))
+
+
+def _count(node: ast.Expression | None, what: str) -> int | None:
+    if node is None:
+        return None
+    if not isinstance(node, ast.Constant) or node.type not in ("int", "long"):
+        raise app_error(f"{what} must be an integer constant", node)
+    if node.value < 0:
+        raise app_error(f"{what} cannot be negative, but found {node.value}", node)
+    return node.value

@@ -1,0 +1,76 @@
+"""What the engine cannot run yet, found before anything is built, in the parser's error format.
+
+Joins, patterns, sequences, tables, named windows and triggers are issue 9; incremental
+aggregations, script functions and playback tuning are not planned yet. Every such use in
+an app is reported (all of them at once, with line and column), never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sp_dagster.engine.errors import app_error
+from sp_dagster.siddhi import SiddhiQLError, ast
+
+_PLURAL = {"playback idle.time/increment": "the idle.time and increment options of @app:playback"}
+#: Features issue 9 adds, by the name used in messages and test reasons.
+ISSUE_9 = ("join", "pattern", "sequence", "table", "named window", "trigger")
+
+
+def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
+    """(feature, node) for every use of something the engine cannot run yet."""
+    found: list[tuple[str, ast.Node]] = []
+    tables = {d.name for d in app.definitions if isinstance(d, ast.TableDefinition)}
+    windows = {d.name for d in app.definitions if isinstance(d, ast.WindowDefinition)}
+    for definition in app.definitions:
+        if isinstance(definition, ast.TableDefinition):
+            found.append(("table", definition))
+        elif isinstance(definition, ast.WindowDefinition):
+            found.append(("named window", definition))
+        elif isinstance(definition, ast.TriggerDefinition):
+            found.append(("trigger", definition))
+        elif isinstance(definition, ast.AggregationDefinition):
+            found.append(("incremental aggregation", definition))
+        elif isinstance(definition, ast.FunctionDefinition):
+            found.append(("script function", definition))
+    playback = app.annotation("app:playback")
+    if playback is not None and playback.elements:
+        found.append(("playback idle.time/increment", playback))
+    for query, _ in app.queries():
+        source = query.input
+        if isinstance(source, ast.JoinInput):
+            found.append(("join", source))
+        elif isinstance(source, ast.StateInput):
+            found.append((source.kind, source))
+        for stream in query.input_streams():
+            if stream.stream in tables:
+                found.append(("table", stream))
+            elif stream.stream in windows:
+                found.append(("named window", stream))
+        if not isinstance(query.output, (ast.InsertInto, ast.Return)) or query.target in tables:
+            found.append(("table", query.output))
+        elif query.target in windows:
+            found.append(("named window", query.output))
+        for node in _walk(query):
+            if isinstance(node, ast.In):
+                found.append(("table", node))
+    return found
+
+
+def _walk(node):
+    yield node
+    for field in dataclasses.fields(node):
+        value = getattr(node, field.name)
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, ast.Node):
+                yield from _walk(item)
+
+
+def check_supported(app: ast.App) -> None:
+    """Raise one SiddhiQLError listing every feature of `app` the engine cannot run yet."""
+    errors = []
+    for feature, node in unsupported_features(app):
+        later = " yet (issue 9)" if feature in ISSUE_9 else ""
+        errors.append(app_error(f"{_PLURAL.get(feature, feature + 's')} are not supported by the engine{later}", node))
+    if errors:
+        raise SiddhiQLError.combine(errors)

@@ -1,0 +1,135 @@
+"""What every window shares: parameter checking, its clock and timers, held events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from sp_dagster.engine.clock import Clock, Scheduler
+from sp_dagster.engine.errors import app_error
+from sp_dagster.engine.events import TIMER, StreamEvent
+from sp_dagster.engine.expressions import Executor
+from sp_dagster.engine.processors import Processor
+from sp_dagster.engine.schema import Schema
+from sp_dagster.siddhi import ast
+
+
+@dataclass
+class WindowContext:
+    """What a window instance is given: the clock, its query's scheduler, what the output wants."""
+
+    clock: Clock
+    scheduler: Scheduler | None
+    expects_expired: bool
+    node: ast.Window
+    schema: Schema
+
+
+@dataclass
+class Param:
+    """One window argument: its AST node and compiled executor."""
+
+    node: ast.Expression
+    executor: Executor
+
+
+class WindowProcessor(Processor):
+    """Base of the windows. `mode` is Siddhi's processing mode: slide, batch or group."""
+
+    name = ""
+    mode = "slide"
+    uses_timers = False
+
+    def __init__(self, params: list[Param], context: WindowContext):
+        self.params = params
+        self.context = context
+        self.clock = context.clock
+        self.expects_expired = context.expects_expired
+        self.timers = context.scheduler.queue(self.on_timer) if self.uses_timers else None
+        self.configure()
+
+    def configure(self) -> None:
+        """Read and check the parameters (raise app errors)."""
+
+    # -- parameter helpers
+
+    def error(self, message: str, index: int | None = None):
+        """A load error at the window, or at its parameter `index`."""
+        node = self.params[index].node if index is not None and index < len(self.params) else self.context.node
+        return app_error(f"{self.name} window: {message}", node)
+
+    def arity(self, *allowed: int) -> None:
+        """Check the number of parameters."""
+        if len(self.params) not in allowed:
+            wanted = " or ".join(str(n) for n in allowed)
+            raise self.error(f"takes {wanted} parameter(s), but found {len(self.params)}")
+
+    def constant(self, index: int, types: tuple[str, ...], what: str):
+        """The constant value of parameter `index`, which must have one of `types`."""
+        param = self.params[index]
+        if not param.executor.constant:
+            raise self.error(f"{what} must be a constant", index)
+        if param.executor.type not in types:
+            raise self.error(f"{what} must be {' or '.join(types)}, but found {param.executor.type}", index)
+        return param.executor.value
+
+    def duration(self, index: int, what: str) -> int:
+        """A time parameter: an int or long constant, or a time literal (ms)."""
+        return self.constant(index, ("int", "long"), what)
+
+    def attribute(self, index: int, types: tuple[str, ...], what: str) -> Executor:
+        """A parameter that must be a stream attribute of one of `types`."""
+        param = self.params[index]
+        if not isinstance(param.node, ast.Variable):
+            raise self.error(f"{what} must be a stream attribute", index)
+        if param.executor.type not in types:
+            raise self.error(f"{what} must be of type {' or '.join(types)}, but found {param.executor.type}", index)
+        return param.executor
+
+    # -- runtime
+
+    def on_timer(self, when: int) -> None:
+        """A scheduled time has come: process a TIMER event."""
+        self.process([StreamEvent(when, None, TIMER)])
+
+    def held(self) -> Iterable[StreamEvent]:
+        """The events the window holds now (what joins and named windows look into)."""
+        return ()
+
+    def forward(self, chunk: list[StreamEvent]) -> None:
+        """Pass a non-empty chunk on."""
+        if chunk:
+            self.next.process(chunk)
+
+    def snapshot(self):
+        state = self.dump()
+        if self.timers is not None:
+            state = {"window": state, "timers": self.timers.snapshot()}
+        return state
+
+    def restore(self, state) -> None:
+        if self.timers is not None:
+            self.timers.restore(state["timers"])
+            state = state["window"]
+        self.load(state)
+
+    def dump(self):
+        """The window's own plain-data state."""
+        return None
+
+    def load(self, state) -> None:
+        """Inverse of dump()."""
+
+    def stop(self) -> None:
+        if self.timers is not None:
+            self.timers.scheduler.discard(self.timers)
+
+
+def dump_events(events: Iterable[StreamEvent] | None):
+    """Events as plain data (None stays None)."""
+    return None if events is None else [e.dump() for e in events]
+
+
+def load_events(state) -> list[StreamEvent] | None:
+    """Inverse of dump_events()."""
+    return None if state is None else [StreamEvent.load(s) for s in state]
