@@ -12,7 +12,7 @@ line, column, a caret-marked excerpt and one sentence.
 """
 
 from sp_dagster.siddhi import ast
-from sp_dagster.siddhi.analysis import Analysis, analyze
+from sp_dagster.siddhi.analysis import Analysis, analyze, check_on_demand_query
 from sp_dagster.siddhi.errors import SiddhiQLError
 from sp_dagster.siddhi.parser import parse, parse_expression, parse_on_demand_query
 from sp_dagster.siddhi.render import render, render_expression, render_on_demand_query
@@ -22,6 +22,7 @@ __all__ = [
     "Analysis",
     "SiddhiQLError",
     "analyze",
+    "check_on_demand_query",
     "ast",
     "load",
     "load_file",

@@ -9,7 +9,7 @@ later query defines, as long as the dependencies have no cycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.errors import SiddhiQLError
@@ -76,10 +76,18 @@ def analyze(app: ast.App) -> Analysis:
     return analyzer.result
 
 
+def check_on_demand_query(query: ast.OnDemandQuery, analysis: Analysis) -> tuple[Attributes | None, list[SiddhiQLError]]:
+    """The attributes an on-demand query returns when run against an analysed app, and its errors."""
+    analyzer = _Analyzer(analysis.app, replace(analysis, errors=[]))
+    analyzer.checker.tables = {name: t.attributes for name, t in analysis.tables.items()}
+    outputs = analyzer.on_demand(query)
+    return outputs, sorted(analyzer.result.errors, key=lambda e: (e.line, e.column))
+
+
 class _Analyzer:
-    def __init__(self, app: ast.App) -> None:
+    def __init__(self, app: ast.App, result: Analysis | None = None) -> None:
         self.app = app
-        self.result = Analysis(app)
+        self.result = result or Analysis(app)
         self.checker = ExpressionChecker(self.report, {})
         self.reported: set[tuple[int, int, str]] = set()
         self.uninferred: set[str] = set()  # streams whose defining query had errors
@@ -472,6 +480,41 @@ class _Analyzer:
             if target.stream != table.name or table.attribute(target.name) is None:
                 self.report(f"'set' must assign an attribute of '{table.name}', such as {table.name}.{table.attributes[0].name}.", target)
             self.checker.check(assignment.value, scope)
+
+    # ------------------------------------------------------------------ on-demand queries
+
+    def on_demand(self, query: ast.OnDemandQuery) -> Attributes | None:
+        """Check an on-demand query; the attributes it returns (None: unknown or nothing)."""
+        selector = query.selector or ast.Selector()
+        if query.input is None:
+            outputs = self._selection(selector, Scope(), ())
+            if isinstance(query.output, ast.InsertInto):
+                self._insert_rows(query.output, outputs)
+            elif query.output is not None:
+                self._modify(query.output, outputs)
+            return None
+        store = query.input
+        attributes = self.result.attributes(store.store)
+        is_stored = store.store in self.result.tables or store.store in self.result.windows
+        if attributes is None or not (is_stored or store.store in self.result.aggregations):
+            self.report(f"'{store.store}' is not a table, window or aggregation of this app.", store)
+            return None
+        source = Source(frozenset({store.store} | ({store.alias} if store.alias else set())), attributes, label=store.alias or store.store)
+        scope = Scope((source,), source)
+        if store.on is not None:
+            self._condition(store.on, scope, "An 'on'")
+        if (store.within or store.per is not None) and store.store not in self.result.aggregations:
+            self.report("'within' and 'per' can only be used on an aggregation.", store)
+        for expression in store.within + ((store.per,) if store.per is not None else ()):
+            self.checker.check(expression, scope)
+        return self._selection(selector, scope, attributes)
+
+    def _insert_rows(self, output: ast.InsertInto, outputs: Attributes | None) -> None:
+        table = self.result.tables.get(output.target)
+        if table is None:
+            self.report(f"'{output.target}' is not a table; on-demand queries insert into tables.", output)
+        else:
+            self._matches(outputs, table.attributes, f"table '{table.name}'", output)
 
     # ------------------------------------------------------------------ partitions
 

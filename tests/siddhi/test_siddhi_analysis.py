@@ -99,3 +99,32 @@ def test_join_select_star_concatenates_both_sides():
         "from A#window.length(1) join B#window.length(1) on A.id == B.key select * insert into Out;"
     )
     assert signature(analysis.attributes("Out")) == [("id", "string"), ("x", "int"), ("key", "string"), ("y", "float")]
+
+
+ON_DEMAND_APP = (
+    "define stream S (symbol string, price float, ts long);\n"
+    "define table T (symbol string, price float);\n"
+    "define aggregation A from S select symbol, sum(price) as total group by symbol aggregate by ts every sec ... min;\n"
+)
+
+
+def test_on_demand_queries_are_checked_against_the_app():
+    from sp_dagster.siddhi import check_on_demand_query, parse_on_demand_query
+
+    _, analysis = load_with_analysis(ON_DEMAND_APP)
+
+    def outcome(text):
+        outputs, errors = check_on_demand_query(parse_on_demand_query(text), analysis)
+        return (signature(outputs) if outputs else outputs), [(e.column, e.message) for e in errors]
+
+    assert outcome("from T on price > 10 select symbol") == ([("symbol", "string")], [])
+    assert outcome("from T select *") == ([("symbol", "string"), ("price", "float")], [])
+    assert outcome("from A within 0L, 1000L per 'seconds' select symbol, total") == ([("symbol", "string"), ("total", "double")], [])
+    assert outcome("select 'x' as symbol, 1f as price insert into T") == (None, [])
+    assert outcome("delete T on T.symbol == 'x'") == (None, [])
+    assert outcome("from S select symbol") == (None, [(6, "'S' is not a table, window or aggregation of this app.")])
+    assert outcome("from T on nope > 1 select symbol") == ([("symbol", "string")], [(11, "No input of this query has an attribute 'nope'.")])
+    assert outcome("from T within 0L, 1L per 'seconds' select symbol")[1] == [(6, "'within' and 'per' can only be used on an aggregation.")]
+    assert outcome("select 'x' as symbol insert into T")[1] == [
+        (35, "The query outputs (symbol string) but table 'T' has (symbol string, price float).")
+    ]
