@@ -18,7 +18,8 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, update
 
 from sp_dagster.cluster.db import ControlPlane, db_now_ms
-from sp_dagster.cluster.schema import assignments, deployments
+from sp_dagster.cluster.membership import ALIVE
+from sp_dagster.cluster.schema import assignments, deployments, nodes
 from sp_dagster.cluster.schema import instances as instance_table
 from sp_dagster.cluster.store.events import record_event
 from sp_dagster.errors import ControlPlaneError
@@ -266,11 +267,16 @@ def report_instance_status(
 
     def work() -> bool:
         with plane.transaction() as conn:
+            # Assigned to this incarnation, and that incarnation is still the node's live one.
             mine = conn.execute(
-                select(assignments.c.instance_id).where(
+                select(assignments.c.instance_id)
+                .select_from(assignments.join(nodes, nodes.c.node_id == assignments.c.node_id))
+                .where(
                     assignments.c.instance_id == instance_id,
                     assignments.c.node_id == node_id,
                     assignments.c.node_incarnation == incarnation,
+                    nodes.c.incarnation == incarnation,
+                    nodes.c.state == ALIVE,
                 )
             ).first()
             if mine is None:

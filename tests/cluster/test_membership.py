@@ -1,0 +1,70 @@
+"""Resource nodes: registration, incarnations, heartbeats, death and leaving."""
+
+from __future__ import annotations
+
+import time
+
+from sp_dagster.cluster.election import Elector, fenced
+from sp_dagster.cluster.membership import (
+    ALIVE,
+    DEAD,
+    LEFT,
+    declare_dead_nodes,
+    deregister_node,
+    heartbeat,
+    list_nodes,
+    register_node,
+)
+
+
+def node(plane, node_id):
+    return {n.node_id: n for n in list_nodes(plane)}[node_id]
+
+
+def test_registration_counts_incarnations_and_refuses_the_old_one(plane):
+    assert register_node(plane, "w1", address="h:1", metrics={"cpu": 0.5}) == 1
+    first = node(plane, "w1")
+    assert (first.role, first.state, first.address, first.metrics) == ("worker", ALIVE, "h:1", {"cpu": 0.5})
+    assert register_node(plane, "w1", receiver=True) == 2
+    assert node(plane, "w1").receiver
+    stale = heartbeat(plane, "w1", 1)
+    assert not stale.accepted
+    assert stale.reason == "node 'w1' incarnation 1 was superseded by incarnation 2"
+    assert heartbeat(plane, "w1", 2).accepted
+
+
+def test_heartbeat_moves_the_database_timestamp_and_reports_the_leader(plane):
+    register_node(plane, "w1")
+    before = node(plane, "w1").last_heartbeat
+    reply = heartbeat(plane, "w1", 1, metrics={"load": 2})
+    assert reply.accepted and reply.leader is None and not reply.leader_alive
+    time.sleep(0.02)
+    Elector(plane, "sp", "m1", lease_ms=5000, node_heartbeat_ms=700, node_max_retry=3).tick()
+    reply = heartbeat(plane, "w1", 1)
+    assert reply.leader_alive and reply.leader.holder == "m1"
+    assert (reply.leader.node_heartbeat_ms, reply.leader.node_max_retry) == (700, 3)
+    after = node(plane, "w1")
+    assert after.last_heartbeat > before and after.metrics == {"load": 2}
+
+
+def test_silent_nodes_are_declared_dead_and_must_register_again(plane):
+    register_node(plane, "w1")
+    register_node(plane, "w2")
+    lead = Elector(plane, "sp", "m1", lease_ms=5000).tick()
+    time.sleep(0.3)
+    assert heartbeat(plane, "w2", 1).accepted
+    with fenced(plane, lead) as fence:
+        assert declare_dead_nodes(fence, max_age_ms=200) == ["w1"]
+    assert node(plane, "w1").state == DEAD and node(plane, "w2").state == ALIVE
+    refused = heartbeat(plane, "w1", 1)
+    assert not refused.accepted and "declared dead by the leader" in refused.reason
+    assert register_node(plane, "w1") == 2 and node(plane, "w1").state == ALIVE
+
+
+def test_a_node_that_leaves_is_no_longer_alive(plane):
+    register_node(plane, "w1")
+    assert deregister_node(plane, "w1", 1)
+    assert node(plane, "w1").state == LEFT
+    assert not deregister_node(plane, "w1", 1)
+    assert heartbeat(plane, "w1", 1).reason == "node 'w1' is left"
+    assert heartbeat(plane, "nobody", 1).reason == "node 'nobody' is not registered"

@@ -1,0 +1,167 @@
+"""The leader's pass: placement, waiting, dead and restarted nodes, failover adoption, fencing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import select
+
+from sp_dagster.cluster.allocation import BalancedAllocation
+from sp_dagster.cluster.election import Elector, LeadershipLost
+from sp_dagster.cluster.membership import heartbeat, list_nodes, register_node
+from sp_dagster.cluster.reconcile import reconcile
+from sp_dagster.cluster.schema import assignments
+from sp_dagster.cluster.store.assignments import assignments_for
+from sp_dagster.cluster.store.deployments import InstanceSpec, get_deployment, list_instances, record_deployment
+from sp_dagster.cluster.store.events import recent_events
+
+
+def record(plane, app, groups):
+    """groups: {name: (parallel, receiver)}"""
+    instances = [
+        InstanceSpec(f"{app}-{g}-{i}", g, i, f"@App:name('{app}-{g}-{i}')", receiver=receiver)
+        for g, (parallel, receiver) in groups.items()
+        for i in range(1, parallel + 1)
+    ]
+    record_deployment(plane, app, content_hash="h", source="s", plan={}, instances=instances)
+
+
+def run(plane, leader, min_count=1, max_age_ms=60_000, rebalance=False):
+    return reconcile(
+        plane, leader, algorithm=BalancedAllocation(), min_resource_count=min_count, node_max_age_ms=max_age_ms, rebalance=rebalance
+    )
+
+
+def placement(plane, app=None):
+    return {i.instance_id: i.node_id for i in list_instances(plane, app)}
+
+
+def test_places_instances_with_the_term_and_workers_see_them(plane):
+    for w in ("w1", "w2"):
+        register_node(plane, w)
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (2, False)})
+    result = run(plane, leader)
+    assert result.term == 1 and result.seq is not None and len(result.assigned) == 2
+    assert set(placement(plane).values()) == {"w1", "w2"}
+    seen = assignments_for(plane, "w1", 1)
+    assert seen.term == 1 and seen.leader == "m1" and seen.leader_alive
+    assert len(seen.instances) == 1 and seen.instances[0].siddhi_app.startswith("@App:name(")
+    assert assignments_for(plane, "w1", 2).instances == ()  # another incarnation sees nothing
+    assert run(plane, leader).seq is None  # nothing changed: nothing written
+    kinds = [e.kind for e in recent_events(plane)]
+    assert kinds.count("assigned") == 2 and "elected" in kinds
+
+
+def test_waits_below_min_resource_count_with_the_reason(plane):
+    register_node(plane, "w1")
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (2, False)})
+    run(plane, leader, min_count=2)
+    deployment = get_deployment(plane, "app")
+    assert deployment.status == "waiting"
+    assert deployment.waiting_reason == "2 of 2 instances not placed (app-g-1: waiting for workers: 1 alive, minResourceCount is 2)"
+    register_node(plane, "w2")
+    run(plane, leader, min_count=2)
+    assert get_deployment(plane, "app").status == "placed" and get_deployment(plane, "app").waiting_reason is None
+
+
+def test_one_unplaceable_instance_leaves_its_app_partial_not_undeployed(plane):
+    register_node(plane, "w1")
+    register_node(plane, "r1", receiver=True)
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"passthrough": (2, True), "g": (2, False)})
+    run(plane, leader)
+    deployment = get_deployment(plane, "app")
+    assert deployment.status == "partial"
+    assert deployment.waiting_reason.startswith("1 of 4 instances not placed (app-passthrough-2: needs a receiver node")
+    assert placement(plane) == {"app-g-1": "w1", "app-g-2": "w1", "app-passthrough-1": "r1", "app-passthrough-2": None}
+
+
+def test_a_dead_nodes_instances_are_replaced_after_the_new_leaders_grace(plane):
+    for w in ("w1", "w2", "w3"):
+        register_node(plane, w)
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (3, False)})
+    run(plane, leader, max_age_ms=300)
+    on_w3 = [i for i, n in placement(plane).items() if n == "w3"]
+    assert len(on_w3) == 1
+    time.sleep(0.35)
+    for w in ("w1", "w2"):
+        heartbeat(plane, w, 1)
+    result = run(plane, leader, max_age_ms=300)
+    assert result.dead == ("w3",)
+    assert placement(plane)[on_w3[0]] in ("w1", "w2")
+    assert {n.node_id: n.state for n in list_nodes(plane)}["w3"] == "dead"
+
+
+def test_a_new_leader_gives_nodes_a_full_max_age_before_declaring_them_dead(plane):
+    register_node(plane, "w1")
+    time.sleep(0.35)  # w1 looks silent, e.g. after a database outage
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    assert run(plane, leader, max_age_ms=300).dead == ()
+    time.sleep(0.35)
+    assert run(plane, leader, max_age_ms=300).dead == ("w1",)
+
+
+def test_a_restarted_node_is_given_its_work_afresh(plane):
+    register_node(plane, "w1")
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (2, False)})
+    run(plane, leader)
+    assert register_node(plane, "w1") == 2  # restarted under the same id
+    assert assignments_for(plane, "w1", 2).instances == ()
+    result = run(plane, leader)
+    assert sorted(i for i, _, _ in result.assigned) == ["app-g-1", "app-g-2"]
+    assert len(assignments_for(plane, "w1", 2).instances) == 2
+    assert assignments_for(plane, "w1", 1).instances == ()
+
+
+def test_a_new_term_adopts_the_placement(plane):
+    register_node(plane, "w1")
+    first = Elector(plane, "sp", "m1", lease_ms=300)
+    leader = first.tick()
+    record(plane, "app", {"g": (2, False)})
+    run(plane, leader)
+    time.sleep(0.4)
+    second = Elector(plane, "sp", "m2", lease_ms=30_000).tick()
+    assert second.term == 2
+    seen = assignments_for(plane, "w1", 1)
+    assert seen.term == 2 and len(seen.instances) == 2 and {i.term for i in seen.instances} == {2}
+    with pytest.raises(LeadershipLost):
+        run(plane, leader)  # the old leader can write nothing any more
+    assert run(plane, second).seq is None
+
+
+def test_a_stale_leader_writes_nothing(plane):
+    register_node(plane, "w1")
+    leader = Elector(plane, "sp", "m1", lease_ms=300).tick()
+    time.sleep(0.4)
+    Elector(plane, "sp", "m2", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (2, False)})
+    with pytest.raises(LeadershipLost):
+        run(plane, leader)
+    with plane.transaction() as conn:
+        assert conn.execute(select(assignments)).all() == []
+
+
+def test_orphaned_assignments_are_removed(plane):
+    register_node(plane, "w1")
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    with plane.transaction() as conn:
+        conn.execute(assignments.insert().values(instance_id="gone-g-1", node_id="w1", node_incarnation=1, term=1, seq=1, assigned_at=0))
+    result = run(plane, leader)
+    assert result.unassigned == (("gone-g-1", "its deployment was removed"),)
+
+
+def test_rebalance_when_asked_moves_the_fewest(plane):
+    register_node(plane, "w1")
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"a": (2, False), "b": (2, False)})
+    run(plane, leader)
+    register_node(plane, "w2")
+    assert run(plane, leader).assigned == ()  # joining alone moves nothing
+    result = run(plane, leader, rebalance=True)
+    assert len(result.assigned) == 2 and all(previous == "w1" for _, _, previous in result.assigned)
+    assert sorted(placement(plane).values()) == ["w1", "w1", "w2", "w2"]
