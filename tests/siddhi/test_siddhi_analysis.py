@@ -126,5 +126,5 @@ def test_on_demand_queries_are_checked_against_the_app():
     assert outcome("from T on nope > 1 select symbol") == ([("symbol", "string")], [(11, "No input of this query has an attribute 'nope'.")])
     assert outcome("from T within 0L, 1L per 'seconds' select symbol")[1] == [(6, "'within' and 'per' can only be used on an aggregation.")]
     assert outcome("select 'x' as symbol insert into T")[1] == [
-        (35, "The query outputs (symbol string) but table 'T' has (symbol string, price float).")
+        (34, "The query outputs (symbol string) but table 'T' has (symbol string, price float).")
     ]
