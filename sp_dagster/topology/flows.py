@@ -131,8 +131,8 @@ def _wire(
                 others = ", ".join(e for e in emitters if e != name)
                 raise error_at(
                     choice.read.node,
-                    f"Unsupported: {stream} is consumed by execGroup {name}, which also publishes it, while {others} "
-                    f"publish it too, so {name} would read its own events back; give the streams different names",
+                    f"Unsupported: execGroup {name} both publishes {stream} and consumes it while other execGroups "
+                    f"({others}) publish it too, so it would read its own events back; give the streams different names",
                 )
             continue  # produced and consumed inside the group: it never leaves the instance
         remote[name] = choice
