@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from sp_dagster.engine import typeinfer
-from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, RESET
 from sp_dagster.engine.expressions import Executor
-from sp_dagster.engine.values import NUMERIC, java_float_to_int, wrap_long
+from sp_dagster.engine.values import java_float_to_int, wrap_long
 from sp_dagster.siddhi import ast
+from sp_dagster.siddhi.functions import AGGREGATORS as SPECS
 
 
 class AggregationContext:
@@ -51,19 +50,15 @@ class AggregationContext:
 
 
 class Aggregator:
-    """Base: one state object per group key, created on first use, dropped when empty."""
+    """Base: one state object per group key, created on first use, dropped when empty.
 
-    arity = 1
-    numeric_only = True
+    Argument counts and types were checked by the parser's validation; the output type is
+    the parser's (sp_dagster.siddhi.functions).
+    """
 
     def __init__(self, node: ast.FunctionCall, args: list[Executor], context: AggregationContext):
-        if len(args) != self.arity:
-            raise app_error(f"{node.name}() takes {self.arity} argument(s), but found {len(args)}", node)
-        arg_type = args[0].type if args else None
-        if self.numeric_only and arg_type not in NUMERIC:
-            raise app_error(f"{node.name}() needs a numeric argument, but found {arg_type}", node)
-        self.arg_type = arg_type
-        self.type = typeinfer.aggregator_type(node.name, arg_type)
+        self.arg_type = args[0].type if args else None
+        self.type = SPECS[node.name].returns([a.type for a in args], node.args)
         self.arg = args[0].row if args else None
         self.context = context
         self.states: dict = {}
@@ -267,13 +262,7 @@ class _Count(State):
 class Count(Aggregator):
     """count(): a long; 0 when empty."""
 
-    arity = 0
-    numeric_only = False
-
     def __init__(self, node, args, context):
-        if len(args) > 1:
-            raise app_error(f"count() takes at most 1 argument, but found {len(args)}", node)
-        self.arity = len(args)
         super().__init__(node, args, context)
         self.arg = None
 
@@ -314,8 +303,6 @@ class _DistinctCount(State):
 
 class DistinctCount(Aggregator):
     """distinctCount(x): how many distinct values (a long); 0 when empty."""
-
-    numeric_only = False
 
     def new_state(self):
         return _DistinctCount()
@@ -454,7 +441,7 @@ class _StdDev(State):
         self.sum += v
         self.mean = self.sum / self.count
         self.deviation += (v - old_mean) * (v - self.mean)
-        return math.sqrt(self.deviation / self.count)
+        return _sqrt(self.deviation / self.count)
 
     def remove(self, v):
         if v is None:
@@ -536,13 +523,7 @@ class _Logical(State):
 class And(Aggregator):
     """and(b): true when every value in the window is true (false when empty)."""
 
-    numeric_only = False
     conjunction = True
-
-    def __init__(self, node, args, context):
-        super().__init__(node, args, context)
-        if self.arg_type != "bool":
-            raise app_error(f"{node.name}() needs a bool argument, but found {self.arg_type}", node)
 
     def new_state(self):
         return _Logical(self.conjunction)

@@ -1,6 +1,8 @@
 """Compile SiddhiQL expressions into executors with Java's semantics.
 
-An Executor evaluates one expression. `row(event)` works on one StreamEvent and is always
+Apps reach the compiler validated by sp_dagster.siddhi (names and types are right), so the
+compiler only decides how to compute, with the parser's type rules. An Executor evaluates one
+expression. `row(event)` works on one StreamEvent and is always
 there; `arrow(chunk)` evaluates a whole ArrowChunk with pyarrow.compute and is there only
 where the vectorised form is exactly equal to the row form (otherwise None, and the query
 runs row by row). Names are resolved by a Scope, so the same compiler serves plain
@@ -15,7 +17,6 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sp_dagster.engine import typeinfer
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.values import (
@@ -29,6 +30,7 @@ from sp_dagster.engine.values import (
     wrap_long,
 )
 from sp_dagster.siddhi import ast
+from sp_dagster.siddhi.types import widest
 
 Row = Callable[[Any], Any]
 Vector = Callable[[Any], Any]
@@ -111,7 +113,8 @@ class OutputScope(Scope):
 
 def attribute(index: int, kind: str) -> Executor:
     """The executor reading attribute `index` of the input data."""
-    return Executor(kind, lambda e: e.data[index], lambda c: c.batch.column(index))
+    vector = (lambda c: c.batch.column(index)) if kind in ARROW_TYPES else None
+    return Executor(kind, lambda e: e.data[index], vector)
 
 
 # --------------------------------------------------------------------------- compiler
@@ -138,7 +141,6 @@ def compile_expression(node: ast.Expression, scope: Scope) -> Executor:
         return result
     if isinstance(node, ast.Not):
         operand = compile_expression(node.operand, scope)
-        _require_bool(operand, node, "not")
         result = _not(operand)
         result.aggregators = operand.aggregators
         return result
@@ -170,11 +172,6 @@ def _is_stream_ref(node: ast.Variable, scope: Scope) -> bool:
 
 def _constant(node: ast.Constant) -> Executor:
     return constant(coerce(node.value, node.type), node.type)
-
-
-def _require_bool(executor: Executor, node: ast.Node, what: str) -> None:
-    if executor.type != "bool":
-        raise app_error(f"'{what}' needs a bool operand, but found {executor.type}", node)
 
 
 # --------------------------------------------------------------------------- arithmetic
@@ -227,11 +224,7 @@ _ARROW_OPS = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 
 
 def _arithmetic(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor:
-    kind = typeinfer.arithmetic_type(node.op, left.type, right.type)
-    if kind is None:
-        raise app_error(
-            f"'{node.op}' needs numeric operands, but found {left.type} and {right.type}", node
-        )
+    kind = widest(left.type, right.type)
     op = _numeric_op(node.op, kind)
     lconv, rconv = converter(left.type, kind), converter(right.type, kind)
     lrow, rrow = left.row, right.row
@@ -302,11 +295,9 @@ _ARROW_COMPARE = {
 
 
 def _compare(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor:
-    if not typeinfer.comparable(node.op, left.type, right.type):
-        raise app_error(f"cannot compare {left.type} with {right.type} using '{node.op}'", node)
     test = _PY_COMPARE[node.op]
-    if left.type in NUMERIC:
-        kind = typeinfer.widest(left.type, right.type)
+    if left.type in NUMERIC and right.type in NUMERIC:
+        kind = widest(left.type, right.type)
         lc = converter(left.type, kind) or (lambda v: v)
         rc = converter(right.type, kind) or (lambda v: v)
     else:
@@ -342,8 +333,6 @@ def _compare(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor:
 
 
 def _logical(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor:
-    _require_bool(left, node.left, node.op)
-    _require_bool(right, node.right, node.op)
     lrow, rrow = left.row, right.row
     if node.op == "and":
         row = lambda e: lrow(e) is True and rrow(e) is True  # noqa: E731

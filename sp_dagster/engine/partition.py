@@ -131,10 +131,7 @@ def _key_executors(key, scope) -> list:
         return [lambda e: None if (v := row(e)) is None else java_str(v, kind)]
     functions = []
     for condition in key.ranges:
-        executor = compile_expression(condition.condition, scope)
-        if executor.type != "bool":
-            raise app_error(f"a range partition needs a bool condition, but found {executor.type}", condition)
-        test, label = executor.row, condition.label
+        test, label = compile_expression(condition.condition, scope).row, condition.label
         functions.append(lambda e, test=test, label=label: label if test(e) is True else None)
     return functions
 

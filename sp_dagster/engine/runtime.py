@@ -30,7 +30,7 @@ from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.support import check_supported
 from sp_dagster.engine.values import f32
-from sp_dagster.siddhi import SiddhiQLError, ast, parse
+from sp_dagster.siddhi import SiddhiQLError, ast, parse, validate
 
 SNAPSHOT_VERSION = 1
 
@@ -42,6 +42,9 @@ class AppRuntime:
         text = app if isinstance(app, str) else None
         try:
             self.app = parse(app, source) if isinstance(app, str) else app
+            errors = validate(self.app)
+            if errors:
+                raise SiddhiQLError.combine(errors)
             check_supported(self.app)
             self.clock = clock or (PlaybackClock() if self.app.playback else WallClock())
             self.context = AppContext(self.app, self.clock)

@@ -48,12 +48,7 @@ class Selector(Processor):
         else:
             self.executors, names = [], []
             for attribute in selector.attributes:
-                name = attribute.name
-                if name is None:
-                    raise app_error("give this expression a name with 'as'", attribute.expression)
-                if name in names:
-                    raise app_error(f"output attribute '{name}' is selected twice", attribute)
-                names.append(name)
+                names.append(attribute.name)
                 self.executors.append(compile_expression(attribute.expression, scope))
         self.output_schema = Schema(tuple(names), tuple(e.type for e in self.executors))
         scope.aggregation = None  # group by keys cannot aggregate
@@ -62,10 +57,7 @@ class Selector(Processor):
         output_scope = OutputScope(self.output_schema, scope, self.aggregation)
         self.having = None
         if selector.having is not None:
-            having = compile_expression(selector.having, output_scope)
-            if having.type != "bool":
-                raise app_error(f"having needs a bool condition, but found {having.type}", selector.having)
-            self.having = having.row
+            self.having = compile_expression(selector.having, output_scope).row
         self.order_by = []
         for order in selector.order_by:
             index = self.output_schema.index(order.variable.name)
