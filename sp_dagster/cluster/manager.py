@@ -181,9 +181,12 @@ class Manager:
 
     def shutdown(self) -> None:
         """Resign the lease (best effort) and close the journal."""
-        try:
-            self.elector.resign()
-        except Exception as exc:  # the database may be gone; the lease then simply expires
-            log.warning("could not resign cleanly (%s); the lease expires in %d ms", exc, self.lease_ms)
+        if self.connectivity.down:
+            log.info("manager %s stops without resigning: the control plane is unreachable", self.node_id)
+        else:
+            try:
+                self.elector.resign()
+            except Exception as exc:  # the database went away just now; the lease then simply expires
+                log.warning("manager %s could not resign (%s); its lease expires in %d ms", self.node_id, short_reason(exc), self.lease_ms)
         self.journal.close()
         self.plane.close()

@@ -1,0 +1,56 @@
+"""Helpers of the control-plane tests: waiting for a condition, workers that heartbeat in a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sp_dagster.cluster.fencing import NodeSession
+
+
+def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Workers:
+    """Resource nodes that heartbeat from a background thread (stand-ins for worker processes)."""
+
+    def __init__(self, plane, node_ids, interval_ms: int = 100, max_retry: int = 3, leader_retry_ms: int = 60_000):
+        self.sessions = {
+            n: NodeSession(plane, n, heartbeat_interval_ms=interval_ms, heartbeat_max_retry=max_retry, leader_retry_interval_ms=leader_retry_ms)
+            for n in node_ids
+        }
+        self.silent: set[str] = set()
+        self.interval = interval_ms / 1000
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Workers":
+        for session in self.sessions.values():
+            session.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for node_id, session in list(self.sessions.items()):
+                if node_id in self.silent:
+                    continue
+                if session.fenced:
+                    session.acknowledge_fence()  # a stand-in has nothing to stop
+                session.beat()
+
+    def instances(self, node_id: str) -> list[str]:
+        """The instance ids the node currently sees assigned to it."""
+        return [i.instance_id for i in self.sessions[node_id].assignments().instances]
