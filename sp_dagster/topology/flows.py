@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sp_dagster.siddhi import ast
-from sp_dagster.topology.analysis import INFERRED, Catalog
+from sp_dagster.topology.analysis import Catalog
 from sp_dagster.topology.errors import error_at
 from sp_dagster.topology.grouping import GroupSpec
 from sp_dagster.topology.model import (
@@ -104,84 +104,82 @@ def _wire(
     catalog: Catalog,
     flows: Flows,
 ) -> None:
-    definition = catalog.stream(stream)
-    sources = definition.annotations_named("source") if definition is not None else ()
-    if readers and not producers and catalog.kind(stream) == INFERRED:
-        raise error_at(next(iter(readers.values())).read.node, f"Stream {stream} is not defined")
-    passthroughs: list[GroupSpec] = []
-    host = None
-    if sources and readers:
-        wanted = max(source_parallelism(source) for source in sources)
-        if len(readers) > 1 or wanted > 1 or any(parallelism[name] > 1 for name in readers):
-            passthroughs = _source_passthroughs(app_name, stream, sources, catalog)
-        else:
-            host = next(iter(readers))
-            flows.source_hosts[stream] = host
+    passthroughs = _receive_user_sources(app_name, stream, readers, parallelism, catalog, flows)
     emitters = producers + [group.name for group in passthroughs]
-    entry = bool(readers) and not sources and not producers
-    flows.emitters[stream] = emitters
+    entry = bool(readers) and not producers and not passthroughs and stream not in flows.source_hosts
+    remote = _remote_readers(stream, readers, producers, emitters)
 
     keyed: dict[str, int] = {}
     round_robin = 0
-    unkeyed = entry
-    remote: dict[str, Choice] = {}
-    for name, choice in readers.items():
-        if name in producers:
-            if len(emitters) > 1:
-                others = ", ".join(e for e in emitters if e != name)
-                raise error_at(
-                    choice.read.node,
-                    f"Unsupported: execGroup {name} both publishes {stream} and consumes it while other execGroups "
-                    f"({others}) publish it too, so it would read its own events back; give the streams different names",
-                )
-            continue  # produced and consumed inside the group: it never leaves the instance
-        remote[name] = choice
-        if choice.strategy == FIELD_GROUPING:
-            keyed[choice.key] = max(keyed.get(choice.key, 0), parallelism[name])
-        else:
-            unkeyed = unkeyed or bool(emitters)
-            if choice.strategy == ROUND_ROBIN:
-                round_robin = max(round_robin, parallelism[name])
-
-    unkeyed_topic = topic_name(app_name, stream) if unkeyed else None
-    # Broadcast readers read every partition, so only round-robin readers need more than one;
-    # a single partition keeps the stream in order for the broadcast readers.
-    unkeyed_partitions = round_robin or 1
-    if unkeyed_topic:
-        flows.add_topic(TopicSpec(unkeyed_topic, unkeyed_partitions, stream, None, ENTRY if entry else INTERNAL))
-    keyed_topics = {key: topic_name(app_name, stream, key) for key in keyed}
-    for key, partitions in keyed.items():
-        flows.add_topic(TopicSpec(keyed_topics[key], partitions, stream, key))
-    publications = [Publication(stream, FIELD_GROUPING, key, keyed_topics[key], keyed[key]) for key in sorted(keyed)]
-
-    if entry and keyed:  # users publish unkeyed: a passthrough routes the entry topic by key
-        router = _group(app_name, stream, "", 1, catalog, receiver=False)
-        passthroughs.append(router)
-        flows.subscribe(router.name, Subscription(stream, ALL, None, unkeyed_topic))
-        flows.publications.setdefault(router.name, []).extend(publications)
-        emitters = flows.emitters[stream] = [router.name]
-    elif emitters and unkeyed_topic:
-        strategy = ROUND_ROBIN if round_robin else ALL
-        publications.insert(0, Publication(stream, strategy, None, unkeyed_topic, unkeyed_partitions))
-        for emitter in emitters:
-            flows.publications.setdefault(emitter, []).extend(publications)
-    else:
-        for emitter in emitters:
-            flows.publications.setdefault(emitter, []).extend(publications)
-    for passthrough in passthroughs:
-        if passthrough.source is not None:
-            flows.subscribe(passthrough.name, Subscription(stream, ALL))
-    flows.passthroughs.extend(passthroughs)
-
     for name, choice in remote.items():
         if choice.strategy == FIELD_GROUPING:
-            topic = keyed_topics[choice.key]
-        else:
-            topic = unkeyed_topic if (emitters or entry) else None
+            keyed[choice.key] = max(keyed.get(choice.key, 0), parallelism[name])
+        elif choice.strategy == ROUND_ROBIN:
+            round_robin = max(round_robin, parallelism[name])
+    unkeyed = entry or (bool(emitters) and any(c.strategy != FIELD_GROUPING for c in remote.values()))
+    unkeyed_topic = topic_name(app_name, stream) if unkeyed else None
+    keyed_topics = {key: topic_name(app_name, stream, key) for key in sorted(keyed)}
+
+    # Broadcast readers read every partition, so only round-robin readers need more than one;
+    # a single partition keeps the stream in order for the broadcast readers.
+    if unkeyed_topic:
+        flows.add_topic(TopicSpec(unkeyed_topic, round_robin or 1, stream, None, ENTRY if entry else INTERNAL))
+    for key, topic in keyed_topics.items():
+        flows.add_topic(TopicSpec(topic, keyed[key], stream, key))
+    publications = [Publication(stream, FIELD_GROUPING, key, topic, keyed[key]) for key, topic in keyed_topics.items()]
+    if unkeyed_topic and not entry:
+        publications.insert(0, Publication(stream, ROUND_ROBIN if round_robin else ALL, None, unkeyed_topic, round_robin or 1))
+    if entry and keyed:  # users publish unkeyed: a passthrough routes the entry topic by key
+        router = _group(app_name, stream, "", 1, catalog, receiver=False)
+        flows.subscribe(router.name, Subscription(stream, ALL, None, unkeyed_topic))
+        passthroughs.append(router)
+        emitters = [router.name]
+    flows.emitters[stream] = emitters
+    flows.passthroughs.extend(passthroughs)
+    for emitter in emitters:
+        flows.publications.setdefault(emitter, []).extend(publications)
+
+    for name, choice in remote.items():
+        topic = keyed_topics[choice.key] if choice.strategy == FIELD_GROUPING else unkeyed_topic
         flows.subscribe(name, Subscription(stream, choice.strategy, choice.key, topic))
-        if topic is not None and not (entry and topic == unkeyed_topic):
+        if topic is not None and topic != (unkeyed_topic if entry else None):
             for emitter in emitters:
                 flows.edges.setdefault(emitter, {}).setdefault(name, (stream, choice.read.node))
+
+
+def _receive_user_sources(
+    app_name: str, stream: str, readers: dict[str, Choice], parallelism: dict[str, int], catalog: Catalog, flows: Flows
+) -> list[GroupSpec]:
+    """Passthroughs for a user-source stream read in parallel or by several groups; otherwise
+    the single parallel-1 reader keeps the source (recorded as the stream's host)."""
+    definition = catalog.stream(stream)
+    sources = definition.annotations_named("source") if definition is not None else ()
+    if not sources or not readers:
+        return []
+    wanted = max(source_parallelism(source) for source in sources)
+    if len(readers) == 1 and wanted == 1 and all(parallelism[name] == 1 for name in readers):
+        flows.source_hosts[stream] = next(iter(readers))
+        return []
+    passthroughs = _source_passthroughs(app_name, stream, sources, catalog)
+    for passthrough in passthroughs:
+        flows.subscribe(passthrough.name, Subscription(stream, ALL))
+    return passthroughs
+
+
+def _remote_readers(stream: str, readers: dict[str, Choice], producers: list[str], emitters: list[str]) -> dict[str, Choice]:
+    """The readers that receive the stream from a topic (a producer reads its own output locally)."""
+    remote = {}
+    for name, choice in readers.items():
+        if name not in producers:
+            remote[name] = choice
+        elif len(emitters) > 1:
+            others = ", ".join(e for e in emitters if e != name)
+            raise error_at(
+                choice.read.node,
+                f"Unsupported: execGroup {name} both publishes {stream} and consumes it while other execGroups "
+                f"({others}) publish it too, so it would read its own events back; give the streams different names",
+            )
+    return remote
 
 
 def _source_passthroughs(app_name: str, stream: str, sources: tuple[ast.Annotation, ...], catalog: Catalog) -> list[GroupSpec]:
