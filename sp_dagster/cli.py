@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "sp_dagster.siddhi.commands",
     "sp_dagster.cluster.commands",
     "sp_dagster.topology.commands",
+    "sp_dagster.engine.commands",
 )
 
 

@@ -111,17 +111,22 @@ def _key(key):
 
 
 class State:
-    """Base of aggregator states: plain attributes, dumped in __slots__ order."""
+    """Base of aggregator states: plain attributes, dumped in __slots__ order (bases first)."""
 
     __slots__ = ()
 
+    @classmethod
+    def fields(cls) -> list[str]:
+        """Every slot of this class and its bases."""
+        return [name for klass in reversed(cls.__mro__) for name in getattr(klass, "__slots__", ())]
+
     def dump(self) -> list:
         """Plain-data form of this state."""
-        return [_plain(getattr(self, name)) for name in self.__slots__]
+        return [_plain(getattr(self, name)) for name in self.fields()]
 
     def load(self, values: list) -> None:
         """Inverse of dump()."""
-        for name, value in zip(self.__slots__, values):
+        for name, value in zip(self.fields(), values):
             setattr(self, name, value)
 
 

@@ -17,9 +17,10 @@ from typing import Any, Iterator
 
 from sp_dagster.engine.errors import EngineError
 from sp_dagster.engine.runtime import AppRuntime
+from sp_dagster.engine.support import ISSUE_9, unsupported_features
 from sp_dagster.engine.values import coerce, f32, java_class
 from sp_dagster.errors import SpDagsterError
-from sp_dagster.siddhi import SiddhiQLError
+from sp_dagster.siddhi import SiddhiQLError, parse
 
 
 @dataclass
@@ -103,27 +104,50 @@ class _Recorder:
             self.in_events.append(list(event.data))
 
 
-def replay(case: Case) -> tuple[_Recorder, list[str]]:
-    """Run one case; return what the observer saw and the output attribute types."""
-    runtime = AppRuntime(case.app)
-    try:
-        kind, _, name = case.expected["callback"].partition(":")
-        recorder = _Recorder()
+def replay(case: Case, restore_at: int | None = None) -> tuple[_Recorder, list[str]]:
+    """Run one case; return what the observer saw and the output attribute types.
+
+    With `restore_at`, the runtime is snapshotted before input `restore_at` is sent, shut
+    down, and a fresh runtime restored from the snapshot receives the rest.
+    """
+    recorder = _Recorder()
+    kind, _, name = case.expected["callback"].partition(":")
+
+    def start() -> tuple[AppRuntime, list[str]]:
+        runtime = AppRuntime(case.app)
         if kind == "query":
             runtime.add_query_callback(name, recorder.query)
-            types = list(runtime.query_schema(name).types)
-        else:
-            runtime.add_callback(name, recorder.stream)
-            types = list(runtime.schema(name).types)
-        for event in case.inputs:
+            return runtime, list(runtime.query_schema(name).types)
+        runtime.add_callback(name, recorder.stream)
+        return runtime, list(runtime.schema(name).types)
+
+    runtime, types = start()
+    try:
+        for index, event in enumerate(case.inputs):
+            if index == restore_at:
+                state = runtime.snapshot()
+                runtime.shutdown()
+                runtime, types = start()
+                runtime.restore(state)
             schema = runtime.schema(event["stream"])
-            data = event["data"]
-            row = [coerce(value, kind) for value, kind in zip(data, schema.types)]
+            row = [coerce(value, kind) for value, kind in zip(event["data"], schema.types)]
             timestamp = event.get("timestamp")
             runtime.send(event["stream"], [row], None if timestamp is None else [timestamp])
     finally:
         runtime.shutdown()
     return recorder, types
+
+
+def deferred_feature(case: Case) -> str | None:
+    """The issue-9 feature a case needs (join, pattern, table, ...), from its category or app."""
+    family = case.category.split("-")[0]
+    if family in ISSUE_9:
+        return family
+    try:
+        app = parse(case.app)
+    except SiddhiQLError:
+        return None
+    return next((feature for feature, _ in unsupported_features(app) if feature in ISSUE_9), None)
 
 
 def column_types(rows: list[list], kinds: list[str]) -> list[str] | None:
@@ -183,10 +207,10 @@ def _compare_rows(what: str, actual: list, expected: list, types: list | None, o
     return diffs
 
 
-def run_case(case: Case) -> Outcome:
-    """Replay and compare one case."""
+def run_case(case: Case, restore_at: int | None = None) -> Outcome:
+    """Replay and compare one case (optionally through a snapshot and restore, see replay)."""
     try:
-        recorder, kinds = replay(case)
+        recorder, kinds = replay(case, restore_at)
     except SiddhiQLError as exc:
         return Outcome(case.id, False, error=f"app rejected: {exc}")
     except SpDagsterError as exc:
