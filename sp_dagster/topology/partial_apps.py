@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.render import render
 from sp_dagster.topology.analysis import AGGREGATION, FUNCTION, TABLE, TRIGGER, WINDOW, Catalog, is_persisted
-from sp_dagster.topology.errors import error_at
+from sp_dagster.topology.errors import TopologyError
 from sp_dagster.topology.flows import Flows, is_cluster_kafka
 from sp_dagster.topology.grouping import GroupSpec
 from sp_dagster.topology.model import ALL, FIELD_GROUPING, PartialApp, Publication, Subscription, TopicSpec
@@ -36,7 +36,6 @@ class Context:
     flows: Flows
     topics: dict[str, TopicSpec]
     producers: dict[str, list[str]]
-    owners: dict[str, str]  # aggregation -> the group that computes it
 
 
 def partial_apps(group: GroupSpec, context: Context) -> tuple[PartialApp, ...]:
@@ -137,9 +136,13 @@ def _aggregation_view(aggregation: ast.AggregationDefinition, group: GroupSpec, 
 
 def _attributes(stream: str, group: GroupSpec, context: Context) -> tuple[ast.AttributeDef, ...]:
     attributes = context.catalog.attributes(stream)
-    if attributes is None:
-        info = next((i for i in group.elements for item in (*i.reads, *i.writes) if item.name == stream), group.elements[0])
-        raise error_at(info.element, f"cannot work out the attributes of stream {stream}; define it with `define stream {stream} (...)`")
+    if attributes is None:  # the language's analysis could not infer them
+        where = next((item.node for i in group.elements for item in (*i.reads, *i.writes) if item.name == stream), None)
+        raise TopologyError(
+            f"cannot work out the attributes of stream {stream}; define it with `define stream {stream} (...)`",
+            getattr(where, "line", 0),
+            getattr(where, "column", 0),
+        )
     return tuple(ast.AttributeDef(a.name, a.type) for a in attributes)
 
 
@@ -166,7 +169,7 @@ def _rename_stream(node, old: str, new: str):
 def _passthrough_elements(group: GroupSpec, index: int, instance: str, context: Context) -> list[ast.Element]:
     """`define stream passthroughS` fed by the user @source (or the entry topic), published as S."""
     stream = group.stream
-    attributes = _attributes_of_defined(stream, group, context)
+    attributes = _attributes(stream, group, context)
     inner = f"{_PASSTHROUGH_PREFIX}{stream}"
     subscription = context.flows.subscriptions[group.name][stream]
     if group.source is not None:
@@ -187,11 +190,6 @@ def _passthrough_elements(group: GroupSpec, index: int, instance: str, context: 
         ast.StreamDefinition(name=stream, attributes=attributes, annotations=tuple(sinks)),
         query,
     ]
-
-
-def _attributes_of_defined(stream: str, group: GroupSpec, context: Context) -> tuple[ast.AttributeDef, ...]:
-    definition = context.catalog.stream(stream)
-    return tuple(ast.AttributeDef(a.name, a.type) for a in definition.attributes)
 
 
 def _without_nested_dist(annotation: ast.Annotation) -> ast.Annotation:

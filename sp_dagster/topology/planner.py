@@ -42,8 +42,7 @@ def plan(app: ast.App, name: str | None = None) -> Topology:
     _check_topic_names(flows, catalog, every_group)
     ordered = _data_flow_order(every_group, flows)
     topics = dict(sorted(flows.topics.items()))
-    owners = {info.element.name: g.name for g in groups for info in g.elements if isinstance(info.element, ast.AggregationDefinition)}
-    context = Context(app, app_name, catalog, flows, topics, producers, owners)
+    context = Context(app, app_name, catalog, flows, topics, producers)
     return Topology(
         app=app_name,
         groups=tuple(_execution_group(group, flows, context) for group in ordered),
