@@ -67,7 +67,7 @@ def render_text(topology: Topology) -> str:
         flags = f"{group.kind}, parallel {group.parallelism}" + (", receiver" if group.receiver else "")
         lines += ["", f"{group.name} ({flags})"]
         for s in group.inputs:
-            origin = f"<- {s.topic}" if s.topic else "(local)"
+            origin = f"<- {s.topic}" if s.topic else "(no topic: a user @source or a trigger in the app)"
             lines.append(f"  in   {s.stream}  {_strategy(s.strategy, s.partition_key)}  {origin}")
         for p in group.outputs:
             lines.append(f"  out  {p.stream}  {_strategy(p.strategy, p.partition_key)}  -> {p.topic} ({_partitions(p.partitions)})")
