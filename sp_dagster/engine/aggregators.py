@@ -57,6 +57,7 @@ class Aggregator:
     """
 
     def __init__(self, node: ast.FunctionCall, args: list[Executor], context: AggregationContext):
+        self.node = node
         self.arg_type = args[0].type if args else None
         self.type = SPECS[node.name].returns([a.type for a in args], node.args)
         self.arg = args[0].row if args else None
@@ -103,11 +104,7 @@ class Aggregator:
         for key, dumped in saved:
             state = self.new_state()
             state.load(dumped)
-            self.states[_key(key)] = state
-
-
-def _key(key):
-    return tuple(_key(k) for k in key) if isinstance(key, list) else key
+            self.states[key] = state
 
 
 class State:
@@ -303,7 +300,7 @@ class _DistinctCount(State):
         return not self.values
 
     def load(self, values):
-        self.values = dict((tuple(k) if isinstance(k, list) else k, n) for k, n in values[0])
+        self.values = dict(values[0])
 
 
 class DistinctCount(Aggregator):

@@ -123,18 +123,21 @@ class QueryRuntime:
             if isinstance(output, ast.Return):
                 raise app_error("'return' is only valid in on-demand queries", output)
             raise app_error("writing to tables (delete, update) is not supported by the engine yet (issue 9)", output)
-        current_on = output.event_type in ("current", "all")
-        expired_on = output.event_type in ("expired", "all")
+        event_type = output.event_type
+        if query.rate is not None and query.rate.kind == "snapshot" and event_type == "current":
+            event_type = "all"  # a snapshot follows expiry too; `insert into` means all events here
+        current_on = event_type in ("current", "all")
+        expired_on = event_type in ("expired", "all")
 
         self.processors: list[Processor] = []
-        window = None
+        self.window = window = None
         for handler in source.handlers:
             if isinstance(handler, ast.Filter):
                 self.processors.append(FilterProcessor(compile_expression(handler.condition, scope)))
             elif isinstance(handler, ast.Window):
                 if window is not None:
                     raise app_error("a query input can have only one window", handler)
-                window = self._window(handler, scope, schema, expired_on, schedulers)
+                self.window = window = self._window(handler, scope, schema, expired_on, schedulers)
                 self.processors.append(window)
             else:
                 self.processors.append(self._stream_function(handler, scope, source.stream))

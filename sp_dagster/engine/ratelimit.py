@@ -2,7 +2,7 @@
 
 One class per Siddhi limiter, with the same rules: event counts include the events of all
 groups unless the limiter is per group; `first every T` starts its period when a row is
-emitted, per group; `all`/`last every T` emit on a grid of period ends (on the engine clock,
+emitted, per group; `all`/`last every T` emit at the end of every period (on the engine clock,
 so playback time drives them too).
 """
 
@@ -12,19 +12,16 @@ from sp_dagster.engine.clock import Clock, Scheduler
 from sp_dagster.engine.events import CURRENT, EXPIRED, TIMER, ArrowChunk, StreamEvent
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.values import java_int_rem
-from sp_dagster.engine.windows.base import dump_events, load_events
 
 
-def _dump_out(events):
+def dump_rows(events) -> list:
+    """Selector output events as plain data."""
     return [[e.timestamp, e.data, e.type, e.output, e.key] for e in events]
 
 
-def _load_out(state):
-    return [StreamEvent(ts, tuple(data) if data is not None else None, kind, tuple(out) if out is not None else None, _key(key)) for ts, data, kind, out, key in state]
-
-
-def _key(key):
-    return tuple(_key(k) for k in key) if isinstance(key, list) else key
+def load_rows(state) -> list:
+    """Inverse of dump_rows()."""
+    return [StreamEvent(ts, data, kind, out, key) for ts, data, kind, out, key in state]
 
 
 def _is_row(event) -> bool:
@@ -95,11 +92,11 @@ class AllPerEvent(RateLimiter):
         self.emit(out)
 
     def snapshot(self):
-        return [self.counter, _dump_out(self.buffer)]
+        return [self.counter, dump_rows(self.buffer)]
 
     def restore(self, state):
         self.counter, buffer = state
-        self.buffer = _load_out(buffer)
+        self.buffer = load_rows(buffer)
 
 
 class FirstPerEvent(RateLimiter):
@@ -150,7 +147,7 @@ class FirstGroupByPerEvent(RateLimiter):
         return list(self.counts.items())
 
     def restore(self, state):
-        self.counts = {_key(k): v for k, v in state}
+        self.counts = dict(state)
 
 
 class LastPerEvent(RateLimiter):
@@ -199,41 +196,65 @@ class LastGroupByPerEvent(RateLimiter):
         self.emit(out)
 
     def snapshot(self):
-        return [self.counter, _dump_out(self.latest.values())]
+        return [self.counter, dump_rows(self.latest.values())]
 
     def restore(self, state):
         self.counter, latest = state
-        self.latest = {e.key: e for e in _load_out(latest)}
+        self.latest = {e.key: e for e in load_rows(latest)}
 
 
 # --------------------------------------------------------------------------- every T
 
 
-class _Periodic(RateLimiter):
-    """A limiter that acts at the end of every period, on a grid from when it started."""
+class Periodic(RateLimiter):
+    """A limiter that acts at the end of every period.
+
+    On the wall clock the first period starts with the runtime; in playback it starts with
+    the first row the limiter sees (event time has no meaningful start before that). Periods
+    that pass while nothing happens are skipped: they would emit nothing new.
+    """
 
     uses_timers = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.scheduled = 0
+        self.scheduled = None
 
     def start(self):
-        self.scheduled = self.clock.now() + self.value
-        self.timers.notify_at(self.scheduled)
+        if not self.clock.playback:
+            self._arm(self.clock.now() + self.value)
 
-    def _period_over(self, when: int) -> bool:
-        if when < self.scheduled:
+    def _arm(self, when: int) -> None:
+        self.scheduled = when
+        self.timers.notify_at(when)
+
+    def arrived(self) -> None:
+        """A row arrived: in playback the first one starts the first period."""
+        if self.scheduled is None:
+            self._arm(self.clock.now() + self.value)
+
+    def period_over(self, when: int) -> bool:
+        """True (and the next period armed) when `when` has reached the end of the period."""
+        if self.scheduled is None or when < self.scheduled:
             return False
-        self.scheduled += self.value
+        following = self.scheduled + self.value
         now = self.clock.now()
-        if self.scheduled <= now:  # skip periods that have all passed (they have nothing to emit)
-            self.scheduled = now + self.value - java_int_rem(now - self.scheduled, self.value)
-        self.timers.notify_at(self.scheduled)
+        if following <= now:
+            following = now + self.value - java_int_rem(now - following, self.value)
+        self._arm(following)
         return True
 
+    def timer_state(self) -> list:
+        """The period and armed timers, for snapshots."""
+        return [self.scheduled, self.timers.snapshot()]
 
-class AllPerTime(_Periodic):
+    def restore_timers(self, state: list) -> None:
+        """Inverse of timer_state()."""
+        self.scheduled, times = state
+        self.timers.restore(times)
+
+
+class AllPerTime(Periodic):
     """`output [all] every T`: everything collected in a period, at its end."""
 
     def __init__(self, *args, **kwargs):
@@ -244,23 +265,24 @@ class AllPerTime(_Periodic):
         out = []
         for event in chunk:
             if event.type == TIMER:
-                if self._period_over(event.timestamp) and self.buffer:
+                if self.period_over(event.timestamp) and self.buffer:
                     out.extend(self.buffer)
                     self.buffer = []
             elif _is_row(event):
+                self.arrived()
                 self.buffer.append(event)
         self.emit(out)
 
     def snapshot(self):
-        return [self.scheduled, _dump_out(self.buffer), self.timers.snapshot()]
+        return [self.timer_state(), dump_rows(self.buffer)]
 
     def restore(self, state):
-        self.scheduled, buffer, timers = state
-        self.buffer = _load_out(buffer)
-        self.timers.restore(timers)
+        timers, buffer = state
+        self.restore_timers(timers)
+        self.buffer = load_rows(buffer)
 
 
-class LastPerTime(_Periodic):
+class LastPerTime(Periodic):
     """`output last every T`: the last row of each period, at its end."""
 
     def __init__(self, *args, **kwargs):
@@ -271,23 +293,24 @@ class LastPerTime(_Periodic):
         out = []
         for event in chunk:
             if event.type == TIMER:
-                if self._period_over(event.timestamp) and self.last is not None:
+                if self.period_over(event.timestamp) and self.last is not None:
                     out.append(self.last)
                     self.last = None
             elif _is_row(event):
+                self.arrived()
                 self.last = event
         self.emit(out)
 
     def snapshot(self):
-        return [self.scheduled, _dump_out([self.last] if self.last else []), self.timers.snapshot()]
+        return [self.timer_state(), dump_rows([self.last] if self.last else [])]
 
     def restore(self, state):
-        self.scheduled, last, timers = state
-        self.last = (_load_out(last) or [None])[0]
-        self.timers.restore(timers)
+        timers, last = state
+        self.restore_timers(timers)
+        self.last = (load_rows(last) or [None])[0]
 
 
-class LastGroupByPerTime(_Periodic):
+class LastGroupByPerTime(Periodic):
     """`output last every T` with group by: each group's last row of the period."""
 
     def __init__(self, *args, **kwargs):
@@ -298,20 +321,21 @@ class LastGroupByPerTime(_Periodic):
         out = []
         for event in chunk:
             if event.type == TIMER:
-                if self._period_over(event.timestamp) and self.latest:
+                if self.period_over(event.timestamp) and self.latest:
                     out.extend(self.latest.values())
                     self.latest = {}
             elif _is_row(event):
+                self.arrived()
                 self.latest[event.key] = event
         self.emit(out)
 
     def snapshot(self):
-        return [self.scheduled, _dump_out(self.latest.values()), self.timers.snapshot()]
+        return [self.timer_state(), dump_rows(self.latest.values())]
 
     def restore(self, state):
-        self.scheduled, latest, timers = state
-        self.latest = {e.key: e for e in _load_out(latest)}
-        self.timers.restore(timers)
+        timers, latest = state
+        self.restore_timers(timers)
+        self.latest = {e.key: e for e in load_rows(latest)}
 
 
 class FirstPerTime(RateLimiter):
@@ -355,7 +379,7 @@ class FirstGroupByPerTime(RateLimiter):
         return list(self.output_times.items())
 
     def restore(self, state):
-        self.output_times = {_key(k): v for k, v in state}
+        self.output_times = dict(state)
 
 
 EVENT_LIMITERS = {
