@@ -19,20 +19,34 @@ from sp_dagster.siddhi.functions import AGGREGATORS as SPECS
 
 
 class AggregationContext:
-    """The aggregators of one selector instance and the group key being evaluated."""
+    """The aggregators of one selector instance, the group key and their latest values.
+
+    The selector first applies an event to every aggregator (`apply`), then evaluates the
+    output expressions, whose aggregator calls read the values `apply` left in `values`. So
+    a row can also be built later from values kept aside (batch mode builds only the rows
+    it emits).
+    """
 
     def __init__(self, track_future: bool = True):
         self.key = None
         self.track_future = track_future  # keep min/max candidates for retraction
         self.aggregators: list[Aggregator] = []
+        self.values: list = []
 
     def compile(self, node: ast.FunctionCall, args: list[Executor]) -> Executor:
         """An executor for aggregator call `node` over argument executors `args`."""
         aggregator = AGGREGATORS[node.name](node, args, self)
+        index = len(self.aggregators)
         self.aggregators.append(aggregator)
-        executor = Executor(aggregator.type, aggregator.process)
+        executor = Executor(aggregator.type, lambda e: self.values[index])
         executor.aggregators = (aggregator,)
         return executor
+
+    def apply(self, event, key) -> list:
+        """Apply a current or expired event to every aggregator of group `key`; their values."""
+        self.key = key
+        self.values = [aggregator.process(event) for aggregator in self.aggregators]
+        return self.values
 
     def reset(self) -> None:
         """A RESET event: every aggregator starts over for every group."""

@@ -56,24 +56,49 @@ class StreamCallback:
             self.fn([Event(e.timestamp, e.data) for e in events])
 
 
-class BatchCallback:
-    """`fn(batch, timestamps)` with the chunk as an Arrow record batch (for Arrow consumers)."""
+class OutputBuffer:
+    """Collects what a stream receives until drained as one Arrow batch (for batch consumers)."""
 
-    def __init__(self, fn: Callable[[pa.RecordBatch, pa.Array], None], schema: Schema):
-        self.fn = fn
+    def __init__(self, schema: Schema):
         self.schema = schema
+        self.arrow_schema = schema.arrow_schema()
+        self.rows: list[tuple] = []
+        self.timestamps: list[int] = []
+        self.batches: list[tuple[pa.RecordBatch, pa.Array]] = []
 
     def receive(self, chunk) -> None:
-        """Convert (if needed) and deliver one chunk."""
+        """Keep one chunk."""
         if isinstance(chunk, ArrowChunk):
-            self.fn(chunk.batch, chunk.timestamps)
+            self._seal()
+            self.batches.append((chunk.batch, chunk.timestamps))
             return
-        if not chunk:
-            return
-        columns = list(zip(*[e.data for e in chunk]))
-        arrays = [pa.array(list(col), type=f.type) for col, f in zip(columns, self.schema.arrow_schema())]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema.arrow_schema())
-        self.fn(batch, pa.array([e.timestamp for e in chunk], pa.int64()))
+        for event in chunk:
+            self.rows.append(event.data)
+            self.timestamps.append(event.timestamp)
+
+    def _seal(self) -> None:
+        if self.rows:
+            columns = list(zip(*self.rows))
+            arrays = [pa.array(column, type=field.type) for column, field in zip(columns, self.arrow_schema)]
+            batch = pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+            self.batches.append((batch, pa.array(self.timestamps, pa.int64())))
+            self.rows, self.timestamps = [], []
+
+    def __len__(self) -> int:
+        return len(self.rows) + sum(batch.num_rows for batch, _ in self.batches)
+
+    def drain(self) -> tuple[pa.RecordBatch, pa.Array]:
+        """Everything received since the last drain: one record batch and its timestamps."""
+        self._seal()
+        batches, self.batches = self.batches, []
+        if len(batches) == 1:
+            return batches[0]
+        empty = pa.RecordBatch.from_pylist([], schema=self.arrow_schema)
+        if not batches:
+            return empty, pa.array([], pa.int64())
+        table = pa.Table.from_batches([b for b, _ in batches], schema=self.arrow_schema).combine_chunks()
+        timestamps = pa.concat_arrays([t for _, t in batches])
+        return (table.to_batches() or [empty])[0], timestamps
 
 
 class QueryCallback:

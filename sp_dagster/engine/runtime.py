@@ -2,6 +2,7 @@
 
     runtime = AppRuntime(text)                     # parse, check, build (SiddhiQLError if wrong)
     runtime.add_callback("Out", print)             # StreamCallback: fn(events)
+    buffer = runtime.add_buffer("Out")             # buffer.drain() -> (record batch, timestamps)
     runtime.add_query_callback("q1", fn)           # QueryCallback: fn(timestamp, in, removed)
     runtime.send("In", [("IBM", 10.5)], timestamps=[1000])
     state = runtime.snapshot(); other.restore(state)
@@ -24,7 +25,7 @@ from sp_dagster.engine.clock import Clock, PlaybackClock, WallClock
 from sp_dagster.engine.context import AppContext
 from sp_dagster.engine.errors import EngineError, app_error
 from sp_dagster.engine.events import ArrowChunk, Event, StreamEvent
-from sp_dagster.engine.junction import BatchCallback, QueryCallback, StreamCallback, StreamJunction
+from sp_dagster.engine.junction import OutputBuffer, QueryCallback, StreamCallback, StreamJunction
 from sp_dagster.engine.partition import PartitionRuntime
 from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
@@ -143,10 +144,14 @@ class AppRuntime:
         self.schema(stream)
         self.context.junctions[stream].callbacks.append(StreamCallback(fn))
 
-    def add_batch_callback(self, stream: str, fn: Callable[[pa.RecordBatch, pa.Array], None]) -> None:
-        """Call `fn(record_batch, timestamps)` with every chunk `stream` receives, column-wise."""
+    def add_buffer(self, stream: str) -> OutputBuffer:
+        """Collect what `stream` receives; `.drain()` returns it as one Arrow batch + timestamps."""
         schema = self.schema(stream)
-        self.context.junctions[stream].callbacks.append(BatchCallback(fn, schema))
+        if not schema.arrow_capable:
+            raise EngineError(f"stream '{stream}' has object attributes, which have no Arrow form")
+        buffer = OutputBuffer(schema)
+        self.context.junctions[stream].callbacks.append(buffer)
+        return buffer
 
     def add_query_callback(self, query: str, fn: Callable[[int, list[Event] | None, list[Event] | None], None]) -> None:
         """Call `fn(timestamp, in_events, remove_events)` with every output chunk of `query`."""
@@ -188,14 +193,20 @@ class AppRuntime:
                 if len(times) != count:
                     raise EngineError(f"{count} events but {len(times)} timestamps sent to '{stream}'")
             runs = _runs(times) if self.playback else [(0, count)]
-            for start, end in runs:
+            if len(runs) == 1:
                 if self.playback:
-                    self.clock.advance(times[start])
+                    self.clock.advance(times[0])
                 if batch is not None:
-                    part = batch.slice(start, end - start)
-                    junction.send(ArrowChunk(part, pa.array(times[start:end], pa.int64())))
+                    junction.send(ArrowChunk(batch, pa.array(times, pa.int64())))
                 else:
-                    junction.send([StreamEvent(t, r) for t, r in zip(times[start:end], rows[start:end])])
+                    junction.send([StreamEvent(t, r) for t, r in zip(times, rows)])
+                return
+            events = ArrowChunk(batch, pa.array(times, pa.int64())).events() if batch is not None else [
+                StreamEvent(t, r) for t, r in zip(times, rows)
+            ]
+            for start, end in runs:
+                self.clock.advance(times[start])
+                junction.send(events[start:end])
 
     def advance_time(self, timestamp: int) -> None:
         """Playback only: move the clock to `timestamp`, firing timers due by then."""

@@ -84,10 +84,12 @@ class Selector(Processor):
     # -- evaluation
 
     def _evaluate(self, event: StreamEvent, key=None) -> StreamEvent:
-        self.aggregation.key = key
-        out = StreamEvent(event.timestamp, event.data, event.type, key=key)
-        out.output = tuple(row(event) for row in self.rows)
-        return out
+        if self.contains_aggregator:
+            self.aggregation.apply(event, key)
+        return self._row(event, key)
+
+    def _row(self, event: StreamEvent, key) -> StreamEvent:
+        return StreamEvent(event.timestamp, event.data, event.type, tuple(row(event) for row in self.rows), key)
 
     def _keep(self, out: StreamEvent) -> bool:
         return self.having is None or self.having(out) is True
@@ -151,6 +153,8 @@ class Selector(Processor):
         return out
 
     def _batch_no_group_by(self, chunk):
+        if self.having is None:
+            return self._batch_last(chunk, grouped=False)
         last = None
         for event in chunk:
             kind = event.type
@@ -167,6 +171,8 @@ class Selector(Processor):
         return None
 
     def _batch_group_by(self, chunk):
+        if self.having is None:
+            return self._batch_last(chunk, grouped=True)
         groups: dict = {}
         for event in chunk:
             kind = event.type
@@ -180,6 +186,34 @@ class Selector(Processor):
         if not groups:
             return None
         return self._order_offset_limit(list(groups.values()))
+
+    def _batch_last(self, chunk, grouped: bool):
+        """Batch mode without having: aggregate every event, build rows only for the winners."""
+        aggregation = self.aggregation
+        apply = aggregation.apply
+        current_on, expired_on = self.current_on, self.expired_on
+        group_key = self._group_key if grouped else (lambda e: None)
+        winners: dict = {}
+        for event in chunk:
+            kind = event.type
+            if kind == CURRENT or kind == EXPIRED:
+                key = group_key(event)
+                values = apply(event, key)
+                if (kind == CURRENT and current_on) or (kind == EXPIRED and expired_on):
+                    winners[key] = (event, values)
+            elif kind == RESET:
+                aggregation.reset()
+        if not winners:
+            return None
+        out = []
+        for key, (event, values) in winners.items():
+            aggregation.values = values
+            out.append(self._row(event, key))
+        if not grouped:
+            if (self.offset is None or self.offset == 0) and (self.limit is None or self.limit > 0):
+                return out
+            return None
+        return self._order_offset_limit(out)
 
     def _order_offset_limit(self, out):
         if self.order_by and out:

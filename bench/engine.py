@@ -1,0 +1,87 @@
+"""Engine throughput: events per second through AppRuntime, in process, one JSON line per workload.
+
+Run: python bench/engine.py [--events N] [--batch B] [--only NAME ...]
+Workloads (1,000,000 events each by default, sent as Arrow record batches of B rows):
+filter; projection with arithmetic; length(1000) sum/count group by symbol; timeBatch(1 sec)
+avg group by symbol in playback; partitioned length(10) avg. Events carry one of 100 symbols
+and timestamps 1 ms apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from sp_dagster.engine import AppRuntime
+
+STREAM = "define stream Trades (symbol string, price double, volume long);\n"
+WORKLOADS = {
+    "filter": STREAM + "from Trades[price > 150.0] select symbol, price insert into Out;",
+    "projection": STREAM + "from Trades select symbol, price * 2.0 + volume as weighted, volume - 10 as lots insert into Out;",
+    "length_window_group_by": STREAM
+    + "from Trades#window.length(1000) select symbol, sum(volume) as total, count() as trades group by symbol insert into Out;",
+    "time_batch_avg_playback": "@app:playback\n"
+    + STREAM
+    + "from Trades#window.timeBatch(1 sec) select symbol, avg(price) as average group by symbol insert into Out;",
+    "partitioned_length_avg": STREAM
+    + "partition with (symbol of Trades) begin from Trades#window.length(10) select symbol, avg(price) as average insert into Out; end;",
+}
+
+
+def batches(events: int, size: int, symbols: int = 100):
+    """(record batch, timestamps) pairs: symbols round-robin, prices 100..200, 1 ms apart."""
+    rng = np.random.default_rng(7)
+    names = np.array([f"S{i}" for i in range(symbols)], dtype=object)
+    for start in range(0, events, size):
+        n = min(size, events - start)
+        index = np.arange(start, start + n)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(names[index % symbols], pa.string()),
+                pa.array(100.0 + rng.random(n) * 100.0, pa.float64()),
+                pa.array(rng.integers(1, 1000, n), pa.int64()),
+            ],
+            names=["symbol", "price", "volume"],
+        )
+        yield batch, pa.array(1_700_000_000_000 + index, pa.int64())
+
+
+def run(name: str, events: int, size: int) -> dict:
+    """Send `events` events through workload `name`; return its figures."""
+    runtime = AppRuntime(WORKLOADS[name])
+    output = runtime.add_buffer("Out")
+    data = list(batches(events, size))
+    outputs = 0
+    start = time.perf_counter()
+    for batch, timestamps in data:
+        runtime.send("Trades", batch, timestamps)
+        outputs += output.drain()[0].num_rows  # as a worker does after each input batch
+    seconds = time.perf_counter() - start
+    runtime.shutdown()
+    return {
+        "bench": "engine",
+        "workload": name,
+        "events": events,
+        "batch": size,
+        "seconds": round(seconds, 3),
+        "events_per_s": round(events / seconds),
+        "outputs": outputs,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000, help="events per workload (default 1,000,000)")
+    parser.add_argument("--batch", type=int, default=10_000, help="rows per record batch sent (default 10,000)")
+    parser.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="run only these workloads")
+    args = parser.parse_args()
+    for name in args.only or WORKLOADS:
+        print(json.dumps(run(name, args.events, args.batch)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
