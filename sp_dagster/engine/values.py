@@ -13,15 +13,8 @@ import math
 import numpy as np
 import pyarrow as pa
 
-#: Siddhi type -> Java class name, as Siddhi's callbacks report it.
-JAVA_CLASS = {
-    "int": "Integer",
-    "long": "Long",
-    "float": "Float",
-    "double": "Double",
-    "string": "String",
-    "bool": "Boolean",
-}
+from sp_dagster.siddhi.types import JAVA_CLASSES
+
 #: Siddhi type -> Arrow type (object attributes have none: they stay Python objects).
 ARROW_TYPES = {
     "int": pa.int32(),
@@ -104,10 +97,10 @@ def java_class(value, kind: str) -> str:
         return "String"
     if isinstance(value, int):
         if kind in ("int", "long"):
-            return JAVA_CLASS[kind]
+            return JAVA_CLASSES[kind]
         return "Integer" if INT_MIN <= value <= INT_MAX else "Long"
     if isinstance(value, float):
-        return JAVA_CLASS[kind] if kind in ("float", "double") else "Double"
+        return JAVA_CLASSES[kind] if kind in ("float", "double") else "Double"
     return type(value).__name__
 
 

@@ -7,7 +7,7 @@ from typing import Iterable
 
 from sp_dagster.engine.clock import Clock, Scheduler
 from sp_dagster.engine.errors import app_error
-from sp_dagster.engine.events import TIMER, StreamEvent
+from sp_dagster.engine.events import EXPIRED, RESET, TIMER, StreamEvent
 from sp_dagster.engine.expressions import Executor
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.schema import Schema
@@ -123,6 +123,55 @@ class WindowProcessor(Processor):
     def stop(self) -> None:
         if self.timers is not None:
             self.timers.scheduler.discard(self.timers)
+
+
+class BatchWindow(WindowProcessor):
+    """Base of windows that emit batches: the open batch, the last one (to expire), a RESET."""
+
+    mode = "batch"
+    stream_current = False
+
+    def start_batches(self) -> None:
+        """Empty buffers (call from configure, once stream_current is known)."""
+        self.current: list | None = None if self.stream_current else []
+        self.expired: list | None = [] if self.expects_expired else None
+        self.reset = None
+
+    def note(self, event: StreamEvent) -> None:
+        """Remember a RESET for the open batch (from its first event)."""
+        if self.reset is None:
+            self.reset = event.copy(RESET)
+
+    def flush(self, out: list, now: int, stamp_reset: bool = True) -> None:
+        """Emit the previous batch as expired, a RESET, then the open batch as current."""
+        if self.expects_expired and self.expired:
+            for expired in self.expired:
+                expired.timestamp = now
+            out.extend(self.expired)
+            self.expired = []
+        if self.reset is not None:
+            if stamp_reset:
+                self.reset.timestamp = now
+            out.append(self.reset)
+            self.reset = None
+        if self.current:
+            if self.expired is not None:
+                self.expired.extend(e.copy(EXPIRED) for e in self.current)
+            out.extend(self.current)
+            self.current = []
+
+    def held(self):
+        return self.expired or ()
+
+    def dump_batches(self) -> list:
+        """The buffers as plain data."""
+        return [dump_events(self.current), dump_events(self.expired), dump_events([self.reset] if self.reset else [])]
+
+    def load_batches(self, state: list) -> None:
+        """Inverse of dump_batches()."""
+        current, expired, reset = state
+        self.current, self.expired = load_events(current), load_events(expired)
+        self.reset = load_events(reset)[0] if reset else None
 
 
 def dump_events(events: Iterable[StreamEvent] | None):

@@ -158,22 +158,23 @@ class ExternalTimeBatchWindow(WindowProcessor):
             self.reset.timestamp = now
             out.append(self.reset)
             self.reset = None
-            if preserve_current or self.store_expired:
-                self.expired.extend(e.copy(EXPIRED) for e in self.current)
-            out.extend(self.current)
-        self.current = []
-        if out:
-            chunks.append(out)
+        self._close_batch(chunks, out, preserve_current)
 
     def _append(self, chunks, now, preserve_current):
-        out, resent = [], []
+        """After a timeout flush: emit the batch again, with everything it has had since."""
+        out = []
         if self.current:
+            resent = []
             for expired in self.expired or ():
                 if self.expects_expired:
                     out.append(expired.copy(timestamp=now))
                 resent.append(expired.copy(CURRENT))
             out.append(self.reset.copy(RESET, now))
             out.extend(resent)
+        self._close_batch(chunks, out, preserve_current)
+
+    def _close_batch(self, chunks, out, preserve_current):
+        if self.current:
             if preserve_current or self.store_expired:
                 self.expired.extend(e.copy(EXPIRED) for e in self.current)
             out.extend(self.current)

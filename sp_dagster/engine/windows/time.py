@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from sp_dagster.engine.events import CURRENT, EXPIRED, RESET
+from sp_dagster.engine.events import CURRENT, EXPIRED
 from sp_dagster.engine.values import java_int_rem
-from sp_dagster.engine.windows.base import WindowProcessor, dump_events, load_events
+from sp_dagster.engine.windows.base import BatchWindow, WindowProcessor, dump_events, load_events
 
 
 def _expire_due(queue: deque, now: int, keep: int, out: list) -> int:
@@ -20,30 +20,24 @@ def _expire_due(queue: deque, now: int, keep: int, out: list) -> int:
     return moved
 
 
-class TimeWindow(WindowProcessor):
-    """Keeps events for a duration; an event expires at exactly its time + duration."""
+class _Holding(WindowProcessor):
+    """Keeps events in arrival order for a duration, arming a timer per newer timestamp."""
 
-    name = "time"
     uses_timers = True
+    parameter = ""
 
     def configure(self):
         self.arity(1)
-        self.keep = self.duration(0, "window.time")
+        self.keep = self.duration(0, self.parameter)
         self.queue: deque = deque()
         self.last_timestamp = -(2**63)
 
-    def process(self, chunk):
-        out = []
-        for event in chunk:
-            now = self.clock.now()
-            _expire_due(self.queue, now, self.keep, out)
-            if event.type == CURRENT:
-                self.queue.append(event.copy(EXPIRED))
-                if self.last_timestamp < event.timestamp:
-                    self.timers.notify_at(event.timestamp + self.keep)
-                    self.last_timestamp = event.timestamp
-                out.append(event)
-        self.forward(out)
+    def hold(self, event, stored) -> None:
+        """Keep `stored` (for `event`) until its time is up."""
+        self.queue.append(stored)
+        if self.last_timestamp < event.timestamp:
+            self.timers.notify_at(event.timestamp + self.keep)
+            self.last_timestamp = event.timestamp
 
     def held(self):
         return self.queue
@@ -56,18 +50,47 @@ class TimeWindow(WindowProcessor):
         self.queue = deque(load_events(events))
 
 
-class TimeBatchWindow(WindowProcessor):
+class TimeWindow(_Holding):
+    """Keeps events for a duration; an event expires at exactly its time + duration."""
+
+    name = "time"
+    parameter = "window.time"
+
+    def process(self, chunk):
+        out = []
+        for event in chunk:
+            _expire_due(self.queue, self.clock.now(), self.keep, out)
+            if event.type == CURRENT:
+                self.hold(event, event.copy(EXPIRED))
+                out.append(event)
+        self.forward(out)
+
+
+class DelayWindow(_Holding):
+    """Holds each event for a duration, then emits it as a current event."""
+
+    name = "delay"
+    parameter = "window.delay"
+
+    def process(self, chunk):
+        out = []
+        for event in chunk:
+            _expire_due(self.queue, self.clock.now(), self.keep, out)
+            if event.type == CURRENT:
+                self.hold(event, event.copy())
+        self.forward(out)
+
+
+class TimeBatchWindow(BatchWindow):
     """Collects events for a duration and emits them together; optional start time grid."""
 
     name = "timeBatch"
-    mode = "batch"
     uses_timers = True
 
     def configure(self):
         self.arity(1, 2, 3)
         self.period = self.duration(0, "window.time")
         self.start_time = None
-        self.stream_current = False
         if len(self.params) == 2:
             if self.params[1].executor.type == "bool":
                 self.stream_current = self.constant(1, ("bool",), "stream.current.event")
@@ -77,9 +100,7 @@ class TimeBatchWindow(WindowProcessor):
             self.start_time = self.constant(1, ("int", "long"), "start.time")
             self.stream_current = self.constant(2, ("bool",), "stream.current.event")
         self.next_emit = -1
-        self.current: list | None = None if self.stream_current else []
-        self.expired: list | None = [] if self.expects_expired else None
-        self.reset = None
+        self.start_batches()
 
     def process(self, chunk):
         now = self.clock.now()
@@ -97,8 +118,7 @@ class TimeBatchWindow(WindowProcessor):
         for event in chunk:
             if event.type != CURRENT:
                 continue
-            if self.reset is None:
-                self.reset = event.copy(RESET)
+            self.note(event)
             if not self.stream_current:
                 self.current.append(event.copy())
             else:
@@ -106,31 +126,15 @@ class TimeBatchWindow(WindowProcessor):
                     self.expired.append(event.copy(EXPIRED))
                 out.append(event)
         if send:
-            if self.expects_expired and self.expired:
-                for expired in self.expired:
-                    expired.timestamp = now
-                out.extend(self.expired)
-                self.expired = []
-            if self.reset is not None:
-                out.append(self.reset)
-                self.reset = None
-            if self.current:
-                if self.expired is not None:
-                    self.expired.extend(e.copy(EXPIRED) for e in self.current)
-                out.extend(self.current)
-                self.current = []
+            self.flush(out, now, stamp_reset=False)
         self.forward(out)
 
-    def held(self):
-        return self.expired or ()
-
     def dump(self):
-        return [self.next_emit, dump_events(self.current), dump_events(self.expired), dump_events([self.reset] if self.reset else [])]
+        return [self.next_emit, self.dump_batches()]
 
     def load(self, state):
-        self.next_emit, current, expired, reset = state
-        self.current, self.expired = load_events(current), load_events(expired)
-        self.reset = load_events(reset)[0] if reset else None
+        self.next_emit, batches = state
+        self.load_batches(batches)
 
 
 class TimeLengthWindow(WindowProcessor):
@@ -173,40 +177,6 @@ class TimeLengthWindow(WindowProcessor):
 
     def load(self, state):
         events, self.count = state
-        self.queue = deque(load_events(events))
-
-
-class DelayWindow(WindowProcessor):
-    """Holds each event for a duration, then emits it as a current event."""
-
-    name = "delay"
-    uses_timers = True
-
-    def configure(self):
-        self.arity(1)
-        self.delay = self.duration(0, "window.delay")
-        self.queue: deque = deque()
-        self.last_timestamp = -(2**63)
-
-    def process(self, chunk):
-        out = []
-        for event in chunk:
-            _expire_due(self.queue, self.clock.now(), self.delay, out)
-            if event.type == CURRENT:
-                self.queue.append(event.copy())
-                if self.last_timestamp < event.timestamp:
-                    self.timers.notify_at(event.timestamp + self.delay)
-                    self.last_timestamp = event.timestamp
-        self.forward(out)
-
-    def held(self):
-        return self.queue
-
-    def dump(self):
-        return [dump_events(self.queue), self.last_timestamp]
-
-    def load(self, state):
-        events, self.last_timestamp = state
         self.queue = deque(load_events(events))
 
 
