@@ -10,10 +10,10 @@ same key, as Siddhi splits it.
 
 from __future__ import annotations
 
-from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.expressions import StreamScope, compile_expression
 from sp_dagster.engine.junction import StreamJunction
 from sp_dagster.engine.query import QueryRuntime, Streams
+from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.values import java_str
 from sp_dagster.siddhi import ast
 
@@ -29,9 +29,7 @@ class PartitionRuntime:
         self.instances: dict[str, PartitionInstance] = {}
         self.executors: dict[str, list] = {}
         for key in partition.keys:
-            junction = context.junctions.get(key.stream)
-            if junction is None:
-                raise app_error(context.undefined_stream_message(key.stream), key)
+            junction = context.junctions[key.stream]
             scope = StreamScope(junction.schema, (key.stream,), context)
             self.executors.setdefault(key.stream, []).extend(_key_executors(key, scope))
         self.read: list[str] = []  # global streams the partition's queries read
@@ -88,7 +86,10 @@ class PartitionInstance:
         self.key = key
         context = runtime.context
         self.local = {name: StreamJunction(name, context.junctions[name].schema) for name in runtime.read}
-        self.inner: dict[str, StreamJunction] = {}
+        self.inner = {
+            name: StreamJunction(name, Schema.of((a.name, a.type) for a in definition.attributes), inner=True)
+            for name, definition in context.analysis.inner_streams(runtime.partition).items()
+        }
         streams = Streams(context, self.inner, self.local)
         self.queries = []
         for index, query in enumerate(runtime.partition.queries):

@@ -40,31 +40,19 @@ class Streams:
                 raise app_error(f"inner stream '#{name}' can only be used inside a partition", node)
             junction = self.inner.get(name)
             if junction is None:
-                raise app_error(f"inner stream '#{name}' is not written by any earlier query of this partition", node)
+                raise app_error(f"inner stream '#{name}' is not written by any query of this partition", node)
             return junction
         if name in self.local:
             return self.local[name]
-        junction = self.context.junctions.get(name)
-        if junction is None:
-            raise app_error(self.context.undefined_stream_message(name), node)
-        return junction
+        return self.context.junctions[name]
 
-    def target(self, name: str, inner: bool, schema: Schema, node: ast.Node) -> StreamJunction:
-        """The junction a query writes to, defining the stream if it is new."""
+    def target(self, name: str, inner: bool, node: ast.Node) -> StreamJunction:
+        """The junction a query writes to (every stream exists before queries are built)."""
         if inner:
             if self.inner is None:
                 raise app_error(f"inner stream '#{name}' can only be used inside a partition", node)
-            table = self.inner
-        else:
-            table = self.context.junctions
-        junction = table.get(name)
-        if junction is None:  # validation has checked that every writer agrees on the schema
-            if not inner:
-                self.context.check_writable(name, node)
-            junction = table[name] = StreamJunction(name, schema, inner)
-            if not inner:
-                self.context.schemas[name] = schema
-        return junction
+            return self.inner[name]
+        return self.context.junctions[name]
 
 
 class QueryOutput:
@@ -153,7 +141,7 @@ class QueryRuntime:
             query=query,
         )
         context.query_schemas[name] = self.selector.output_schema
-        target = streams.target(output.target, output.inner, self.selector.output_schema, output)
+        target = streams.target(output.target, output.inner, output)
         self.output = QueryOutput(target, callbacks)
         self.limiter = self._rate_limiter(query, schedulers)
         chain = [*self.processors, self.selector, self.limiter]

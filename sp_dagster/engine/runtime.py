@@ -31,7 +31,8 @@ from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.support import check_supported
 from sp_dagster.engine.values import f32
-from sp_dagster.siddhi import SiddhiQLError, ast, parse, validate
+from sp_dagster.siddhi import SiddhiQLError, ast, parse
+from sp_dagster.siddhi.validate import check
 
 SNAPSHOT_VERSION = 1
 
@@ -43,12 +44,12 @@ class AppRuntime:
         text = app if isinstance(app, str) else None
         try:
             self.app = parse(app, source) if isinstance(app, str) else app
-            errors = validate(self.app)
+            analysis, errors = check(self.app)
             if errors:
                 raise SiddhiQLError.combine(errors)
             check_supported(self.app)
             self.clock = clock or (PlaybackClock() if self.app.playback else WallClock())
-            self.context = AppContext(self.app, self.clock)
+            self.context = AppContext(self.app, self.clock, analysis)
             self.queries: dict[str, QueryRuntime] = {}
             self.partitions: list[PartitionRuntime] = []
             self._build()
@@ -71,16 +72,12 @@ class AppRuntime:
 
     def _build(self) -> None:
         context = self.context
-        for definition in self.app.definitions:
-            if isinstance(definition, ast.StreamDefinition):
-                if definition.name in context.junctions:
-                    raise app_error(f"stream '{definition.name}' is defined twice", definition)
-                schema = Schema.of((a.name, a.type) for a in definition.attributes)
-                if len(set(schema.names)) != len(schema.names):
-                    raise app_error(f"stream '{definition.name}' has an attribute twice", definition)
-                context.schemas[definition.name] = schema
-                context.junctions[definition.name] = StreamJunction(definition.name, schema)
-                context.defined.add(definition.name)
+        # every stream, defined or inferred from `insert into` (the parser's analysis), exists
+        # before any query is built, so queries may read streams written further down
+        for name, definition in context.analysis.streams.items():
+            schema = Schema.of((a.name, a.type) for a in definition.attributes)
+            context.schemas[name] = schema
+            context.junctions[name] = StreamJunction(name, schema)
         counter = 0
         for element in self.app.elements:
             if isinstance(element, ast.Query):

@@ -187,3 +187,16 @@ def test_snapshot_rate_limit_emits_the_window_contents():
     runtime.send("S", [("A", 1.0, 1), ("B", 2.0, 1), ("C", 3.0, 1)], timestamps=[1000, 2000, 3000])
     runtime.send("S", [("D", 4.0, 1)], timestamps=[12000])
     assert out == [("B", 2.0), ("C", 3.0)]
+
+
+def test_queries_may_read_streams_written_further_down():
+    app = (
+        "define stream A (x int);\n"
+        "from B select y * 2 as z insert into C;\n"
+        "from A select x as y insert into B;\n"
+        "partition with (x of A) begin from #P select y insert into D; from A select x as y insert into #P; end;\n"
+    )
+    runtime = AppRuntime(app)
+    doubled, inner = collect(runtime, "C"), collect(runtime, "D")
+    runtime.send("A", [(21,)])
+    assert doubled == [(42,)] and inner == [(21,)]

@@ -11,7 +11,7 @@ import math
 from sp_dagster.engine.events import EXPIRED
 from sp_dagster.engine.javahash import hash_order
 from sp_dagster.engine.values import java_str
-from sp_dagster.engine.windows.base import WindowProcessor, dump_events, load_events
+from sp_dagster.engine.windows.base import WindowProcessor, load_events
 
 
 class _KeyedWindow(WindowProcessor):
