@@ -1,0 +1,138 @@
+"""One partial-app instance's engine, fed raw Kafka messages, returning raw messages to publish.
+
+This is the part of a worker's streaming query that runs Siddhi: it decodes each input
+message with its topic's codec, sends it to the engine in per-partition order (partitions
+merged by event time), and encodes every event of an output stream for its topic with the
+topic's publishing strategy. Undecodable messages become dead-letter messages with the reason.
+It knows nothing of Spark, so it is tested on its own and wrapped by `spark_query`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import heapq
+import json
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from sp_dagster.engine import AppRuntime
+from sp_dagster.engine.clock import PlaybackClock
+from sp_dagster.errors import EventDecodeError
+from sp_dagster.messaging.codecs import codec_for
+from sp_dagster.messaging.strategies import strategy_for
+from sp_dagster.siddhi import ast, parse
+from sp_dagster.worker.instance_plan import InstancePlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Message:
+    """A raw Kafka message: where it came from (or goes), its key, value and event time."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    key: bytes | None
+    value: bytes
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(name: str, siddhi: str) -> ast.App:
+    return parse(siddhi, name)
+
+
+def dead_letter(instance: str, message: Message, reason: str) -> dict:
+    """The JSON body of a dead-letter message: where the bad message was, why, and its bytes."""
+    return {
+        "instance": instance,
+        "topic": message.topic,
+        "partition": message.partition,
+        "offset": message.offset,
+        "timestamp": message.timestamp,
+        "reason": reason,
+        "data_base64": base64.b64encode(message.value or b"").decode("ascii"),
+    }
+
+
+class InstanceRuntime:
+    """The engine of one instance (or of one key of it), with codecs and strategies around it."""
+
+    def __init__(self, plan: InstancePlan, dead_letter_topic: str | None = None):
+        self.plan = plan
+        self.dead_letter_topic = dead_letter_topic
+        self.engine = AppRuntime(_parsed(plan.name, plan.siddhi), clock=PlaybackClock())
+        self._inputs = {i.topic: (i.stream, codec_for(i.codec, i.attributes)) for i in plan.inputs}
+        self._out: list[Message] = []
+        self.rows_in = self.rows_out = self.rejected = 0
+        for output in plan.outputs:
+            self.engine.add_callback(output.stream, self._publisher(output))
+        for stream in plan.log_streams:
+            self.engine.add_callback(stream, functools.partial(self._log, stream))
+
+    def _publisher(self, output):
+        codec = codec_for(output.codec, output.attributes)
+        strategy = strategy_for(output.strategy, [a.name for a in output.attributes], output.partition_key)
+
+        def publish(events) -> None:
+            for event in events:
+                if event.is_expired:
+                    continue
+                value, key = codec.encode(event.data), strategy.key(event.data)
+                for partition in strategy.partitions(event.data, output.partitions):
+                    self._out.append(Message(output.topic, partition, -1, event.timestamp, key, value))
+                    self.rows_out += 1
+
+        return publish
+
+    def _log(self, stream: str, events) -> None:
+        for event in events:
+            log.info("%s: %s %s @%s", self.plan.name, stream, event.data, event.timestamp)
+
+    def process(self, messages: Iterable[Message]) -> list[Message]:
+        """Run messages through the engine; return the messages to publish (outputs and dead letters)."""
+        for message in _in_order(messages):
+            stream, codec = self._inputs[message.topic]
+            try:
+                rows = codec.decode(message.value)
+            except EventDecodeError as exc:
+                self._reject(message, str(exc))
+                continue
+            self.rows_in += len(rows)
+            stamp = message.timestamp if message.timestamp is not None and message.timestamp >= 0 else self.engine.clock.now()
+            self.engine.send(stream, rows, [stamp] * len(rows))
+        out, self._out = self._out, []
+        return out
+
+    def _reject(self, message: Message, reason: str) -> None:
+        self.rejected += 1
+        log.warning("%s: rejected %s[%d]@%d: %s", self.plan.name, message.topic, message.partition, message.offset, reason)
+        if self.dead_letter_topic:
+            body = json.dumps(dead_letter(self.plan.name, message, reason)).encode("utf-8")
+            self._out.append(Message(self.dead_letter_topic, 0, -1, message.timestamp, None, body))
+
+    def snapshot(self) -> bytes:
+        """The engine's state."""
+        return self.engine.snapshot()
+
+    def restore(self, snapshot: bytes) -> None:
+        """Put the engine back in a saved state."""
+        self.engine.restore(snapshot)
+
+    def close(self) -> None:
+        """Stop the engine."""
+        self.engine.shutdown()
+
+
+def _in_order(messages: Iterable[Message]) -> Iterable[Message]:
+    """Each partition's messages in offset order; partitions merged by event time."""
+    by_partition: dict[tuple[str, int], list[Message]] = {}
+    for message in messages:
+        by_partition.setdefault((message.topic, message.partition), []).append(message)
+    runs: Sequence[list[Message]] = [sorted(run, key=lambda m: m.offset) for run in by_partition.values()]
+    if len(runs) == 1:
+        return runs[0]
+    return heapq.merge(*runs, key=lambda m: (m.timestamp if m.timestamp is not None else -1))
