@@ -1,0 +1,231 @@
+"""The deploy path, one function per step; the CLI and the Dagster ops call the same ones.
+
+    load_app -> plan_app -> create_topics -> record -> wait_until_running      (deploy)
+    undeploy                                                                   (remove)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from sp_dagster.errors import SpDagsterError
+from sp_dagster.siddhi import ast, load
+from sp_dagster.topology import Topology, plan
+
+log = logging.getLogger(__name__)
+
+RUNNING = "running"
+
+
+class DeployError(SpDagsterError):
+    """A deployment could not be made or did not come up in time."""
+
+
+@dataclass(frozen=True)
+class LoadedApp:
+    """A parsed, validated app with its source and content hash."""
+
+    name: str
+    text: str
+    source: str
+    content_hash: str
+    app: ast.App
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    """Where one instance is and how it runs, as the control plane has it."""
+
+    instance: str
+    group: str
+    node: str | None
+    status: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """A deployment's status, why it waits (if it does), and its instances."""
+
+    app: str
+    status: str
+    waiting_reason: str | None
+    instances: tuple[InstanceState, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        """Every instance reports running."""
+        return bool(self.instances) and all(i.status == RUNNING for i in self.instances)
+
+    def not_running(self) -> tuple[InstanceState, ...]:
+        """The instances that do not run yet."""
+        return tuple(i for i in self.instances if i.status != RUNNING)
+
+    def describe(self) -> str:
+        """A few lines saying what runs where and what does not, and why."""
+        lines = [f"{self.app}: {self.status}" + (f" ({self.waiting_reason})" if self.waiting_reason else "")]
+        for i in self.instances:
+            where = f"on {i.node}" if i.node else "not placed"
+            lines.append(f"  {i.instance:40} {i.status:9} {where}" + (f": {i.detail}" if i.detail else ""))
+        return "\n".join(lines)
+
+
+def content_hash(text: str) -> str:
+    """The hash that identifies one version of an app's text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def load_app(path: str | Path | None = None, *, text: str | None = None, source: str | None = None) -> LoadedApp:
+    """Read, parse and validate an app (SiddhiQLError with line and column when it is wrong)."""
+    if text is None:
+        if path is None:
+            raise ValueError("load_app needs a path or text")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DeployError(f"{path}: cannot be read: {exc.strerror}") from None
+    source = source or (str(path) if path is not None else "<app>")
+    app = load(text, source)
+    name = app.name or (Path(path).stem if path is not None else "SiddhiApp")
+    return LoadedApp(name, text, source, content_hash(text), app)
+
+
+def plan_app(loaded: LoadedApp) -> Topology:
+    """Split the app into execution groups, partial apps and topics."""
+    return plan(loaded.app, loaded.name)
+
+
+def dead_letter_topic(app: str) -> str:
+    """The topic where an app's undecodable events go, with the reason."""
+    return f"{app}.deadletter"
+
+
+def create_topics(topology: Topology, transport) -> list:
+    """Make sure every topic of the plan (and the app's dead-letter topic) exists with enough partitions."""
+    wanted = [(t.name, t.partitions) for t in topology.topics] + [(dead_letter_topic(topology.app), 1)]
+    if not topology.create_topics:
+        existing = transport.list_topics()
+        missing = [name for name, _ in wanted if name not in existing]
+        if missing:
+            raise DeployError(
+                f"{topology.app} disables topic creation (@App:transportChannelCreationEnabled('false')) "
+                f"but these topics do not exist: {', '.join(missing)}; create them first"
+            )
+        return [existing[name] for name, _ in wanted]
+    return [transport.ensure_topic(name, partitions) for name, partitions in wanted]
+
+
+def instance_specs(topology: Topology) -> list:
+    """The control plane's view of every partial-app instance of a plan."""
+    from sp_dagster.cluster.store.deployments import InstanceSpec
+
+    specs = []
+    for group in topology.groups:
+        for instance in group.instances:
+            specs.append(
+                InstanceSpec(
+                    instance.name,
+                    group.exec_group,
+                    instance.index,
+                    instance.siddhi,
+                    receiver=group.receiver,
+                    extra={"group": group.name, "dead_letter_topic": dead_letter_topic(topology.app)},
+                )
+            )
+    return specs
+
+
+def record(plane, loaded: LoadedApp, topology: Topology):
+    """Record the desired state; unchanged instances keep their placement and state."""
+    from sp_dagster.cluster.store.deployments import record_deployment
+    from sp_dagster.topology.output import to_dict
+
+    return record_deployment(
+        plane,
+        topology.app,
+        content_hash=loaded.content_hash,
+        source=loaded.text,
+        plan=to_dict(topology),
+        instances=instance_specs(topology),
+    )
+
+
+def deployment_state(plane, app: str) -> DeploymentState:
+    """The recorded status of a deployment and of each of its instances."""
+    from sp_dagster.cluster.store.deployments import get_deployment, list_instances
+
+    record_ = get_deployment(plane, app)
+    if record_ is None:
+        raise DeployError(f"no deployment named '{app}'; `sp-dagster status` lists the deployments")
+    instances = tuple(
+        InstanceState(i.instance_id, i.group, i.node_id, i.status, i.status_detail) for i in list_instances(plane, app)
+    )
+    return DeploymentState(app, record_.status, record_.waiting_reason, instances)
+
+
+def wait_until_running(
+    plane, app: str, timeout: float = 120.0, *, progress: Callable[[DeploymentState], None] | None = None, poll: float = 0.5
+) -> DeploymentState:
+    """Poll until every instance reports running; DeployError saying what does not run when time is up."""
+    deadline, last = time.monotonic() + timeout, None
+    while True:
+        state = deployment_state(plane, app)
+        if progress and state != last:
+            progress(state)
+        last = state
+        if state.running:
+            return state
+        failed = [i for i in state.instances if i.status == "failed"]
+        if failed or time.monotonic() > deadline:
+            why = "failed" if failed else f"not running after {timeout:.0f}s"
+            raise DeployError(f"{app}: {len(state.not_running())} instance(s) {why}:\n{state.describe()}")
+        time.sleep(poll)
+
+
+@dataclass
+class DeployResult:
+    """What a deploy did."""
+
+    app: str
+    topics: list = field(default_factory=list)
+    changed: bool = True
+    state: DeploymentState | None = None
+
+
+def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.0, progress=None) -> DeployResult:
+    """Parse, plan, create topics, record, and (optionally) wait until every instance runs."""
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.messaging import transport_for
+
+    loaded = load_app(path)
+    topology = plan_app(loaded)
+    transport = transport_for(config.messaging)
+    topics = create_topics(topology, transport)
+    plane = ControlPlane.from_config(config)
+    try:
+        result = record(plane, loaded, topology)
+        state = wait_until_running(plane, topology.app, timeout, progress=progress) if wait else deployment_state(plane, topology.app)
+    finally:
+        plane.close()
+    return DeployResult(topology.app, topics, result.changed, state)
+
+
+def undeploy(plane, app: str, *, transport=None, delete_topics: bool = False) -> list[str]:
+    """Remove a deployment (its workers stop its instances); delete its topics only when asked."""
+    from sp_dagster.cluster.store.deployments import get_deployment, remove_deployment
+
+    record_ = get_deployment(plane, app)
+    if record_ is None:
+        raise DeployError(f"no deployment named '{app}'; `sp-dagster status` lists the deployments")
+    remove_deployment(plane, app)
+    deleted = []
+    if delete_topics and transport is not None:
+        for topic in [t["name"] for t in record_.plan.get("topics", [])] + [dead_letter_topic(app)]:
+            transport.delete_topic(topic)
+            deleted.append(topic)
+    return deleted
