@@ -93,12 +93,14 @@ class WallClock(Clock):
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._woken = False
 
     def now(self) -> int:
         return int(self._source() * 1000)
 
     def wake(self, when: int) -> None:
         with self._changed:
+            self._woken = True
             self._changed.notify()
 
     def start(self) -> None:
@@ -116,22 +118,25 @@ class WallClock(Clock):
         self._thread = None
 
     def _next_due(self) -> int | None:
-        times = [s.next_due() for s in self.schedulers]
-        times = [t for t in times if t is not None]
+        times = [t for t in (s.next_due() for s in self.schedulers) if t is not None]
         return min(times) if times else None
 
     def _run(self) -> None:
+        # the runtime lock and the condition are never held together, so send() (which holds
+        # the lock and wakes this thread) cannot deadlock with it
         while True:
+            with self.lock:
+                due = self._next_due()
+                if due is not None and due <= self.now():
+                    self.fire_due()
+                    continue
             with self._changed:
                 if self._stopping:
                     return
-                due = self._next_due()
-                wait = None if due is None else max(0.0, (due - self.now()) / 1000)
-                if wait is None or wait > 0:
-                    self._changed.wait(timeout=wait if wait is not None else 1.0)
-                    continue
-            with self.lock:
-                self.fire_due()
+                if not self._woken:
+                    wait = 1.0 if due is None else min(1.0, (due - self.now()) / 1000)
+                    self._changed.wait(timeout=max(wait, 0.0))
+                self._woken = False
 
 
 class Scheduler:
