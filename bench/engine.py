@@ -74,6 +74,7 @@ def run(name: str, events: int, size: int) -> dict:
 
 
 def main() -> None:
+    """Run the workloads named on the command line (all by default)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000, help="events per workload (default 1,000,000)")
     parser.add_argument("--batch", type=int, default=10_000, help="rows per record batch sent (default 10,000)")

@@ -131,6 +131,26 @@ class State:
         """Every slot of this class and its bases."""
         return [name for klass in reversed(cls.__mro__) for name in getattr(klass, "__slots__", ())]
 
+    def add(self, value):
+        """A current event's value arrives; return the aggregate."""
+        raise NotImplementedError
+
+    def remove(self, value):
+        """An expired event's value leaves; return the aggregate."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Start over (a RESET event)."""
+        raise NotImplementedError
+
+    def current(self):
+        """The aggregate now."""
+        raise NotImplementedError
+
+    def empty(self) -> bool:
+        """True when the state holds nothing (the group can be forgotten)."""
+        raise NotImplementedError
+
     def dump(self) -> list:
         """Plain-data form of this state."""
         return [_plain(getattr(self, name)) for name in self.fields()]
