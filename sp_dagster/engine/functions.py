@@ -19,7 +19,6 @@ from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.expressions import Executor, Scope, compile_expression, converter
 from sp_dagster.engine.values import INT_MAX, INT_MIN, f32, java_class, java_float_to_int, java_str
 from sp_dagster.siddhi import ast
-from sp_dagster.siddhi.functions import AGGREGATORS as AGGREGATOR_SPECS
 from sp_dagster.siddhi.functions import FUNCTIONS as FUNCTION_SPECS
 
 Compiler = Callable[[ast.FunctionCall, list, str, Scope], Executor]
@@ -41,18 +40,13 @@ def compile_call(node: ast.FunctionCall, scope: Scope) -> Executor:
     """Compile a function or aggregator call (argument types were checked by validation)."""
     from sp_dagster.engine.aggregators import AGGREGATORS
 
-    name = node.qualified_name
-    if node.namespace is None and name in AGGREGATOR_SPECS:
-        if name not in AGGREGATORS:
-            raise app_error(f"aggregator {name}() is not supported by the engine", node)
+    name = node.qualified_name  # support.check_supported has rejected what is not implemented
+    if node.namespace is None and name in AGGREGATORS:
         if scope.aggregation is None:
             raise app_error(f"aggregator {name}() is only allowed in select and having", node)
         args = [compile_expression(arg, scope) for arg in node.args]
         return scope.aggregation.compile(node, args)
-    compiler = FUNCTIONS.get(name)
-    if compiler is None:
-        known = "is not supported by the engine" if name in FUNCTION_SPECS else "is not a known function"
-        raise app_error(f"'{name}' {known}", node)
+    compiler = FUNCTIONS[name]
     args = [compile_expression(arg, scope) for arg in node.args]
     spec = FUNCTION_SPECS.get(name)
     kind = spec.returns([a.type for a in args], node.args) if spec is not None else None

@@ -19,6 +19,7 @@ from sp_dagster.engine.processors import FilterProcessor, LogProcessor, Processo
 from sp_dagster.engine.ratelimit import EVENT_LIMITERS, TIME_LIMITERS, PassThrough
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.selector import Selector
+from sp_dagster.engine.snapshotlimit import snapshot_limiter
 from sp_dagster.engine.windows import WINDOWS, Param, WindowContext
 from sp_dagster.siddhi import ast
 
@@ -26,33 +27,26 @@ _LOG_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN":
 
 
 class Streams:
-    """Where a query finds the streams it reads and writes (global, or a partition's inner ones)."""
+    """Where a query finds its streams: global ones, or a partition instance's own.
+
+    Validation has checked every name, and every stream (inner ones too) exists before
+    queries are built, so lookups cannot miss.
+    """
 
     def __init__(self, context, inner: dict[str, StreamJunction] | None = None, local: dict[str, StreamJunction] | None = None):
         self.context = context
-        self.inner = inner
+        self.inner = inner or {}
         self.local = local or {}
 
-    def source(self, name: str, inner: bool, node: ast.Node) -> StreamJunction:
+    def source(self, name: str, inner: bool) -> StreamJunction:
         """The junction a query reads `name` (or `#name`) from."""
         if inner:
-            if self.inner is None:
-                raise app_error(f"inner stream '#{name}' can only be used inside a partition", node)
-            junction = self.inner.get(name)
-            if junction is None:
-                raise app_error(f"inner stream '#{name}' is not written by any query of this partition", node)
-            return junction
-        if name in self.local:
-            return self.local[name]
-        return self.context.junctions[name]
-
-    def target(self, name: str, inner: bool, node: ast.Node) -> StreamJunction:
-        """The junction a query writes to (every stream exists before queries are built)."""
-        if inner:
-            if self.inner is None:
-                raise app_error(f"inner stream '#{name}' can only be used inside a partition", node)
             return self.inner[name]
-        return self.context.junctions[name]
+        return self.local.get(name) or self.context.junctions[name]
+
+    def target(self, name: str, inner: bool) -> StreamJunction:
+        """The junction a query writes `name` (or `#name`) to."""
+        return self.inner[name] if inner else self.context.junctions[name]
 
 
 class QueryOutput:
@@ -98,19 +92,11 @@ class QueryRuntime:
         self.query = query
         self.name = name
         self.context = context
-        if not isinstance(query.input, ast.StreamInput):
-            raise app_error("joins, patterns and sequences are not supported by the engine yet (issue 9)", query.input)
-        source = query.input
-        if source.fault:
-            raise app_error("fault streams (!S) are not supported by the engine", source)
-        self.source = streams.source(source.stream, source.inner, source)
+        source = query.input  # support.check_supported has let through only plain stream inputs
+        self.source = streams.source(source.stream, source.inner)
         schema = self.source.schema
         scope = StreamScope(schema, (source.stream,), context, inner=source.inner)
         output = query.output
-        if not isinstance(output, ast.InsertInto):
-            if isinstance(output, ast.Return):
-                raise app_error("'return' is only valid in on-demand queries", output)
-            raise app_error("writing to tables (delete, update) is not supported by the engine yet (issue 9)", output)
         event_type = output.event_type
         if query.rate is not None and query.rate.kind == "snapshot" and event_type == "current":
             event_type = "all"  # a snapshot follows expiry too; `insert into` means all events here
@@ -123,8 +109,6 @@ class QueryRuntime:
             if isinstance(handler, ast.Filter):
                 self.processors.append(FilterProcessor(compile_expression(handler.condition, scope)))
             elif isinstance(handler, ast.Window):
-                if window is not None:
-                    raise app_error("a query input can have only one window", handler)
                 self.window = window = self._window(handler, scope, schema, expired_on, schedulers)
                 self.processors.append(window)
             else:
@@ -138,10 +122,9 @@ class QueryRuntime:
             current_on=current_on,
             expired_on=expired_on,
             track_future=(mode == "slide" or expired_on),
-            query=query,
         )
         context.query_schemas[name] = self.selector.output_schema
-        target = streams.target(output.target, output.inner, output)
+        target = streams.target(output.target, output.inner)
         self.output = QueryOutput(target, callbacks)
         self.limiter = self._rate_limiter(query, schedulers)
         chain = [*self.processors, self.selector, self.limiter]
@@ -152,8 +135,6 @@ class QueryRuntime:
         self.source.subscribe(self)
 
     def _window(self, handler: ast.Window, scope, schema: Schema, expired_on: bool, schedulers) -> Processor:
-        if handler.namespace is not None or handler.name not in WINDOWS:
-            raise app_error(f"unknown window '{handler.qualified_name}'", handler)
         params = [Param(arg, compile_expression(arg, scope)) for arg in handler.args]
         window_class = WINDOWS[handler.name]
         scheduler = schedulers("window") if window_class.uses_timers else None
@@ -161,8 +142,6 @@ class QueryRuntime:
         return window_class(params, context)
 
     def _stream_function(self, handler: ast.StreamFunction, scope, stream: str) -> Processor:
-        if handler.qualified_name != "log":
-            raise app_error(f"unknown stream function '#{handler.qualified_name}'", handler)
         message, level = None, logging.INFO
         for arg in handler.args:
             executor = compile_expression(arg, scope)
@@ -180,8 +159,6 @@ class QueryRuntime:
         if rate is None:
             return PassThrough(self.output)
         if rate.kind == "events":
-            if rate.value <= 0:
-                raise app_error("the event count of an output rate must be positive", rate)
             return EVENT_LIMITERS[(rate.type, group_by)](self.output, rate.value)
         if rate.kind == "time":
             limiter_class = TIME_LIMITERS[(rate.type, group_by)]
@@ -189,8 +166,6 @@ class QueryRuntime:
             limiter = limiter_class(self.output, rate.value.millis, self.context.clock, scheduler)
             limiter.start()
             return limiter
-        from sp_dagster.engine.snapshotlimit import snapshot_limiter
-
         if query.output.event_type == "expired":
             raise app_error("snapshot rate limiting cannot insert only expired events", query.output)
         self.selector.batching = False

@@ -35,7 +35,6 @@ class Selector(Processor):
         current_on: bool,
         expired_on: bool,
         track_future: bool,
-        query: ast.Query,
     ):
         self.current_on = current_on
         self.expired_on = expired_on

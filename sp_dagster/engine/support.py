@@ -1,7 +1,8 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
 Joins, patterns, sequences, tables, named windows and triggers are issue 9; incremental
-aggregations, script functions and playback tuning are not planned yet. Every such use in
+aggregations, script functions, playback tuning, fault streams and the few functions and
+windows the parser knows but the engine does not implement are not planned yet. Every such use in
 an app is reported (all of them at once, with line and column), never silently ignored.
 """
 
@@ -9,10 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 
+from sp_dagster.engine.aggregators import AGGREGATORS
 from sp_dagster.engine.errors import app_error
+from sp_dagster.engine.functions import FUNCTIONS
+from sp_dagster.engine.windows import WINDOWS
 from sp_dagster.siddhi import SiddhiQLError, ast
+from sp_dagster.siddhi.functions import AGGREGATORS as AGGREGATOR_SPECS
 
-_PLURAL = {"playback idle.time/increment": "the idle.time and increment options of @app:playback"}
+_PLURAL = {
+    "playback idle.time/increment": "the idle.time and increment options of @app:playback",
+    "fault stream": "fault streams (!S)",
+    "return output": "'return' outputs (outside on-demand queries)",
+}
 #: Features issue 9 adds, by the name used in messages and test reasons.
 ISSUE_9 = ("join", "pattern", "sequence", "table", "named window", "trigger")
 
@@ -43,18 +52,34 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
         elif isinstance(source, ast.StateInput):
             found.append((source.kind, source))
         for stream in query.input_streams():
+            if stream.fault:
+                found.append(("fault stream", stream))
             if stream.stream in tables:
                 found.append(("table", stream))
             elif stream.stream in windows:
                 found.append(("named window", stream))
-        if not isinstance(query.output, (ast.InsertInto, ast.Return)) or query.target in tables:
+        if isinstance(query.output, ast.Return):
+            found.append(("return output", query.output))
+        elif not isinstance(query.output, ast.InsertInto) or query.target in tables:
             found.append(("table", query.output))
         elif query.target in windows:
             found.append(("named window", query.output))
         for node in _walk(query):
             if isinstance(node, ast.In):
                 found.append(("table", node))
+            elif isinstance(node, ast.FunctionCall) and not _implemented_call(node):
+                found.append((f"function {node.qualified_name}()", node))
+            elif isinstance(node, ast.Window) and (node.namespace is not None or node.name not in WINDOWS):
+                found.append((f"window '{node.qualified_name}'", node))
+            elif isinstance(node, ast.StreamFunction) and node.qualified_name != "log":
+                found.append((f"stream function '#{node.qualified_name}'", node))
     return found
+
+
+def _implemented_call(node: ast.FunctionCall) -> bool:
+    if node.namespace is None and node.name in AGGREGATOR_SPECS:
+        return node.name in AGGREGATORS
+    return node.qualified_name in FUNCTIONS
 
 
 def _walk(node):
@@ -70,7 +95,11 @@ def check_supported(app: ast.App) -> None:
     """Raise one SiddhiQLError listing every feature of `app` the engine cannot run yet."""
     errors = []
     for feature, node in unsupported_features(app):
-        later = " yet (issue 9)" if feature in ISSUE_9 else ""
-        errors.append(app_error(f"{_PLURAL.get(feature, feature + 's')} are not supported by the engine{later}", node))
+        if feature.startswith(("function ", "window ", "stream function ")):
+            message = f"{feature} is not supported by the engine"
+        else:
+            later = " yet (issue 9)" if feature in ISSUE_9 else ""
+            message = f"{_PLURAL.get(feature, feature + 's')} are not supported by the engine{later}"
+        errors.append(app_error(message, node))
     if errors:
         raise SiddhiQLError.combine(errors)
