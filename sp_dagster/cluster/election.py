@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, case, func, select, update
 
 from sp_dagster.cluster.db import ControlPlane, db_now_ms, insert_ignore
 from sp_dagster.cluster.schema import assignments, leader_lease, managers, terms
@@ -248,11 +248,13 @@ class Elector:
                 f"'{self.group_id}': one database serves one cluster (set cluster.config.groupId to '{other}' or use another database)"
             )
         now = db_now_ms()
+        # Never reuse a recorded term, even if the lease row was reset or restored from a backup.
+        floor = conn.execute(select(func.max(terms.c.term)).where(terms.c.group_id == self.group_id)).scalar() or 0
         taken = conn.execute(
             update(leader_lease)
             .where(lease.group_id == self.group_id, lease.expires_at <= now)
             .values(
-                term=lease.term + 1,
+                term=case((lease.term > floor, lease.term + 1), else_=floor + 1),
                 holder=self.node_id,
                 holder_incarnation=self.incarnation,
                 acquired_at=now,

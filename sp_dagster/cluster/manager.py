@@ -82,7 +82,7 @@ class Manager:
             node_max_retry=deployment.heartbeat_max_retry,
             listener=self._on_election,
         )
-        self.connectivity = Connectivity(self.plane, self.heartbeat_s, max(5.0, self.heartbeat_s), log)
+        self.connectivity = Connectivity(self.plane, self.heartbeat_s, max(2.0, self.heartbeat_s), log)
         self._migrated = False
         self._known_alive: set[str] | None = None
         self._rebalance_seen: int | None = None

@@ -73,6 +73,7 @@ class ManagerProcess:
         self.env = env
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self._log_offset = 0
 
     def command(self) -> list[str]:
         """The command line of the process."""
@@ -84,6 +85,7 @@ class ManagerProcess:
     def start(self) -> "ManagerProcess":
         """Start the process (its output is appended to log_path, if given)."""
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self._log_offset = out.tell() if self.log_path else 0
         try:
             self.process = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
@@ -94,6 +96,18 @@ class ManagerProcess:
                 out.close()
         self.starts += 1
         return self
+
+    @property
+    def ready(self) -> bool:
+        """True once the current start has logged its first line (signal handlers are set by then); needs log_path."""
+        if not self.alive or not self.log_path:
+            return False
+        try:
+            with open(self.log_path, "rb") as log_file:
+                log_file.seek(self._log_offset)
+                return f"manager {self.node_id} (group ".encode() in log_file.read()
+        except OSError:
+            return False
 
     @property
     def alive(self) -> bool:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
+from sqlalchemy import select
+
+from sp_dagster.cluster.election import current_leader
 from sp_dagster.cluster.fencing import NodeSession
+from sp_dagster.cluster.membership import list_nodes
+from sp_dagster.cluster.schema import assignments
+from sp_dagster.cluster.store.deployments import list_instances
 
 
 def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
@@ -17,6 +23,18 @@ def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: s
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def settled(plane):
+    """The lease if a live leader has placed every instance on an alive node, all in its term; else None."""
+    lease = current_leader(plane)
+    if lease is None or not lease.alive:
+        return None
+    alive = {n.node_id for n in list_nodes(plane) if n.state == "alive"}
+    rows = list_instances(plane)
+    with plane.transaction() as conn:
+        assigned_terms = {r.term for r in conn.execute(select(assignments.c.term))}
+    return lease if rows and all(r.node_id in alive for r in rows) and assigned_terms == {lease.term} else None
 
 
 class Workers:

@@ -124,3 +124,13 @@ def test_terms_only_grow(plane):
     assert seen == [1, 2, 3, 4]
     with plane.transaction() as conn:
         assert conn.execute(select(func.count()).select_from(terms)).scalar_one() == 4
+
+
+def test_a_reset_lease_row_never_reuses_a_recorded_term(plane):
+    a = elector(plane, "m1", lease_ms=60_000)
+    assert a.tick().term == 1
+    a.resign()
+    with plane.transaction() as conn:
+        conn.execute(leader_lease.delete())  # e.g. restored from an older backup
+    b = elector(plane, "m2", lease_ms=60_000)
+    assert b.tick().term == 2
