@@ -14,6 +14,7 @@ from sp_dagster.config.model import (
     Carbon,
     ClusterConfig,
     Config,
+    DagsterConfig,
     DeploymentConfig,
     PersistenceConfig,
     SiddhiConfig,
@@ -48,6 +49,7 @@ _SECTIONS = {
     "state.persistence": PersistenceConfig,
     "siddhi": SiddhiConfig,
     "spark": SparkConfig,
+    "dagster": DagsterConfig,
 }
 _DATASOURCE_SECTIONS = {"datasources": parse_datasources, "wso2.datasources": parse_wso2_datasources}
 
@@ -111,6 +113,7 @@ def build_config(document: LocatedDict, filename: str, role: str, node_id: str |
         persistence=sections.get("state.persistence") or PersistenceConfig(),
         siddhi=sections.get("siddhi") or SiddhiConfig(),
         spark=sections.get("spark") or SparkConfig(),
+        dagster=sections.get("dagster") or DagsterConfig(),
     )
     _check(config, document, filename)
     return config

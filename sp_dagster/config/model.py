@@ -156,6 +156,30 @@ class SparkConfig:
     conf: dict[str, str] = setting("conf", factory=dict, doc="any `spark.*` settings")
 
 
+def _interval_minutes(value: Any, ctx: Context) -> int:
+    """Minutes that a cron schedule can repeat exactly: a divisor of 60, or whole hours dividing a day."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ctx.error(f"expected a whole number of minutes of at least 1, got {describe(value)}")
+    if 60 % value == 0 or (value % 60 == 0 and 1440 % value == 0):
+        return value
+    raise ctx.error(f"expected minutes that divide an hour (1, 2, 5, 10, 15, 30, ...) or whole hours that divide a day (60, 120, 180, 240, 360, 480, 720, 1440), got {value}")
+
+
+@dataclass(frozen=True)
+class DagsterConfig:
+    """`dagster`: the Dagster window (app-repository sensor, schedules, deploy waits, the UI's address)."""
+
+    app_repository: str = setting("appRepository", "apps", doc="the directory of `*.siddhi` files the sensor deploys (relative: to the working directory)")
+    sensor_interval: int = setting("sensorInterval", 30, minimum=1, unit="seconds", doc="seconds between looks at the app repository")
+    rebalance_interval: int = setting("rebalanceInterval", 30, parse=_interval_minutes, unit="minutes", doc="minutes between scheduled rebalancing runs")
+    health_interval: int = setting("healthInterval", 1, parse=_interval_minutes, unit="minutes", doc="minutes between health checks of the partial apps")
+    lag_growth_samples: int = setting("lagGrowthSamples", 3, minimum=2, doc="consecutive checks of rising lag that fail the lag check")
+    placement_timeout: int = setting("placementTimeout", 60, minimum=1, unit="seconds", doc="seconds a deploy run waits for every instance to be placed")
+    running_timeout: int = setting("runningTimeout", 180, minimum=1, unit="seconds", doc="seconds a deploy run waits for every instance to run")
+    host: str = setting("host", "127.0.0.1", doc="the Dagster webserver's host (`sp-dagster up`; asset-graph reloads)")
+    port: int = setting("port", 3000, minimum=1, doc="the Dagster webserver's port")
+
+
 @dataclass(frozen=True)
 class MessagingSettings:
     """The messaging layer a node uses, derived from deployment.config."""
@@ -184,6 +208,7 @@ class Config:
     persistence: PersistenceConfig
     siddhi: SiddhiConfig
     spark: SparkConfig
+    dagster: DagsterConfig = field(default_factory=DagsterConfig)
 
     @property
     def node_id(self) -> str:

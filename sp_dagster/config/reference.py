@@ -8,6 +8,7 @@ import typing
 from sp_dagster.config.model import (
     Carbon,
     ClusterConfig,
+    DagsterConfig,
     DeploymentConfig,
     PersistenceConfig,
     SiddhiConfig,
@@ -21,6 +22,7 @@ SECTIONS = (
     ("state.persistence", PersistenceConfig),
     ("siddhi", SiddhiConfig),
     ("spark", SparkConfig),
+    ("dagster", DagsterConfig),
 )
 
 
