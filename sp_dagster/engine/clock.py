@@ -154,8 +154,9 @@ class Scheduler:
         return queue
 
     def discard(self, queue: TimerQueue) -> None:
-        """Forget a queue (its partition instance is gone)."""
-        self.queues.remove(queue)
+        """Forget a queue (its processor has stopped)."""
+        if queue in self.queues:
+            self.queues.remove(queue)
 
     def next_due(self) -> int | None:
         """The earliest armed time, or None."""

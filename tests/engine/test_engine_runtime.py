@@ -200,3 +200,10 @@ def test_queries_may_read_streams_written_further_down():
     doubled, inner = collect(runtime, "C"), collect(runtime, "D")
     runtime.send("A", [(21,)])
     assert doubled == [(42,)] and inner == [(21,)]
+
+
+def test_shutdown_twice_is_harmless():
+    runtime = AppRuntime("@app:playback\n" + STOCKS + "from S#window.time(1 sec) select symbol insert into O;")
+    runtime.send("S", [("A", 1.0, 1)], timestamps=[5])
+    runtime.shutdown()
+    runtime.shutdown()
