@@ -172,18 +172,30 @@ def wait_until_running(
     plane, app: str, timeout: float = 120.0, *, progress: Callable[[DeploymentState], None] | None = None, poll: float = 0.5
 ) -> DeploymentState:
     """Poll until every instance reports running; DeployError saying what does not run when time is up."""
+    return _wait(plane, app, timeout, progress, poll, DeploymentState.not_running, "not running")
+
+
+def wait_until_placed(
+    plane, app: str, timeout: float = 60.0, *, progress: Callable[[DeploymentState], None] | None = None, poll: float = 0.5
+) -> DeploymentState:
+    """Poll until the leader has placed every instance on a worker; DeployError saying what waits and why when time is up."""
+    return _wait(plane, app, timeout, progress, poll, lambda state: tuple(i for i in state.instances if not i.node), "not placed")
+
+
+def _wait(plane, app, timeout, progress, poll, pending, what) -> DeploymentState:
+    """Poll until some instances exist and none is pending; DeployError on a failed instance or at the deadline."""
     deadline, last = time.monotonic() + timeout, None
     while True:
         state = deployment_state(plane, app)
         if progress and state != last:
             progress(state)
         last = state
-        if state.running:
+        if state.instances and not pending(state):
             return state
         failed = [i for i in state.instances if i.status == "failed"]
         if failed or time.monotonic() > deadline:
-            why = "failed" if failed else f"not running after {timeout:.0f}s"
-            raise DeployError(f"{app}: {len(state.not_running())} instance(s) {why}:\n{state.describe()}")
+            why = "failed" if failed else f"{what} after {timeout:.0f}s"
+            raise DeployError(f"{app}: {len(pending(state))} instance(s) {why}:\n{state.describe()}")
         time.sleep(poll)
 
 
