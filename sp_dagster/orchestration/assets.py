@@ -1,0 +1,199 @@
+"""Partial apps and topics as assets, rebuilt from the deployments recorded in the control plane.
+
+Every execution group of a deployed app is one asset (its partial app, run as `parallelism`
+instances), grouped per app, with lineage topic -> partial app -> topic; topics are assets
+too. `SpDagsterTranslator` decides keys, groups and metadata (override a method to change
+one). `DeploymentsLoader` is a state-backed definitions loader: the control plane is read
+once, when the code location loads; the snapshot travels with the definitions as
+reconstruction metadata, so a run worker rebuilds exactly the graph the UI shows without
+reading the database again. An unreachable or empty control plane never breaks the code
+location: the `sp_dagster/control_plane` asset then says why the graph is empty.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import dagster as dg
+from dagster._core.definitions.definitions_load_context import StateBackedDefinitionsLoader
+
+from sp_dagster.orchestration.resources import ControlPlaneResource
+
+DEFS_KEY = "sp_dagster/deployments"
+CONTROL_PLANE_KEY = dg.AssetKey(["sp_dagster", "control_plane"])
+APP_META, GROUP_META = "sp_dagster/app", "sp_dagster/group"
+
+
+def fetch_deployments(control_plane: ControlPlaneResource) -> dict[str, Any]:
+    """A snapshot of the recorded deployments (plans and placements); `error` says why there is none."""
+    from sp_dagster.cluster.status import cluster_status
+    from sp_dagster.cluster.store.deployments import list_deployments
+
+    snapshot: dict[str, Any] = {"fetched_at": time.time(), "control_plane": None, "error": None, "deployments": []}
+    try:
+        with control_plane.reader() as plane:
+            snapshot["control_plane"] = plane.safe_url
+            status = cluster_status(plane)
+            placement = {d["app"]: {i["instance"]: i["node"] for i in d["instances"]} for d in status["deployments"]}
+            snapshot["deployments"] = [
+                {
+                    "app": d.app, "content_hash": d.content_hash, "generation": d.generation, "status": d.status,
+                    "plan": d.plan, "placement": placement.get(d.app, {}),
+                }
+                for d in list_deployments(plane)
+            ]
+    except Exception as exc:  # the code location must load whatever the database does
+        snapshot["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return snapshot
+
+
+def _code(text: str) -> dg.MetadataValue:
+    return dg.MetadataValue.md(f"```\n{text.rstrip()}\n```")
+
+
+def _strategy(end: dict) -> str:
+    return f"{end['strategy']}({end['partition_key']})" if end.get("partition_key") else end["strategy"]
+
+
+class SpDagsterTranslator:
+    """How recorded deployments become asset specs; subclass and override to change keys, groups or metadata."""
+
+    def group_name(self, app: str) -> str:
+        """The asset group of an app's partial apps and topics (Dagster allows letters, digits and _)."""
+        return re.sub(r"[^A-Za-z0-9_]", "_", app) or "app"
+
+    def exec_group(self, app: str, group: dict) -> str:
+        """A group's execGroup name: its planned name without the `<app>-` prefix."""
+        return group["name"].removeprefix(f"{app}-")
+
+    def partial_app_key(self, app: str, exec_group: str) -> dg.AssetKey:
+        """The key of one partial app: `<app>/<execGroup>`."""
+        return dg.AssetKey([app, exec_group])
+
+    def topic_key(self, topic: str) -> dg.AssetKey:
+        """The key of one topic: `topics/<topic>`."""
+        return dg.AssetKey(["topics", topic])
+
+    def get_partial_app_spec(self, deployment: dict, group: dict) -> dg.AssetSpec:
+        """The spec of one execution group's partial app, depending on the topics it reads."""
+        app = deployment["app"]
+        exec_group = self.exec_group(app, group)
+        instances = [i["name"] for i in group["instances"]]
+        placement = {name: deployment["placement"].get(name) or "not placed" for name in instances}
+        inputs = {stream: _strategy(s) + (f" <- {s['topic']}" if s.get("topic") else " (no topic)") for stream, s in group["inputs"].items()}
+        outputs = {f"{stream} -> {p['topic']}": _strategy(p) for stream, pubs in group["outputs"].items() for p in pubs}
+        siddhi = group["instances"][0]["siddhi"] if group["instances"] else ""
+        return dg.AssetSpec(
+            key=self.partial_app_key(app, exec_group),
+            deps=sorted({self.topic_key(s["topic"]) for s in group["inputs"].values() if s.get("topic")}, key=lambda k: k.path),
+            group_name=self.group_name(app),
+            description=f"Partial app `{group['name']}` of {app}: {group['parallelism']} parallel instance(s)"
+            + (", receiver (passthrough)" if group.get("receiver") else "") + ".",
+            kinds={"siddhi", "spark"},
+            code_version=f"{deployment['content_hash'][:12]}-g{deployment['generation']}",
+            metadata={
+                APP_META: app,
+                GROUP_META: exec_group,
+                "parallelism": group["parallelism"],
+                "receiver": bool(group.get("receiver")),
+                "instances": instances,
+                "strategies": dg.MetadataValue.json({"in": inputs, "out": outputs}),
+                "placement": dg.MetadataValue.json(placement),
+                "siddhi": _code(siddhi),
+                "deployment": dg.MetadataValue.json({k: deployment[k] for k in ("generation", "status", "content_hash")}),
+            },
+            tags={"sp-dagster/app": self.group_name(app)},
+        )
+
+    def get_topic_spec(self, topic: dict, app: str, producers: list[dg.AssetKey]) -> dg.AssetSpec:
+        """The spec of one topic, depending on the partial apps that publish to it."""
+        return dg.AssetSpec(
+            key=self.topic_key(topic["name"]),
+            deps=sorted(set(producers), key=lambda k: k.path),
+            group_name=self.group_name(app),
+            description=f"Topic `{topic['name']}` ({topic['partitions']} partition(s))"
+            + ("" if producers else ": an entry topic, fed from outside the app") + ".",
+            kinds={"kafka"},
+            metadata={"topic": topic["name"], "partitions": topic["partitions"], APP_META: app},
+        )
+
+
+def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = None) -> list[dg.AssetSpec]:
+    """Partial-app and topic specs of every recorded deployment (a topic two apps share appears once)."""
+    translator = translator or SpDagsterTranslator()
+    specs: list[dg.AssetSpec] = []
+    topics: dict[str, tuple[dict, str]] = {}
+    producers: dict[str, list[dg.AssetKey]] = {}
+    for deployment in sorted(snapshot["deployments"], key=lambda d: d["app"]):
+        app, plan = deployment["app"], deployment["plan"]
+        for topic in plan.get("topics", []):
+            topics.setdefault(topic["name"], (topic, app))
+        for group in plan.get("groups", []):
+            spec = translator.get_partial_app_spec(deployment, group)
+            specs.append(spec)
+            for publications in group["outputs"].values():
+                for publication in publications:
+                    producers.setdefault(publication["topic"], []).append(spec.key)
+                    topics.setdefault(publication["topic"], ({"name": publication["topic"], "partitions": publication["partitions"]}, app))
+            for subscription in group["inputs"].values():
+                if subscription.get("topic"):
+                    topics.setdefault(subscription["topic"], ({"name": subscription["topic"], "partitions": 0}, app))
+    specs += [translator.get_topic_spec(topic, app, producers.get(name, [])) for name, (topic, app) in sorted(topics.items())]
+    seen: dict[dg.AssetKey, int] = {}
+    for spec in specs:
+        seen[spec.key] = seen.get(spec.key, 0) + 1
+    clashes = sorted(k.to_user_string() for k, n in seen.items() if n > 1)
+    if clashes:
+        raise ValueError(f"two partial apps or topics map to one asset key: {', '.join(clashes)}; change the translator's keys")
+    return specs
+
+
+def control_plane_spec(snapshot: dict) -> dg.AssetSpec:
+    """An asset that says where the graph came from, and why it is empty when it is."""
+    apps = [d["app"] for d in snapshot["deployments"]]
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot["fetched_at"]))
+    if snapshot["error"]:
+        text = f"The partial-app graph is empty: the control plane could not be read ({snapshot['error']})."
+    elif not apps:
+        text = "No app is deployed yet: drop a .siddhi file into the app repository, or run `sp-dagster deploy APP.siddhi`."
+    else:
+        text = f"The partial-app graph shows {len(apps)} deployment(s): {', '.join(apps)}."
+    return dg.AssetSpec(
+        key=CONTROL_PLANE_KEY,
+        group_name="sp_dagster",
+        description=f"{text} Read at {when}; reload the code location to read it again.",
+        metadata={
+            "control_plane": snapshot["control_plane"] or "unknown",
+            "deployments": dg.MetadataValue.json(apps),
+            "error": snapshot["error"] or "",
+            "read_at": dg.MetadataValue.timestamp(snapshot["fetched_at"]),
+        },
+    )
+
+
+class DeploymentsLoader(StateBackedDefinitionsLoader[str]):
+    """Definitions from the recorded deployments: read at code-location load, replayed in run workers."""
+
+    def __init__(self, control_plane: ControlPlaneResource, build, translator: SpDagsterTranslator | None = None):
+        self.control_plane = control_plane
+        self.build = build  # (snapshot, specs) -> Definitions holding the specs and what depends on them
+        self.translator = translator or SpDagsterTranslator()
+
+    @property
+    def defs_key(self) -> str:
+        return DEFS_KEY
+
+    def fetch_state(self) -> str:
+        return json.dumps(fetch_deployments(self.control_plane), sort_keys=True)
+
+    def defs_from_state(self, state: str) -> dg.Definitions:
+        snapshot = json.loads(state)
+        try:
+            specs = build_asset_specs(snapshot, self.translator)
+        except Exception as exc:  # a plan this version cannot read must not break the code location
+            snapshot = {**snapshot, "deployments": [], "error": f"the recorded plans could not be turned into assets: {exc}"}
+            specs = []
+        return self.build(snapshot, [control_plane_spec(snapshot), *specs])

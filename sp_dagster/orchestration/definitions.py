@@ -1,0 +1,97 @@
+"""The sp-dagster code location: `build_definitions()`, and `defs` for `dagster dev -m` / definitions.py.
+
+Configuration comes from the manager's deployment.yaml ($SP_DAGSTER_CONF, default
+conf/manager/deployment.yaml) and the worker's ($SP_DAGSTER_WORKER_CONF, default
+conf/worker/deployment.yaml). Secrets may come from the environment through EnvVar:
+SP_MGT_DB_URL replaces the control-plane datasource, SP_KAFKA_SASL_USERNAME and
+SP_KAFKA_SASL_PASSWORD authenticate to Kafka. Importing this module connects to nothing; the
+control plane is read when Dagster loads the definitions (see assets.DeploymentsLoader).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
+from sp_dagster.orchestration.health import build_health_checks
+from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, undeploy_job
+from sp_dagster.orchestration.resources import (
+    DEFAULT_MANAGER_CONF,
+    DEFAULT_WORKER_CONF,
+    ControlPlaneResource,
+    MessagingResource,
+    load_conf,
+    spark_resource,
+)
+from sp_dagster.orchestration.schedules import build_health_schedule, build_rebalance_schedule
+from sp_dagster.orchestration.sensors import build_app_repository_sensor
+
+log = logging.getLogger(__name__)
+
+SECRETS = {"url": "SP_MGT_DB_URL", "sasl_username": "SP_KAFKA_SASL_USERNAME", "sasl_password": "SP_KAFKA_SASL_PASSWORD"}
+
+
+def _env(name: str, resolved: bool):
+    """EnvVar(name) (resolved by Dagster at run time) or its value, when the variable is set; else None."""
+    if name not in os.environ:
+        return None
+    return os.environ[name] if resolved else dg.EnvVar(name)
+
+
+def control_plane_resource(conf: str, *, resolved: bool = False) -> ControlPlaneResource:
+    """The control-plane resource for a manager conf (the URL from SP_MGT_DB_URL when set)."""
+    return ControlPlaneResource(conf=conf, url=_env(SECRETS["url"], resolved))
+
+
+def dagster_settings(conf: str):
+    """The conf's `dagster:` section, or the defaults and the reason when the file cannot be read."""
+    from sp_dagster.config.model import DagsterConfig
+
+    try:
+        return load_conf(conf).dagster, None
+    except (SpDagsterError, OSError) as exc:
+        log.warning("%s", exc)
+        return DagsterConfig(), str(exc)
+
+
+def build_definitions(manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None) -> dg.Definitions:
+    """Every sp-dagster definition: resources, jobs, sensor, schedules, and the assets of the recorded deployments."""
+    manager_conf = str(Path(manager_conf or os.environ.get("SP_DAGSTER_CONF") or DEFAULT_MANAGER_CONF).expanduser().resolve())
+    worker_conf = str(Path(worker_conf or os.environ.get("SP_DAGSTER_WORKER_CONF") or DEFAULT_WORKER_CONF).expanduser().resolve())
+    settings, _problem = dagster_settings(manager_conf)  # a broken conf also shows on the control_plane asset
+    resources = {
+        "control_plane": control_plane_resource(manager_conf),
+        "messaging": MessagingResource(
+            conf=manager_conf, sasl_username=_env(SECRETS["sasl_username"], False), sasl_password=_env(SECRETS["sasl_password"], False)
+        ),
+        "spark": spark_resource(worker_conf),
+    }
+    jobs = [deploy_job, undeploy_job, rebalance_job, *build_node_jobs(manager_conf, worker_conf)]
+    static = dg.Definitions(
+        jobs=jobs,
+        sensors=[build_app_repository_sensor(settings.app_repository, [deploy_job, undeploy_job], interval_seconds=settings.sensor_interval)],
+        schedules=[build_rebalance_schedule(rebalance_job, settings.rebalance_interval)],
+        resources=resources,
+    )
+
+    def from_snapshot(snapshot: dict, specs: list[dg.AssetSpec]) -> dg.Definitions:
+        targets = {s.key: (s.metadata[APP_META], s.metadata[GROUP_META]) for s in specs if GROUP_META in s.metadata}
+        if not targets:
+            return dg.Definitions(assets=specs)
+        checks = build_health_checks(targets)
+        health = dg.define_asset_job("health", selection=dg.AssetSelection.checks(checks), description="Observe every partial app and run its health checks.")
+        return dg.Definitions(assets=specs, asset_checks=[checks], jobs=[health], schedules=[build_health_schedule(health, settings.health_interval)])
+
+    loader = DeploymentsLoader(control_plane_resource(manager_conf, resolved=True), from_snapshot, translator)
+    return dg.Definitions.merge(static, loader.build_defs())
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The code location, built when Dagster loads it (not at import)."""
+    return build_definitions()

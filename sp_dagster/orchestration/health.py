@@ -1,0 +1,162 @@
+"""Health of the partial apps: observations of throughput, lag and worker heartbeats, and two checks.
+
+One check op reads the control plane once per run and, for every partial-app asset, logs an
+`AssetObservation` (per-instance rows in/out, lag, batch time, the worker and its last
+heartbeat; events per second since the previous observation) and evaluates:
+
+- `live_worker`: every instance is placed on a worker that is alive and heartbeating
+  (failed, severity ERROR, naming each instance without one and why);
+- `lag_not_growing`: no instance's lag rose at each of the last `dagster.lagGrowthSamples`
+  observations (failed, severity WARN, with the lag series).
+
+The previous observations come from Dagster's own event log, so the history survives restarts.
+"""
+
+
+import time
+from typing import Any
+
+import dagster as dg
+
+from sp_dagster.orchestration.ops import user_errors
+from sp_dagster.orchestration.resources import ControlPlaneResource
+
+LIVE_WORKER, LAG_NOT_GROWING = "live_worker", "lag_not_growing"
+METRICS = ("rows_in", "rows_out", "lag", "batch_ms")
+
+
+def instance_rows(status: dict, app: str, exec_group: str) -> list[dict]:
+    """The instances of one partial app in `sp-dagster status --json` form ([] when not deployed)."""
+    deployment = next((d for d in status["deployments"] if d["app"] == app), None)
+    return [] if deployment is None else [i for i in deployment["instances"] if i["group"] == exec_group]
+
+
+def worker_problems(instances: list[dict], nodes: dict[str, dict], max_age_ms: int) -> list[str]:
+    """Why instances lack a live worker: not placed, worker dead or gone, worker silent too long."""
+    problems = []
+    for i in instances:
+        node = nodes.get(i["node"]) if i["node"] else None
+        if not i["node"]:
+            problems.append(f"{i['instance']}: not placed" + (f" ({i['detail']})" if i.get("detail") else ""))
+        elif node is None:
+            problems.append(f"{i['instance']}: its worker {i['node']} is not registered")
+        elif node["state"] != "alive":
+            problems.append(f"{i['instance']}: its worker {i['node']} is {node['state']}")
+        elif node["last_heartbeat_ago_ms"] > max_age_ms:
+            problems.append(f"{i['instance']}: its worker {i['node']} has been silent for {node['last_heartbeat_ago_ms'] / 1000:.1f} s")
+    return problems
+
+
+def growing_lags(history: list[dict[str, int]], current: dict[str, int], samples: int) -> dict[str, list[int]]:
+    """Instances whose lag rose at each of the last `samples` observations (oldest history first)."""
+    growing = {}
+    for instance, lag in current.items():
+        series = [h[instance] for h in history if instance in h][-(samples - 1):] + [lag]
+        if len(series) >= samples and all(a < b for a, b in zip(series, series[1:])):
+            growing[instance] = series
+    return growing
+
+
+def _metric(instance: dict, name: str) -> int | float | None:
+    value = (instance.get("metrics") or {}).get(name)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _previous(instance: dg.DagsterInstance, key: dg.AssetKey, limit: int) -> list[tuple[float, dict[str, Any]]]:
+    """(timestamp, metadata values) of the asset's last `limit` observations, oldest first."""
+    records = instance.fetch_observations(key, limit=limit).records
+    found = []
+    for record in reversed(records):
+        observation = record.asset_observation
+        if observation is not None:
+            found.append((record.timestamp, {k: getattr(v, "value", v) for k, v in observation.metadata.items()}))
+    return found
+
+
+def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], previous: list[tuple[float, dict]], now: float) -> dg.AssetObservation:
+    """The observation of one partial app: per-instance metrics, totals, rates, and its workers' heartbeats."""
+    per_instance = {}
+    for i in instances:
+        node = nodes.get(i["node"]) if i["node"] else None
+        per_instance[i["instance"]] = {
+            "worker": i["node"], "status": i["status"], **{m: _metric(i, m) for m in METRICS},
+            "worker_heartbeat_s": round(node["last_heartbeat_ago_ms"] / 1000, 1) if node else None,
+        }
+    totals = {m: sum(v[m] for v in per_instance.values() if v[m] is not None) for m in ("rows_in", "rows_out", "lag")}
+    metadata: dict[str, Any] = {
+        "running": f"{sum(1 for i in instances if i['status'] == 'running')}/{len(instances)}",
+        **totals,
+        "batch_ms": max((v["batch_ms"] for v in per_instance.values() if v["batch_ms"] is not None), default=0),
+        "instances": dg.MetadataValue.json(per_instance),
+        "lag_by_instance": dg.MetadataValue.json({n: v["lag"] for n, v in per_instance.items() if v["lag"] is not None}),
+        "workers": dg.MetadataValue.json(
+            {n["node"]: {"state": n["state"], "heartbeat_s": round(n["last_heartbeat_ago_ms"] / 1000, 1)}
+             for n in nodes.values() if n["node"] in {i["node"] for i in instances}}
+        ),
+    }
+    if previous:
+        then, last = previous[-1]
+        elapsed = now - then
+        for metric in ("rows_in", "rows_out"):
+            before = last.get(metric)
+            if isinstance(before, (int, float)) and elapsed > 0 and totals[metric] >= before:
+                metadata[f"{metric}_per_s"] = round((totals[metric] - before) / elapsed, 2)
+    return dg.AssetObservation(asset_key=key, metadata=metadata)
+
+
+def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]]) -> dg.AssetChecksDefinition:
+    """One op evaluating both checks for every partial app (`targets`: asset key -> (app, execGroup))."""
+    specs = []
+    for key in targets:
+        specs.append(dg.AssetCheckSpec(LIVE_WORKER, asset=key, description="every instance runs on a live, heartbeating worker"))
+        specs.append(dg.AssetCheckSpec(LAG_NOT_GROWING, asset=key, description="no instance's lag keeps growing"))
+
+    @dg.multi_asset_check(specs=specs, name="partial_app_health", can_subset=True, description="Observe the partial apps and check their workers and lag.")
+    def partial_app_health(context: dg.AssetCheckExecutionContext, control_plane: ControlPlaneResource):
+        with user_errors():
+            status = control_plane.status()
+            config = control_plane.config()
+        max_age_ms = config.deployment.heartbeat_interval * config.deployment.heartbeat_max_retry
+        samples = config.dagster.lag_growth_samples
+        nodes = {n["node"]: n for n in status["nodes"]}
+        now = time.time()  # the clock of Dagster's observation timestamps
+        selected = context.selected_asset_check_keys
+        for key in sorted({check.asset_key for check in selected}, key=lambda k: k.path):
+            app, exec_group = targets[key]
+            instances = instance_rows(status, app, exec_group)
+            previous = _previous(context.instance, key, samples - 1)
+            observation = observe(key, instances, nodes, previous, now)
+            context.log_event(observation)
+            if dg.AssetCheckKey(key, LIVE_WORKER) in selected:
+                yield live_worker_result(key, app, instances, nodes, max_age_ms)
+            if dg.AssetCheckKey(key, LAG_NOT_GROWING) in selected:
+                history = [m.get("lag_by_instance") or {} for _, m in previous]
+                current = observation.metadata["lag_by_instance"].value
+                yield lag_result(key, app, instances, history, current, samples)
+
+    return partial_app_health
+
+
+def live_worker_result(key, app: str, instances: list[dict], nodes: dict, max_age_ms: int) -> dg.AssetCheckResult:
+    """live_worker: passed when every instance of the partial app has a live worker."""
+    if not instances:
+        return dg.AssetCheckResult(asset_key=key, check_name=LIVE_WORKER, passed=False, description=f"{app} is not deployed any more; reload the code location")
+    problems = worker_problems(instances, nodes, max_age_ms)
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=LIVE_WORKER, passed=not problems,
+        description="; ".join(problems) if problems else f"{len(instances)} instance(s) on live workers",
+        metadata={"without_live_worker": len(problems), "workers": sorted({i["node"] for i in instances if i["node"]})},
+    )
+
+
+def lag_result(key, app: str, instances: list[dict], history: list[dict], current: dict[str, int], samples: int) -> dg.AssetCheckResult:
+    """lag_not_growing: passed unless some instance's lag rose at each of the last `samples` observations."""
+    if not instances:
+        return dg.AssetCheckResult(asset_key=key, check_name=LAG_NOT_GROWING, passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"{app} is not deployed any more")
+    growing = growing_lags(history, current, samples)
+    text = "; ".join(f"{name}: lag {' -> '.join(map(str, series))}" for name, series in sorted(growing.items()))
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=LAG_NOT_GROWING, passed=not growing, severity=dg.AssetCheckSeverity.WARN,
+        description=f"lag keeps growing: {text}" if growing else (f"lag {sum(current.values())}" if current else "no lag reported yet"),
+        metadata={"lag": sum(current.values()), "growing": dg.MetadataValue.json(growing)},
+    )

@@ -1,0 +1,126 @@
+"""The jobs: deploy, undeploy, rebalance, and long-running manager and worker runs.
+
+Deploy, undeploy and rebalance run their ops in one process (in_process_executor): each step
+is short and the next needs the previous one's result. Manager and worker runs start
+`sp-dagster manager` / `sp-dagster worker` as a child process whose log lines become the run's
+log; terminating the run stops the node with SIGTERM. They are exempt from max-runtime
+monitoring (`dagster/max_runtime: 0`), since a node runs until it is stopped.
+"""
+
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
+
+from sp_dagster.orchestration import ops
+from sp_dagster.orchestration.processes import LONG_RUNNING_TAGS, cli_command, run_attached
+from sp_dagster.orchestration.resources import ControlPlaneResource, load_conf, spark_config_of
+
+
+@dg.job(name="deploy", executor_def=dg.in_process_executor, description="Deploy one SiddhiQL app: parse, plan, create topics, record, place, run.")
+def deploy_job():
+    loaded = ops.load_app()
+    topology = ops.plan_app(loaded)
+    topics = ops.create_topics(topology)
+    app = ops.record_deployment(loaded, topology, topics)
+    ops.refresh_asset_graph(app)
+    ops.wait_until_running(ops.wait_until_placed(app))
+
+
+@dg.job(name="undeploy", executor_def=dg.in_process_executor, description="Remove a deployment (by app name, or the one a deleted file held).")
+def undeploy_job():
+    ops.refresh_asset_graph(ops.undeploy_app(ops.resolve_app()))
+
+
+@dg.job(name="rebalance", executor_def=dg.in_process_executor, description="Ask the leader manager to rebalance placements and report what moved.")
+def rebalance_job():
+    ops.report_rebalance(ops.request_rebalance())
+
+
+class NodeRunConfig(dg.Config):
+    """Which node to run and with which deployment.yaml."""
+
+    node_id: str | None = Field(default=None, description="the node's id (default: the file's wso2.carbon.id)")
+    conf: str | None = Field(default=None, description="its deployment.yaml (default: the code location's)")
+    stop_timeout: float = Field(default=30.0, description="seconds between SIGTERM and SIGKILL when the run is terminated")
+
+
+def _already_running(control_plane: ControlPlaneResource, kind: str, node_id: str) -> str | None:
+    """Why a node with this id must not be started again (it heartbeats), or None."""
+    from sp_dagster.errors import ControlPlaneError
+
+    try:
+        status = control_plane.status()
+    except ControlPlaneError:  # no cluster yet: nothing runs
+        return None
+    config = control_plane.config()
+    if kind == "manager":
+        rows, max_age = status["managers"], config.cluster.strategy_config.heartbeat_interval * config.cluster.strategy_config.heartbeat_max_retry
+    else:
+        rows, max_age = status["nodes"], config.deployment.heartbeat_interval * config.deployment.heartbeat_max_retry
+    for row in rows:
+        if row["node"] == node_id and row["state"] == "alive" and row["last_heartbeat_ago_ms"] < max_age:
+            return f"{kind} {node_id} already runs (heartbeat {row['last_heartbeat_ago_ms'] / 1000:.1f} s ago); stop it first or pick another id"
+    return None
+
+
+def _run_node(context, control_plane: ControlPlaneResource, kind: str, conf: str, node_id: str | None, stop_timeout: float) -> None:
+    with ops.user_errors():
+        node_id = node_id or load_conf(conf, role=kind).node_id
+    busy = _already_running(control_plane, kind, node_id)
+    if busy:
+        raise dg.Failure(description=busy, allow_retries=False)
+    code = run_attached(context.log, cli_command(kind, "--conf", conf, "--id", node_id), stop_timeout=stop_timeout)
+    if code != 0:
+        raise dg.Failure(description=f"{kind} {node_id} exited with code {code}; its last lines are in this run's log")
+    context.log.info(f"{kind} {node_id} stopped")
+
+
+def worker_conf_for(conf: str, spark_config: dict[str, str], directory) -> str:
+    """`conf` itself when its Spark settings are `spark_config`; else a copy with them, written in `directory`."""
+    from pathlib import Path
+
+    import yaml
+
+    if spark_config_of(load_conf(conf, role="worker")) == {k: str(v) for k, v in spark_config.items()}:
+        return conf
+    document = yaml.safe_load(Path(conf).read_text(encoding="utf-8")) or {}
+    settings = {k: str(v) for k, v in spark_config.items()}
+    spark = {"master": settings.pop("spark.master", "local[*]")}
+    if "spark.app.name" in settings:
+        spark["appName"] = settings.pop("spark.app.name")
+    spark["conf"] = settings
+    document["spark"] = spark
+    path = Path(directory) / f"worker-{Path(conf).stem}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+def build_node_jobs(manager_conf: str, worker_conf: str) -> list[dg.JobDefinition]:
+    """The manager and worker jobs, defaulting to these deployment.yaml files."""
+
+    @dg.op(description="Run a manager node until the run is terminated (leader election, membership, placement).", tags=LONG_RUNNING_TAGS)
+    def run_manager(context: dg.OpExecutionContext, config: NodeRunConfig, control_plane: ControlPlaneResource) -> None:
+        """`sp-dagster manager` as a child of this run."""
+        _run_node(context, control_plane, "manager", config.conf or manager_conf, config.node_id, config.stop_timeout)
+
+    @dg.op(description="Run a worker node until the run is terminated (its assigned partial apps run as Spark queries).", tags=LONG_RUNNING_TAGS)
+    def run_worker(context: dg.OpExecutionContext, config: NodeRunConfig, control_plane: ControlPlaneResource, spark: LazyPySparkResource) -> None:
+        """`sp-dagster worker` as a child of this run, with the Spark resource's settings."""
+        from sp_dagster.config.yamlsource import default_home
+
+        conf = config.conf or worker_conf
+        with ops.user_errors():
+            conf = worker_conf_for(conf, spark.spark_config, f"{default_home()}/dagster/runs/{context.run_id}")
+        _run_node(context, control_plane, "worker", conf, config.node_id, config.stop_timeout)
+
+    @dg.job(name="manager", tags=LONG_RUNNING_TAGS, executor_def=dg.in_process_executor, description="A long-running manager node; terminate the run to stop it.")
+    def manager_job():
+        run_manager()
+
+    @dg.job(name="worker", tags=LONG_RUNNING_TAGS, executor_def=dg.in_process_executor, description="A long-running worker node; terminate the run to stop it.")
+    def worker_job():
+        run_worker()
+
+    return [manager_job, worker_job]

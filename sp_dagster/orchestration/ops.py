@@ -1,0 +1,247 @@
+"""The ops of the deploy, undeploy and rebalance jobs; each deploy op calls one deploy-path step.
+
+Errors a user can act on (a SiddhiQL mistake with its line and column, an unreachable broker,
+an instance that could not be placed) fail the op with their one-line message, no traceback.
+"""
+
+
+import contextlib
+import time
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from sp_dagster.deploy import steps
+from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.processes import reload_code_location
+from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn an sp-dagster error into a Dagster Failure carrying its message."""
+    try:
+        yield
+    except SpDagsterError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+
+
+def _code(text: str) -> dg.MetadataValue:
+    return dg.MetadataValue.md(f"```\n{text.rstrip()}\n```")
+
+
+# -- deploy ---------------------------------------------------------------------------------
+
+
+class LoadAppConfig(dg.Config):
+    """Which app file to deploy."""
+
+    path: str = Field(description="the .siddhi file")
+    content_hash: str | None = Field(default=None, description="the hash the sensor saw; a warning if the file changed since")
+
+
+@dg.op(description="Read, parse and validate the app; an invalid app fails here with the parser's line and column.")
+def load_app(context: dg.OpExecutionContext, config: LoadAppConfig) -> steps.LoadedApp:
+    """Deploy step 1: steps.load_app."""
+    with user_errors():
+        loaded = steps.load_app(config.path)
+    if config.content_hash and config.content_hash != loaded.content_hash:
+        context.log.warning(f"{config.path} changed since the sensor saw it; deploying its current text ({loaded.content_hash[:12]})")
+    context.add_output_metadata(
+        {"app": loaded.name, "source": loaded.source, "content_hash": loaded.content_hash, "siddhi": _code(loaded.text)}
+    )
+    return loaded
+
+
+@dg.op(description="Split the app into execution groups, partial apps and topics.")
+def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp):
+    """Deploy step 2: steps.plan_app."""
+    from sp_dagster.topology.output import render_text
+
+    with user_errors():
+        topology = steps.plan_app(loaded)
+    context.add_output_metadata(
+        {
+            "groups": len(topology.groups),
+            "partial_apps": len(topology.partial_apps),
+            "topics": len(topology.topics),
+            "plan": _code(render_text(topology)),
+        }
+    )
+    return topology
+
+
+@dg.op(description="Create every topic of the plan (and the dead-letter topic) with enough partitions.")
+def create_topics(context: dg.OpExecutionContext, topology, messaging: MessagingResource) -> list[str]:
+    """Deploy step 3: steps.create_topics."""
+    with user_errors():
+        topics = steps.create_topics(topology, messaging.transport)
+    context.add_output_metadata({"topics": dg.MetadataValue.json({t.name: t.partitions for t in topics})})
+    return [t.name for t in topics]
+
+
+@dg.op(description="Record the deployment (desired state) in the control plane; unchanged instances keep their placement.")
+def record_deployment(
+    context: dg.OpExecutionContext, loaded: steps.LoadedApp, topology, topics: list[str], control_plane: ControlPlaneResource
+) -> str:
+    """Deploy step 4: steps.record (after the topics exist)."""
+    with user_errors():
+        result = steps.record(control_plane.plane, loaded, topology)
+    context.log.info(
+        f"{result.app} generation {result.generation}: "
+        + (f"{len(result.added)} added, {len(result.updated)} changed, {len(result.removed)} removed, {len(result.unchanged)} unchanged"
+           if result.changed else "unchanged; nothing to do")
+    )
+    context.add_output_metadata(
+        {
+            "app": result.app, "changed": result.changed, "generation": result.generation,
+            "added": list(result.added), "updated": list(result.updated), "removed": list(result.removed),
+        }
+    )
+    return result.app
+
+
+class WaitConfig(dg.Config):
+    """How long to wait (default: from the deployment.yaml's dagster section)."""
+
+    timeout: float | None = Field(default=None, description="seconds; default dagster.placementTimeout / runningTimeout")
+
+
+def _wait(context, control_plane: ControlPlaneResource, app: str, step, timeout: float) -> steps.DeploymentState:
+    with user_errors():
+        state = step(control_plane.plane, app, timeout, progress=lambda s: context.log.info(s.describe()))
+    context.add_output_metadata({"status": state.status, "instances": dg.MetadataValue.md(_placement_table(state))})
+    return state
+
+
+def _placement_table(state: steps.DeploymentState) -> str:
+    rows = ["| instance | group | worker | status |", "| --- | --- | --- | --- |"]
+    rows += [f"| {i.instance} | {i.group} | {i.node or '-'} | {i.status}{': ' + i.detail if i.detail else ''} |" for i in state.instances]
+    return "\n".join(rows)
+
+
+@dg.op(description="Wait until the leader manager has placed every instance on a live worker (or say what waits and why).")
+def wait_until_placed(context: dg.OpExecutionContext, app: str, config: WaitConfig, control_plane: ControlPlaneResource) -> str:
+    """Deploy step 5 (the leader hands out the execution groups): steps.wait_until_placed."""
+    timeout = config.timeout or control_plane.config().dagster.placement_timeout
+    _wait(context, control_plane, app, steps.wait_until_placed, timeout)
+    return app
+
+
+@dg.op(description="Wait until every instance reports running on its worker.")
+def wait_until_running(context: dg.OpExecutionContext, app: str, config: WaitConfig, control_plane: ControlPlaneResource) -> str:
+    """Deploy step 6: steps.wait_until_running."""
+    timeout = config.timeout or control_plane.config().dagster.running_timeout
+    _wait(context, control_plane, app, steps.wait_until_running, timeout)
+    return app
+
+
+@dg.op(description="Ask the Dagster webserver to reload this code location, so the asset graph shows the change.")
+def refresh_asset_graph(context: dg.OpExecutionContext, app: Any, control_plane: ControlPlaneResource) -> None:
+    """Reload the code location (best effort: a webserver that does not answer is only a warning)."""
+    origin = context.dagster_run.remote_job_origin
+    if origin is None:
+        context.log.info("not launched from a code location (in-process run): nothing to reload")
+        return
+    location = origin.repository_origin.code_location_origin.location_name
+    settings = control_plane.config().dagster
+    message = reload_code_location(settings.host, settings.port, location)
+    (context.log.info if message.startswith("reloaded") else context.log.warning)(message)
+
+
+# -- undeploy -------------------------------------------------------------------------------
+
+
+class ResolveAppConfig(dg.Config):
+    """Which deployment to remove: by app name, or the one deployed from a (deleted) file."""
+
+    app: str | None = Field(default=None, description="the app's name (@App:name)")
+    path: str | None = Field(default=None, description="the app file that was deleted (for the message)")
+    content_hashes: list[str] = Field(default_factory=list, description="the file's known content hashes")
+
+
+@dg.op(description="Find the deployment to remove: the named app, or the one whose recorded text came from the deleted file.")
+def resolve_app(context: dg.OpExecutionContext, config: ResolveAppConfig, control_plane: ControlPlaneResource) -> str | None:
+    """The app name to undeploy, or None when nothing recorded came from the file."""
+    if config.app:
+        return config.app
+    from sp_dagster.cluster.store.deployments import list_deployments
+
+    with user_errors():
+        deployments = list_deployments(control_plane.plane)
+    wanted = set(config.content_hashes)
+    match = next((d for d in deployments if d.content_hash in wanted), None)
+    if match is None:
+        context.log.info(f"no deployment was made from {config.path or 'that file'} (it never deployed, or another file replaced it)")
+        return None
+    context.log.info(f"{config.path} held app {match.app} (generation {match.generation})")
+    return match.app
+
+
+class UndeployConfig(dg.Config):
+    """Whether to delete the app's topics too."""
+
+    delete_topics: bool = Field(default=False, description="also delete the app's topics and the events in them")
+
+
+@dg.op(description="Remove the deployment; its workers stop its instances. Topics are kept unless delete_topics.")
+def undeploy_app(
+    context: dg.OpExecutionContext, app: str | None, config: UndeployConfig, control_plane: ControlPlaneResource, messaging: MessagingResource
+) -> str | None:
+    """Undeploy step: steps.undeploy."""
+    if app is None:
+        return None
+    with user_errors():
+        deleted = steps.undeploy(control_plane.plane, app, transport=messaging.transport if config.delete_topics else None, delete_topics=config.delete_topics)
+    context.log.info(f"undeployed {app}" + (f"; deleted topics {', '.join(deleted)}" if deleted else "; its topics are kept"))
+    context.add_output_metadata({"app": app, "deleted_topics": deleted})
+    return app
+
+
+# -- rebalance ------------------------------------------------------------------------------
+
+
+@dg.op(description="Ask the leader manager to rebalance placements on its next pass (moving the fewest instances).")
+def request_rebalance(context: dg.OpExecutionContext, control_plane: ControlPlaneResource) -> dict | None:
+    """The placements before the request, or None when no leader is alive to act on it."""
+    from sp_dagster.cluster.election import current_leader, request_rebalance as ask
+    from sp_dagster.cluster.store.deployments import list_instances
+
+    group = control_plane.group_id()
+    with user_errors():
+        plane = control_plane.plane
+        leader = current_leader(plane, group)
+        if leader is None or not leader.alive:
+            context.log.warning(f"no live leader manager in group '{group}': nothing rebalances; start one with `sp-dagster manager`")
+            return None
+        before = {i.instance_id: i.node_id for i in list_instances(plane)}
+        ask(plane, group)
+    context.log.info(f"asked leader {leader.holder} (term {leader.term}) to rebalance {len(before)} instance(s)")
+    return before
+
+
+class ReportConfig(dg.Config):
+    """How long to watch the placements after the request."""
+
+    seconds: float | None = Field(default=None, description="default: three of the leader's polling intervals")
+
+
+@dg.op(description="Watch the placements after the request and report which instances moved where.")
+def report_rebalance(context: dg.OpExecutionContext, before: dict | None, config: ReportConfig, control_plane: ControlPlaneResource) -> None:
+    """Compare placements before and after the leader's rebalancing pass."""
+    from sp_dagster.cluster.store.deployments import list_instances
+
+    if before is None:
+        return
+    strategy = control_plane.config().cluster.strategy_config
+    seconds = config.seconds or 3 * (strategy.event_polling_interval + strategy.heartbeat_interval) / 1000
+    deadline, moved = time.monotonic() + seconds, {}
+    with user_errors():
+        while time.monotonic() < deadline:
+            after = {i.instance_id: i.node_id for i in list_instances(control_plane.plane)}
+            moved = {i: (before[i], node) for i, node in after.items() if i in before and node != before[i]}
+            time.sleep(0.5)
+    lines = [f"{i}: {old or '-'} -> {new or '-'}" for i, (old, new) in sorted(moved.items())]
+    context.log.info(f"{len(moved)} instance(s) moved" + (":\n" + "\n".join(lines) if lines else " (placements were balanced)"))
+    context.add_output_metadata({"moved": len(moved), "moves": dg.MetadataValue.json(dict(sorted(moved.items())))})

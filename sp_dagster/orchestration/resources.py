@@ -1,0 +1,140 @@
+"""Dagster resources built from conf/: the control plane, the messaging layer and Spark.
+
+Nothing connects when a resource is built: the control plane and the transport open on first
+use inside a run (or a sensor tick) and close when it ends. Secrets go through `EnvVar`
+(`url`, `sasl_password`), or through `${VAR}` inside the deployment.yaml itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+DEFAULT_MANAGER_CONF = "conf/manager/deployment.yaml"
+DEFAULT_WORKER_CONF = "conf/worker/deployment.yaml"
+
+
+def load_conf(path: str, role: str | None = None):
+    """The typed Config of a deployment.yaml (ConfigError naming the file and key when it is wrong)."""
+    from sp_dagster.config.loader import load_config
+
+    return load_config(path, role=role)
+
+
+class ControlPlaneResource(dg.ConfigurableResource):
+    """The control-plane database named by a deployment.yaml (`deployment.config.datasource`)."""
+
+    conf: str = Field(default=DEFAULT_MANAGER_CONF, description="the deployment.yaml naming the control plane")
+    url: str | None = Field(
+        default=None,
+        description="a SQLAlchemy URL that replaces the file's datasource; pass EnvVar('...') when it holds a password",
+    )
+    _plane: Any = PrivateAttr(default=None)
+
+    def config(self):
+        """The deployment.yaml as a Config, with `url` (if given) as its control-plane datasource."""
+        from sp_dagster.config.datasources import Datasource
+
+        config = load_conf(self.conf)
+        if not self.url:
+            return config
+        name = config.deployment.datasource
+        replaced = Datasource(name, self.url, "from the Dagster resource")
+        return dataclasses.replace(config, datasources={**config.datasources, name: replaced})
+
+    @property
+    def plane(self):
+        """The ControlPlane (schema created or upgraded on first use); closed when the run ends."""
+        if self._plane is None:
+            from sp_dagster.cluster.db import ControlPlane
+
+            self._plane = ControlPlane.from_config(self.config())
+        return self._plane
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[Any]:
+        """A ControlPlane for reading only: no schema is created, closed on exit."""
+        from sp_dagster.cluster.db import ControlPlane
+
+        plane = ControlPlane.from_config(self.config(), migrate=False)
+        try:
+            yield plane
+        finally:
+            plane.close()
+
+    def status(self) -> dict[str, Any]:
+        """The cluster as `sp-dagster status --json` shows it (ControlPlaneError when there is none)."""
+        from sp_dagster.cluster.status import cluster_status
+
+        with self.reader() as plane:
+            return cluster_status(plane)
+
+    def group_id(self) -> str:
+        """The manager group whose leader places instances."""
+        return self.config().cluster.group_id
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._plane is not None:
+            self._plane.close()
+            self._plane = None
+
+
+class MessagingResource(dg.ConfigurableResource):
+    """The messaging layer (Kafka) named by a deployment.yaml's bootstrapURLs and kafkaProperties."""
+
+    conf: str = Field(default=DEFAULT_MANAGER_CONF, description="the deployment.yaml naming the brokers")
+    bootstrap_servers: str | None = Field(default=None, description="host:port,... replacing the file's bootstrapURLs")
+    sasl_username: str | None = Field(default=None, description="SASL user name (sets sasl.username)")
+    sasl_password: str | None = Field(default=None, description="SASL password (sets sasl.password); pass EnvVar('...')")
+    timeout: float = Field(default=15.0, description="seconds to wait for the brokers' answers")
+    _transport: Any = PrivateAttr(default=None)
+
+    def settings(self):
+        """The MessagingSettings the transport is built from."""
+        settings = load_conf(self.conf).messaging
+        properties = dict(settings.properties)
+        if self.sasl_username:
+            properties["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            properties["sasl.password"] = self.sasl_password
+        servers = tuple(s.strip() for s in self.bootstrap_servers.split(",")) if self.bootstrap_servers else settings.servers
+        return dataclasses.replace(settings, servers=servers, properties=properties)
+
+    @property
+    def transport(self):
+        """The Transport (connected on first use); closed when the run ends."""
+        if self._transport is None:
+            from sp_dagster.messaging import transport_for
+
+            self._transport = transport_for(self.settings(), self.timeout)
+        return self._transport
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+
+def spark_config_of(config) -> dict[str, str]:
+    """A Config's `spark:` section as spark.* settings (what dagster-pyspark's resource takes)."""
+    settings = {"spark.master": config.spark.master}
+    if config.spark.app_name:
+        settings["spark.app.name"] = config.spark.app_name
+    settings.update({str(k): str(v) for k, v in config.spark.conf.items()})
+    return settings
+
+
+def spark_resource(worker_conf: str = DEFAULT_WORKER_CONF):
+    """dagster-pyspark's lazy resource with the worker conf's Spark settings (no session until used)."""
+    from dagster_pyspark import LazyPySparkResource
+
+    try:
+        settings = spark_config_of(load_conf(worker_conf, role="worker"))
+    except Exception:  # a broken worker conf must not break the code location; worker runs report it
+        settings = {"spark.master": "local[*]"}
+    return LazyPySparkResource(spark_config=settings)
