@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "sp_dagster.cluster.commands",
     "sp_dagster.topology.commands",
     "sp_dagster.engine.commands",
+    "sp_dagster.deploy.commands",
+    "sp_dagster.worker.commands",
 )
 
 

@@ -82,6 +82,11 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.partitions_read = [int(p) for p in str(options["partitions"]).split(",") if p.strip() != ""]
         self.max_events = int(options["maxeventspertrigger"]) if options.get("maxeventspertrigger") else None
         self._transport = None
+        self._latest: dict | None = None
+
+    def reportLatestOffset(self) -> dict | None:
+        """The end of each partition as last seen, for the query's progress (lag)."""
+        return self._latest
 
     @property
     def transport(self):
@@ -107,6 +112,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
         ends = self._ends()
+        self._latest = ends
         if not isinstance(limit, ReadMaxRows):
             return ends
         budget, capped = limit.max_rows, {}

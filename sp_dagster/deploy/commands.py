@@ -1,0 +1,171 @@
+"""`sp-dagster deploy`, `undeploy`, `produce` and `consume`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_CONF = "conf/manager/deployment.yaml"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the deploy-path commands."""
+    deploy = subparsers.add_parser(
+        "deploy",
+        help="deploy a distributed SiddhiQL app",
+        description="Parse and plan an app, create its topics, record the deployment and wait until every "
+        "partial-app instance runs (or say which could not be placed and why).",
+    )
+    deploy.add_argument("app", metavar="APP.siddhi")
+    _conf(deploy)
+    deploy.add_argument("--no-wait", action="store_true", help="record the deployment and return at once")
+    deploy.add_argument("--timeout", type=float, default=180.0, metavar="S", help="seconds to wait for every instance to run (default 180)")
+    deploy.set_defaults(handler=run_deploy)
+
+    undeploy = subparsers.add_parser("undeploy", help="stop and remove a deployed app", description="Remove a deployment; its workers stop its instances. Topics are kept unless --delete-topics.")
+    undeploy.add_argument("name", metavar="NAME", help="the app's name (@App:name)")
+    _conf(undeploy)
+    undeploy.add_argument("--delete-topics", action="store_true", help="also delete the app's topics and the events in them")
+    undeploy.set_defaults(handler=run_undeploy)
+
+    produce = subparsers.add_parser(
+        "produce",
+        help="send JSON-line events to a stream of a deployed app",
+        description='Read events from standard input, one JSON line each ({"data": [...], "timestamp": ms}, or the '
+        '`sp-dagster run` form with "stream"), and publish them to the topic behind APP:STREAM.',
+    )
+    produce.add_argument("target", metavar="APP:STREAM")
+    _conf(produce)
+    produce.add_argument("--key", metavar="ATTR", help="route by this attribute (keeps each key's events in order)")
+    produce.set_defaults(handler=run_produce)
+
+    consume = subparsers.add_parser(
+        "consume",
+        help="print the events of a stream of a deployed app",
+        description="Print the events on the topic behind APP:STREAM as JSON lines (the `sp-dagster run` form).",
+    )
+    consume.add_argument("target", metavar="APP:STREAM")
+    _conf(consume)
+    consume.add_argument("--from-beginning", action="store_true", help="start at the oldest retained event (default: only new events)")
+    consume.add_argument("--count", type=int, metavar="N", help="stop after N events")
+    consume.add_argument("--timeout", type=float, metavar="S", help="stop when no event arrived for S seconds")
+    consume.set_defaults(handler=run_consume)
+
+
+def _conf(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conf", default=DEFAULT_CONF, metavar="FILE", help=f"a deployment.yaml naming the control plane and broker (default {DEFAULT_CONF})")
+
+
+def _context(args):
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.config.loader import load_config
+    from sp_dagster.messaging import transport_for
+
+    config = load_config(args.conf)
+    return config, ControlPlane.from_config(config), transport_for(config.messaging)
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    """Deploy an app and report where its instances run."""
+    from sp_dagster.config.loader import load_config
+    from sp_dagster.deploy.steps import deploy
+
+    config = load_config(args.conf)
+
+    def progress(state) -> None:
+        running = sum(1 for i in state.instances if i.status == "running")
+        waiting = f" - {state.waiting_reason}" if state.waiting_reason else ""
+        print(f"  {state.app}: {running}/{len(state.instances)} instances running{waiting}", flush=True)
+
+    result = deploy(args.app, config, wait=not args.no_wait, timeout=args.timeout, progress=progress)
+    print(f"deployed {result.app}" + ("" if result.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in result.topics)}")
+    print(result.state.describe())
+    return 0
+
+
+def run_undeploy(args: argparse.Namespace) -> int:
+    """Remove a deployment."""
+    from sp_dagster.deploy.steps import undeploy
+
+    _config, plane, transport = _context(args)
+    try:
+        deleted = undeploy(plane, args.name, transport=transport, delete_topics=args.delete_topics)
+    finally:
+        plane.close()
+    print(f"undeployed {args.name}" + (f"; deleted topics {', '.join(deleted)}" if deleted else "; topics kept"))
+    return 0
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    """Publish standard input's event lines to a stream's topic."""
+    from sp_dagster.deploy.streams import parse_target, stream_topic
+    from sp_dagster.errors import EventDecodeError, SpDagsterError
+    from sp_dagster.messaging import RoundRobin, codec_for, strategy_for
+    from sp_dagster.messaging.eventlines import decode_event_line
+
+    app, stream = parse_target(args.target)
+    _config, plane, transport = _context(args)
+    try:
+        target = stream_topic(plane, app, stream, writing=True)
+    finally:
+        plane.close()
+    names = [a.name for a in target.attributes]
+    strategy = strategy_for("partitioned", names, args.key) if args.key else RoundRobin()
+    publisher = transport.publisher(target.topic, codec_for(target.codec, target.attributes), strategy)
+    sent = 0
+    for number, line in enumerate(sys.stdin, 1):
+        if not line.strip():
+            continue
+        try:
+            name, row, stamp = decode_event_line(line, lambda s: target.attributes if s == stream else _wrong_stream(s, stream), stream)
+        except EventDecodeError as exc:
+            raise SpDagsterError(f"<stdin>:{number}: {exc} (nothing after this line was sent; {sent} events before it were)") from None
+        publisher.send([row], [stamp])
+        sent += 1
+    publisher.flush()
+    print(f"sent {sent} events to {target.topic}", file=sys.stderr)
+    return 0
+
+
+def _wrong_stream(given: str, expected: str):
+    from sp_dagster.errors import EventDecodeError
+
+    raise EventDecodeError(f"this producer writes stream '{expected}', not '{given}'")
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    """Print a stream's events as JSON lines."""
+    import time
+
+    from sp_dagster.deploy.streams import parse_target, stream_topic
+    from sp_dagster.messaging import EARLIEST, LATEST, codec_for
+    from sp_dagster.messaging.eventlines import encode_event_line
+
+    app, stream = parse_target(args.target)
+    _config, plane, transport = _context(args)
+    try:
+        target = stream_topic(plane, app, stream, writing=False)
+    finally:
+        plane.close()
+    info = transport.require_topic(target.topic)
+    start = EARLIEST if args.from_beginning else LATEST
+    reader = transport.reader(target.topic, {p: start for p in range(info.partitions)}, codec_for(target.codec, target.attributes))
+    printed, last = 0, time.monotonic()
+    try:
+        while args.count is None or printed < args.count:
+            batch = reader.poll(timeout=0.5)
+            for event in batch.events:
+                print(encode_event_line(stream, event.row, event.timestamp), flush=True)
+                printed += 1
+                last = time.monotonic()
+                if args.count is not None and printed >= args.count:
+                    break
+            for reject in batch.rejects:
+                print(f"skipped {target.topic}[{reject.partition}]@{reject.offset}: {reject.reason}", file=sys.stderr)
+            if args.timeout is not None and time.monotonic() - last > args.timeout:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reader.close()
+    return 0

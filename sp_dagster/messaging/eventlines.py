@@ -1,0 +1,52 @@
+"""Events as JSON lines: {"stream": "S", "data": [...], "timestamp": ms}.
+
+The one form events take in files and on the command line (`sp-dagster run`, `produce`,
+`consume`). On input `data` may also be an object keyed by attribute name; values are checked
+against the stream's attribute types.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Sequence
+
+from sp_dagster.errors import EventDecodeError
+from sp_dagster.messaging.codecs import Attribute, check_value
+
+
+def decode_event_line(line: str, attributes_of: Callable[[str], Sequence[Attribute]], default_stream: str | None = None) -> tuple[str, tuple, int | None]:
+    """(stream, row, timestamp) from one line; EventDecodeError says what does not fit."""
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EventDecodeError(f"not valid JSON: {exc}") from None
+    if isinstance(item, dict) and "data" not in item and default_stream is not None:
+        item = {"stream": default_stream, "data": item}
+    if not isinstance(item, dict) or "data" not in item or ("stream" not in item and default_stream is None):
+        raise EventDecodeError('expected an object like {"stream": "S", "data": [...], "timestamp": 1000}')
+    stream = item.get("stream", default_stream)
+    attributes = list(attributes_of(stream))
+    names = [a.name for a in attributes]
+    data = item["data"]
+    if isinstance(data, dict):
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise EventDecodeError(f"stream '{stream}' needs {', '.join(missing)}")
+        unknown = [k for k in data if k not in names]
+        if unknown:
+            raise EventDecodeError(f"stream '{stream}' has no attribute {', '.join(unknown)}")
+        data = [data[n] for n in names]
+    if not isinstance(data, list) or len(data) != len(attributes):
+        described = ", ".join(f"{a.name} {a.type}" for a in attributes)
+        raise EventDecodeError(f"stream '{stream}' takes {len(attributes)} values ({described})")
+    timestamp = item.get("timestamp")
+    if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
+        raise EventDecodeError(f"timestamp must be an integer number of milliseconds, got {timestamp!r}")
+    return stream, tuple(check_value(a, v) for a, v in zip(attributes, data)), timestamp
+
+
+def encode_event_line(stream: str, row: Sequence[Any], timestamp: int | None) -> str:
+    """One event as a JSON line (non-finite floats as strings, so every line is valid JSON)."""
+    data = [str(v) if isinstance(v, float) and not math.isfinite(v) else v for v in row]
+    return json.dumps({"stream": stream, "data": data, "timestamp": timestamp}, default=str)

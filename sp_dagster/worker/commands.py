@@ -1,0 +1,37 @@
+"""`sp-dagster worker`: run a worker (resource) node."""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_WORKER_CONF = "conf/worker/deployment.yaml"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `worker` command."""
+    parser = subparsers.add_parser(
+        "worker",
+        help="run a worker node (a Spark application running partial apps)",
+        description="Run a worker until Ctrl-C or SIGTERM: register with the control plane, heartbeat, and run the "
+        "partial-app instances the leader assigns to it as Spark streaming queries.",
+    )
+    parser.add_argument("--conf", default=DEFAULT_WORKER_CONF, metavar="FILE", help=f"the worker's deployment.yaml (default {DEFAULT_WORKER_CONF})")
+    parser.add_argument("--id", metavar="ID", help="this worker's node id (default: wso2.carbon.id)")
+    parser.set_defaults(handler=run_worker)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Run a worker until SIGINT/SIGTERM."""
+    import signal
+
+    from sp_dagster.config.loader import load_config
+    from sp_dagster.worker.node import Worker
+
+    config = load_config(args.conf, role="worker", node_id=args.id)
+    worker = Worker(config)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: worker.stop())
+    print(f"worker {config.node_id} starting (control plane {config.control_plane.safe_url}, messaging {config.messaging.bootstrap_servers}); Ctrl-C to stop", flush=True)
+    worker.run()
+    print(f"worker {config.node_id} stopped", flush=True)
+    return 0
