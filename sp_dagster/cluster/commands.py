@@ -33,17 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_manager(args: argparse.Namespace) -> int:
     """Run a manager until SIGINT/SIGTERM."""
-    import signal
-    import threading
-
-    from sp_dagster.cluster.manager import Manager
+    from sp_dagster.cluster.manager import Manager, run_until_signalled
     from sp_dagster.config.loader import load_config
 
-    config = load_config(args.conf, role="manager", node_id=args.id)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    Manager(config, journal=args.journal).run(stop)
+    run_until_signalled(Manager(load_config(args.conf, role="manager", node_id=args.id), journal=args.journal))
     return 0
 
 

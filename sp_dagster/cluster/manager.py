@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -37,17 +38,20 @@ class Journal:
 
     def __init__(self, path: str | Path | None):
         self._file = open(path, "a", buffering=1, encoding="utf-8") if path else None
+        self._lock = threading.Lock()
 
     def write(self, event: str, **fields: Any) -> None:
         """Append one line (flushed at once, so it survives a SIGKILL right after)."""
-        if self._file is not None:
-            self._file.write(json.dumps({"event": event, "pid": os.getpid(), "time": time.time(), **fields}, sort_keys=True) + "\n")
+        with self._lock:
+            if self._file is not None:
+                self._file.write(json.dumps({"event": event, "pid": os.getpid(), "time": time.time(), **fields}, sort_keys=True) + "\n")
 
     def close(self) -> None:
         """Close the file."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 class Manager:
@@ -190,3 +194,11 @@ class Manager:
                 log.warning("manager %s could not resign (%s); its lease expires in %d ms", self.node_id, short_reason(exc), self.lease_ms)
         self.journal.close()
         self.plane.close()
+
+
+def run_until_signalled(manager: Manager) -> None:
+    """Run a manager in the foreground until SIGINT or SIGTERM."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    manager.run(stop)

@@ -64,6 +64,7 @@ class ManagerProcess:
         log_path: str | Path | None = None,
         cwd: str | Path | None = None,
         env: dict[str, str] | None = None,
+        module: str = "sp_dagster.cli",
     ):
         self.conf = str(conf)
         self.node_id = node_id
@@ -71,13 +72,14 @@ class ManagerProcess:
         self.log_path = log_path
         self.cwd = str(cwd) if cwd else None
         self.env = env
+        self.module = module  # runs `python -m MODULE manager --conf ... --id ...`
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self._log_offset = 0
 
     def command(self) -> list[str]:
         """The command line of the process."""
-        args = [sys.executable, "-m", "sp_dagster.cli", "manager", "--conf", self.conf, "--id", self.node_id]
+        args = [sys.executable, "-m", self.module, "manager", "--conf", self.conf, "--id", self.node_id]
         if self.journal:
             args += ["--journal", str(self.journal)]
         return args

@@ -102,7 +102,10 @@ def check_history(plane, journal_paths, observer) -> dict:
             assert (kind, subject, entry["term"], entry["seq"]) in committed, f"journaled but not committed: {entry}"
             assert entry["incarnation" if "incarnation" in entry else "node"] is not None
             journaled += 1
+    stale = [e for e in journal if e["event"] == "stale-attempt"]
     return {
+        "stale_attempts_refused": sum(1 for e in stale if e["refused"]),
+        "stale_attempts_accepted_while_still_current": sum(1 for e in stale if not e["refused"]),
         "terms": len(term_rows),
         "leader_claims": sum(len(c) for c in claims.values()),
         "observed_terms": len(observer.seen),

@@ -1,6 +1,7 @@
 """Chaos: four manager processes killed, paused and restarted for a minute, on each database.
 
-Every manager is a separate OS process (`sp-dagster manager`) writing a journal of what it
+Every manager is a separate OS process (`sp-dagster manager`; the fourth is the adversary in
+`rogue_manager.py`, which keeps writing in terms it no longer holds) writing a journal of what it
 believed: each term it led and each leader write it committed, with the term and the lease's
 fence sequence number. An observer thread samples the lease every 20 ms. Meanwhile workers
 fall silent and come back, and deployments change, so leaders have real work to do.
@@ -69,12 +70,20 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
     plane.migrate()
     conf = tmp_path / "manager.yaml"
     conf.write_text(manager_config(database_url, **TIMING))
+    # The last manager is the adversary: after losing the lease it keeps writing in its old term.
     procs = {
-        f"m{i}": ManagerProcess(conf, f"m{i}", journal=tmp_path / f"m{i}.jsonl", log_path=tmp_path / f"m{i}.log", cwd=ROOT)
+        f"m{i}": ManagerProcess(
+            conf, f"m{i}", journal=tmp_path / f"m{i}.jsonl", log_path=tmp_path / f"m{i}.log", cwd=ROOT,
+            module="tests.cluster.rogue_manager" if i == MANAGERS else "sp_dagster.cli",
+        )
         for i in range(1, MANAGERS + 1)
     }
+    rogue = procs[f"m{MANAGERS}"]
+    rogue.start()  # it leads first, so it surely has a term to lose
+    wait_until(lambda: (lambda lease: lease and lease.holder == rogue.node_id)(current_leader(plane)), what="the rogue to lead")
     for proc in procs.values():
-        proc.start()
+        if proc is not rogue:
+            proc.start()
     observer = Observer(ControlPlane(database_url))
     observer.start()
     actions: dict[str, int] = defaultdict(int)
@@ -103,6 +112,8 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
                 action = deck.pop()
                 if action.endswith("-leader") and (leader is None or not leader.alive):
                     action = "sigkill-any"
+                elif leader is rogue and action == "sigkill-leader":
+                    action = "sigstop-leader"  # a killed rogue forgets its term; a paused one goes stale
                 if action == "sigkill-leader":
                     leader.kill()
                     restart_at[leader.node_id] = now + rng.uniform(0.3, 1.5)
@@ -114,8 +125,8 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
                     victim = rng.choice(running)
                     victim.kill()
                     restart_at[victim.node_id] = now + rng.uniform(0.3, 1.5)
-                elif action == "sigterm-any" and (settled := [p for p in running if p.ready]):  # its handler is set up
-                    victim = rng.choice(settled)
+                elif action == "sigterm-any" and (ready := [p for p in running if p.ready]):  # its handler is set up
+                    victim = rng.choice(ready)
                     code = victim.stop()
                     assert code == 0, f"{victim.node_id} exited with {code} on SIGTERM: {Path(victim.log_path).read_text()[-3000:]}"
                     restart_at[victim.node_id] = now + rng.uniform(0.1, 0.5)
@@ -152,6 +163,8 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
     # The chaos really happened: leaders died and were paused; many terms went by.
     assert actions["sigkill-leader"] >= 3 and actions["sigstop-leader"] >= 1, dict(actions)
     assert figures["terms"] >= 8 and figures["leader_writes_in_db"] > 0, figures
+    # ... and the adversary really tried to write in terms that were over, and was refused.
+    assert figures["stale_attempts_refused"] > 0, figures
     fenced_out = logs.count("lost leadership")
     print(json.dumps({"backend": database_url.split(":")[0], "final_term": final.term, **figures,
                       "actions": dict(actions), "lost_leadership_lines": fenced_out}))
