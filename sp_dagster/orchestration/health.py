@@ -126,7 +126,7 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]]) -> dg.Asset
             instances = instance_rows(status, app, exec_group)
             previous = _previous(context.instance, key, samples - 1)
             observation = observe(key, instances, nodes, previous, now)
-            context.log_event(observation)
+            context.op_execution_context.log_event(observation)
             if dg.AssetCheckKey(key, LIVE_WORKER) in selected:
                 yield live_worker_result(key, app, instances, nodes, max_age_ms)
             if dg.AssetCheckKey(key, LAG_NOT_GROWING) in selected:

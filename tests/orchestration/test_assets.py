@@ -1,0 +1,125 @@
+"""The asset graph: partial apps and topics from the recorded deployments, and how run workers rebuild it."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
+from dagster._core.definitions.repository_definition import RepositoryLoadData
+
+from sp_dagster.cluster.store.deployments import remove_deployment
+from sp_dagster.deploy import load_app, plan_app, record
+from sp_dagster.embedded.broker import free_port
+from sp_dagster.orchestration.assets import CONTROL_PLANE_KEY, DEFS_KEY, SpDagsterTranslator
+from sp_dagster.orchestration.definitions import build_definitions
+
+K = dg.AssetKey
+FILTER, AVERAGE, ALERT = K(["StockAlerts", "filter"]), K(["StockAlerts", "average"]), K(["StockAlerts", "alert"])
+TRADES, LARGE, AVERAGES = (K(["topics", f"StockAlerts.{t}"]) for t in ("TradeStream", "LargeTradeStream.symbol", "AveragePriceStream"))
+
+
+def record_sample(cluster, plane):
+    loaded = load_app(cluster.add_app())
+    record(plane, loaded, plan_app(loaded))
+
+
+def build(cluster, **kwargs) -> dg.Definitions:
+    return build_definitions(str(cluster.manager_conf), str(cluster.worker_conf), **kwargs)
+
+
+def graph(defs: dg.Definitions):
+    return defs.get_repository_def().asset_graph
+
+
+def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
+    record_sample(cluster, plane)
+    defs = build(cluster)
+    assets = graph(defs)
+    assert set(assets.get_all_asset_keys()) == {FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES, CONTROL_PLANE_KEY}
+    lineage = {key: set(assets.get(key).parent_keys) for key in (FILTER, LARGE, AVERAGE, AVERAGES, ALERT, TRADES)}
+    assert lineage == {
+        FILTER: {TRADES}, LARGE: {FILTER}, AVERAGE: {LARGE}, AVERAGES: {AVERAGE}, ALERT: {AVERAGES}, TRADES: set(),
+    }
+    assert {assets.get(k).group_name for k in (FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES)} == {"StockAlerts"}
+
+    spec = defs.resolve_assets_def(FILTER).specs_by_key[FILTER]
+    meta = {k: getattr(v, "value", v) for k, v in spec.metadata.items()}
+    assert meta["parallelism"] == 2 and meta["instances"] == ["StockAlerts-filter-1", "StockAlerts-filter-2"]
+    assert meta["strategies"] == {
+        "in": {"TradeStream": "round_robin <- StockAlerts.TradeStream"},
+        "out": {"LargeTradeStream -> StockAlerts.LargeTradeStream.symbol": "field_grouping(symbol)"},
+    }
+    assert meta["placement"] == {"StockAlerts-filter-1": "not placed", "StockAlerts-filter-2": "not placed"}
+    assert "@source(type = 'kafka', topic.list = 'StockAlerts.TradeStream'" in meta["siddhi"]
+    assert "volume > 100" in meta["siddhi"]
+    assert set(spec.kinds) == {"siddhi", "spark"}
+
+    checks = {(key.asset_key, key.name) for key in graph(defs).asset_check_keys}
+    assert checks == {(k, n) for k in (FILTER, AVERAGE, ALERT) for n in ("live_worker", "lag_not_growing")}
+    repo = defs.get_repository_def()
+    assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "manager", "worker", "health"}
+    assert {s.name for s in repo.schedule_defs} == {"rebalance_schedule", "health_schedule"}
+    assert [s.name for s in repo.sensor_defs] == ["app_repository"]
+
+
+def description(defs: dg.Definitions) -> str:
+    return defs.resolve_assets_def(CONTROL_PLANE_KEY).specs_by_key[CONTROL_PLANE_KEY].description
+
+
+def test_an_empty_or_missing_control_plane_still_loads_and_says_why(cluster, plane):
+    missing = build_definitions(str(cluster.root / "elsewhere.yaml"), str(cluster.worker_conf))
+    assert set(graph(missing).get_all_asset_keys()) == {CONTROL_PLANE_KEY}
+    assert "elsewhere.yaml" in description(missing)
+
+    empty = build(cluster)  # the `plane` fixture created the schema: a cluster without deployments
+    assert set(graph(empty).get_all_asset_keys()) == {CONTROL_PLANE_KEY}
+    assert "No app is deployed yet" in description(empty)
+
+
+def test_an_unreachable_control_plane_still_loads(cluster, monkeypatch):
+    monkeypatch.setenv("SP_MGT_DB_URL", f"postgresql+psycopg://sp:secret@127.0.0.1:{free_port()}/sp")
+    defs = build(cluster)
+    text = description(defs)
+    assert "could not be read" in text and "unreachable" in text and "secret" not in text
+    assert set(graph(defs).get_all_asset_keys()) == {CONTROL_PLANE_KEY}
+
+
+def test_a_bad_conf_still_loads_with_the_config_error(cluster):
+    cluster.manager_conf.write_text(cluster.manager_conf.read_text().replace("minResourceCount", "minResourceCont"))
+    defs = build(cluster)
+    assert "minResourceCont" in description(defs) and "did you mean 'minResourceCount'" in description(defs)
+
+
+def test_a_run_worker_rebuilds_the_graph_the_ui_showed_without_reading_the_database(cluster, plane):
+    record_sample(cluster, plane)
+    shown = build(cluster)
+    metadata = shown.metadata
+    assert DEFS_KEY in metadata
+
+    remove_deployment(plane, "StockAlerts")
+    assert set(graph(build(cluster)).get_all_asset_keys()) == {CONTROL_PLANE_KEY}  # a fresh load sees the change
+
+    cluster.db.unlink()  # and a run worker must not even need the database
+    context = DefinitionsLoadContext(DefinitionsLoadType.RECONSTRUCTION, RepositoryLoadData(reconstruction_metadata=metadata))
+    with DefinitionsLoadContext.scoped(context):
+        rebuilt = build(cluster)
+    assert set(graph(rebuilt).get_all_asset_keys()) == set(graph(shown).get_all_asset_keys())
+    assert set(graph(rebuilt).asset_check_keys) == set(graph(shown).asset_check_keys)
+    assert not cluster.db.exists()
+
+
+class PrefixedTopics(SpDagsterTranslator):
+    def topic_key(self, topic: str) -> dg.AssetKey:
+        return dg.AssetKey(["kafka", topic])
+
+
+def test_a_translator_subclass_changes_keys_and_lineage_follows(cluster, plane):
+    record_sample(cluster, plane)
+    assets = graph(build(cluster, translator=PrefixedTopics()))
+    assert set(assets.get(FILTER).parent_keys) == {K(["kafka", "StockAlerts.TradeStream"])}
+    assert TRADES not in set(assets.get_all_asset_keys())
+
+
+@pytest.mark.parametrize("name", ["Stock-Alerts.v2"])
+def test_app_names_become_valid_group_names(name):
+    assert SpDagsterTranslator().group_name(name) == "Stock_Alerts_v2"

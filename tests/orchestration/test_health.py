@@ -1,0 +1,89 @@
+"""Health: observations of each partial app and the live-worker and lag checks, run as Dagster's health job."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from sp_dagster.cluster.store.deployments import list_instances
+from sp_dagster.deploy import load_app, plan_app, record
+from sp_dagster.orchestration.definitions import build_definitions
+from sp_dagster.orchestration.health import growing_lags, worker_problems
+from tests.cluster.helpers import wait_until
+from tests.orchestration.standin import StandInWorker
+
+FILTER, ALERT = dg.AssetKey(["StockAlerts", "filter"]), dg.AssetKey(["StockAlerts", "alert"])
+
+
+def check_results(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
+    evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return {(e.asset_key.path[-1], e.check_name): e for e in evaluations}
+
+
+def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager, plane):
+    loaded = load_app(cluster.add_app())
+    record(plane, loaded, plan_app(loaded))
+    instance = dg.DagsterInstance.ephemeral()
+    worker = StandInWorker(plane, "worker-1").start()
+    try:
+        wait_until(lambda: all(i.status == "running" for i in list_instances(plane, "StockAlerts")), what="every instance running")
+        health = build_definitions(str(cluster.manager_conf), str(cluster.worker_conf)).get_job_def("health")
+        results = []
+        for n, lag in enumerate((10, 20, 30), start=1):
+            worker.metrics["StockAlerts-filter-1"] = {"rows_in": 100 * n, "rows_out": 50 * n, "lag": lag, "batch_ms": 7}
+            wait_until(lambda: next(i for i in list_instances(plane, "StockAlerts") if i.instance_id == "StockAlerts-filter-1").metrics.get("lag") == lag, what=f"lag {lag} reported")
+            result = health.execute_in_process(instance=instance)
+            assert result.success
+            results.append(check_results(result))
+    finally:
+        worker.stop(leave=False)
+
+    assert all(r[("filter", "live_worker")].passed for r in results)
+    assert [r[("filter", "lag_not_growing")].passed for r in results] == [True, True, False]
+    failed = results[-1][("filter", "lag_not_growing")]
+    assert failed.severity == dg.AssetCheckSeverity.WARN and "StockAlerts-filter-1: lag 10 -> 20 -> 30" in failed.description
+    assert results[-1][("alert", "lag_not_growing")].passed
+
+    observations = instance.fetch_observations(FILTER, limit=10).records
+    assert len(observations) == 3
+    latest = observations[0].asset_observation.metadata
+    assert latest["running"].value == "2/2" and latest["lag"].value == 30 and latest["rows_in"].value == 300
+    assert latest["instances"].value["StockAlerts-filter-1"]["worker"] == "worker-1"
+    assert latest["rows_in_per_s"].value > 0 and "worker-1" in latest["workers"].value
+
+    # The worker went silent: the leader declares it dead and the live-worker check fails.
+    wait_until(lambda: any(i.node_id is None for i in list_instances(plane, "StockAlerts")) or _dead(plane), timeout=15, what="the worker declared dead")
+    result = health.execute_in_process(instance=instance)
+    evaluation = check_results(result)[("alert", "live_worker")]
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
+    assert "StockAlerts-alert-1:" in evaluation.description
+
+
+def _dead(plane) -> bool:
+    from sp_dagster.cluster.membership import list_nodes
+
+    return any(n.state == "dead" for n in list_nodes(plane))
+
+
+def test_growing_lag_needs_every_step_to_rise():
+    assert growing_lags([{"a": 1}, {"a": 2}], {"a": 3}, 3) == {"a": [1, 2, 3]}
+    assert growing_lags([{"a": 1}, {"a": 5}], {"a": 3}, 3) == {}
+    assert growing_lags([{"a": 1}], {"a": 3}, 3) == {}  # not enough observations yet
+    assert growing_lags([{}, {"b": 1}], {"a": 3, "b": 2}, 2) == {"b": [1, 2]}
+
+
+def test_worker_problems_name_each_instance_and_why():
+    nodes = {
+        "w1": {"node": "w1", "state": "alive", "last_heartbeat_ago_ms": 100},
+        "w2": {"node": "w2", "state": "dead", "last_heartbeat_ago_ms": 9000},
+        "w3": {"node": "w3", "state": "alive", "last_heartbeat_ago_ms": 5000},
+    }
+    instances = [
+        {"instance": "a", "node": "w1"}, {"instance": "b", "node": "w2"}, {"instance": "c", "node": "w3"},
+        {"instance": "d", "node": None, "detail": "no live worker"}, {"instance": "e", "node": "w9"},
+    ]
+    assert worker_problems(instances, nodes, 1000) == [
+        "b: its worker w2 is dead",
+        "c: its worker w3 has been silent for 5.0 s",
+        "d: not placed (no live worker)",
+        "e: its worker w9 is not registered",
+    ]
