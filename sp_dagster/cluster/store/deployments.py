@@ -267,19 +267,7 @@ def report_instance_status(
 
     def work() -> bool:
         with plane.transaction() as conn:
-            # Assigned to this incarnation, and that incarnation is still the node's live one.
-            mine = conn.execute(
-                select(assignments.c.instance_id)
-                .select_from(assignments.join(nodes, nodes.c.node_id == assignments.c.node_id))
-                .where(
-                    assignments.c.instance_id == instance_id,
-                    assignments.c.node_id == node_id,
-                    assignments.c.node_incarnation == incarnation,
-                    nodes.c.incarnation == incarnation,
-                    nodes.c.state == ALIVE,
-                )
-            ).first()
-            if mine is None:
+            if not owns_instance(conn, node_id, incarnation, instance_id):
                 return False
             values: dict[str, Any] = dict(status=status, status_detail=detail, status_at=db_now_ms())
             if metrics is not None:
@@ -288,3 +276,18 @@ def report_instance_status(
             return True
 
     return plane.run(work)
+
+
+def owns_instance(conn: Connection, node_id: str, incarnation: int, instance_id: str) -> bool:
+    """True when the instance is assigned to this incarnation and that incarnation is the node's live one."""
+    return conn.execute(
+        select(assignments.c.instance_id)
+        .select_from(assignments.join(nodes, nodes.c.node_id == assignments.c.node_id))
+        .where(
+            assignments.c.instance_id == instance_id,
+            assignments.c.node_id == node_id,
+            assignments.c.node_incarnation == incarnation,
+            nodes.c.incarnation == incarnation,
+            nodes.c.state == ALIVE,
+        )
+    ).first() is not None
