@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "sp_dagster.engine.commands",
     "sp_dagster.deploy.commands",
     "sp_dagster.worker.commands",
+    "sp_dagster.orchestration.commands",
 )
 
 

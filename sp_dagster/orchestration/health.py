@@ -22,7 +22,9 @@ from sp_dagster.orchestration.ops import user_errors
 from sp_dagster.orchestration.resources import ControlPlaneResource
 
 LIVE_WORKER, LAG_NOT_GROWING = "live_worker", "lag_not_growing"
-METRICS = ("rows_in", "rows_out", "lag", "batch_ms")
+# What workers report per instance: cumulative rows, the last batch's rate and duration, the lag.
+METRICS = ("rows_in_total", "rows_out_total", "rows_per_s", "lag", "batch_ms")
+TOTALS = ("rows_in_total", "rows_out_total", "lag")
 
 
 def instance_rows(status: dict, app: str, exec_group: str) -> list[dict]:
@@ -59,7 +61,7 @@ def growing_lags(history: list[dict[str, int]], current: dict[str, int], samples
 
 def _metric(instance: dict, name: str) -> int | float | None:
     value = (instance.get("metrics") or {}).get(name)
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _previous(instance: dg.DagsterInstance, key: dg.AssetKey, limit: int) -> list[tuple[float, dict[str, Any]]]:
@@ -82,7 +84,7 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
             "worker": i["node"], "status": i["status"], **{m: _metric(i, m) for m in METRICS},
             "worker_heartbeat_s": round(node["last_heartbeat_ago_ms"] / 1000, 1) if node else None,
         }
-    totals = {m: sum(v[m] for v in per_instance.values() if v[m] is not None) for m in ("rows_in", "rows_out", "lag")}
+    totals = {m: sum(v[m] for v in per_instance.values() if v[m] is not None) for m in TOTALS}
     metadata: dict[str, Any] = {
         "running": f"{sum(1 for i in instances if i['status'] == 'running')}/{len(instances)}",
         **totals,
@@ -97,10 +99,10 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
     if previous:
         then, last = previous[-1]
         elapsed = now - then
-        for metric in ("rows_in", "rows_out"):
+        for metric, rate in (("rows_in_total", "events_in_per_s"), ("rows_out_total", "events_out_per_s")):
             before = last.get(metric)
-            if isinstance(before, (int, float)) and elapsed > 0 and totals[metric] >= before:
-                metadata[f"{metric}_per_s"] = round((totals[metric] - before) / elapsed, 2)
+            if isinstance(before, (int, float)) and elapsed > 0 and totals[metric] >= before:  # a restarted worker counts from 0
+                metadata[rate] = round((totals[metric] - before) / elapsed, 2)
     return dg.AssetObservation(asset_key=key, metadata=metadata)
 
 

@@ -140,8 +140,21 @@ def alive(process: Detached) -> bool:
     return state != "Z"
 
 
+def _group(pgid: int) -> list[int]:
+    """The pids of the live processes in process group `pgid`."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
 def stop_detached(process: Detached, timeout: float = 30.0) -> str:
-    """SIGTERM the process (SIGKILL after `timeout`); says what happened."""
+    """SIGTERM the process, then whatever it left in its process group; SIGKILL after `timeout`; says what happened."""
     if not alive(process):
         return "not running"
     os.kill(process.pid, signal.SIGTERM)
@@ -149,11 +162,20 @@ def stop_detached(process: Detached, timeout: float = 30.0) -> str:
     while time.monotonic() < deadline:
         _reap(process.pid)
         if not alive(process):
-            return "stopped"
+            break
         time.sleep(0.1)
-    os.kill(process.pid, signal.SIGKILL)
-    _reap(process.pid)
-    return "killed"
+    else:
+        os.killpg(process.pid, signal.SIGKILL)  # its own group (started with a new session): nothing else is in it
+        _reap(process.pid)
+        return "killed"
+    if _group(process.pid):  # children it left behind
+        os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while _group(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _group(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+    return "stopped"
 
 
 def _reap(pid: int) -> None:

@@ -45,7 +45,7 @@ class StandInWorker:
         while not self._stop.wait(self.interval):
             self.session.beat()
             for instance in self.running():
-                self.session.report(instance, "running", metrics=self.metrics.get(instance, {"rows_in": 0, "rows_out": 0, "lag": 0, "batch_ms": 1}))
+                self.session.report(instance, "running", metrics=self.metrics.get(instance, {"rows_in_total": 0, "rows_out_total": 0, "lag": 0, "batch_ms": 1}))
 
     def __enter__(self) -> "StandInWorker":
         return self.start()

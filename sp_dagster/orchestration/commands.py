@@ -1,0 +1,50 @@
+"""`sp-dagster up` and `sp-dagster down`: the one-command local system."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `up` and `down` commands."""
+    up = subparsers.add_parser(
+        "up",
+        help="start the embedded broker, a manager, workers and the Dagster UI; deploy the sample app",
+        description="Start everything on this machine in the background: the embedded broker, a manager and workers on the "
+        "SQLite control plane the shipped confs name, and the Dagster UI; deploy the sample app in apps/ and feed it events. "
+        "Prints where to look. `sp-dagster down` stops it all.",
+    )
+    up.add_argument("--workers", type=int, default=2, metavar="N", help="how many workers (default 2)")
+    up.add_argument("--no-ui", action="store_true", help="do not start the Dagster UI")
+    up.add_argument("--no-demo", action="store_true", help="no sample deployment and no event generator")
+    up.add_argument("--port", type=int, metavar="PORT", help="the Dagster UI's port (default dagster.port, 3000)")
+    up.add_argument("--broker-port", type=int, default=9092, metavar="PORT", help="the embedded broker's port (default 9092; a free one if taken)")
+    up.add_argument("--conf", metavar="FILE", help="the manager's deployment.yaml (default conf/manager/deployment.yaml)")
+    up.add_argument("--worker-conf", metavar="FILE", help="the workers' deployment.yaml (default conf/worker/deployment.yaml)")
+    up.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds to wait for each stage (default 300)")
+    up.set_defaults(handler=run_up)
+
+    down = subparsers.add_parser("down", help="stop everything `sp-dagster up` started", description="Stop, newest first, every process `sp-dagster up` started (recorded in $SP_DAGSTER_HOME/up.json).")
+    down.set_defaults(handler=run_down)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Bring the system up."""
+    from sp_dagster.errors import ConfigError
+    from sp_dagster.orchestration.demo import up
+
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    up(
+        workers=args.workers, ui=not args.no_ui, demo=not args.no_demo, port=args.port, broker_port=args.broker_port,
+        conf=args.conf, worker_conf=args.worker_conf, timeout=args.timeout, say=lambda line: print(line, flush=True),
+    )
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    """Stop what `up` started."""
+    from sp_dagster.orchestration.demo import down
+
+    down(say=lambda line: print(line, flush=True))
+    return 0

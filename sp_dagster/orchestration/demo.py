@@ -1,0 +1,262 @@
+"""`sp-dagster up` / `down`: the whole system on one machine, started and stopped with one command each.
+
+`up` starts, each as a detached process with its log under $SP_DAGSTER_HOME/logs: the
+embedded broker, a manager, N workers and (unless --no-ui) `dagster dev` with DAGSTER_HOME
+under $SP_DAGSTER_HOME/dagster; the control plane is the SQLite file the shipped confs name.
+Unless --no-demo it deploys the sample app in apps/ through the same deploy path as
+`sp-dagster deploy`, waits until every instance runs, and starts a small event generator.
+What it started is written to $SP_DAGSTER_HOME/up.json as it goes, so `down` stops exactly
+those processes (by pid and start time), in reverse order, even after a failed `up`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.processes import Detached, alive, cli_command, start_detached, stop_detached, webserver_command, workspace_yaml
+
+SAMPLE_APP = "stock-alerts.siddhi"
+STOP_TIMEOUTS = {"generator": 10.0, "dagster": 30.0, "worker": 60.0, "manager": 15.0, "broker": 10.0}
+
+
+class DemoError(SpDagsterError):
+    """`sp-dagster up` could not bring the system up (what failed, and where its log is)."""
+
+
+def home() -> Path:
+    """$SP_DAGSTER_HOME (default ~/.sp-dagster)."""
+    from sp_dagster.config.yamlsource import default_home
+
+    return Path(default_home()).expanduser().resolve()
+
+
+def find_path(relative: str) -> Path:
+    """`relative` under the working directory, else under the sp-dagster source tree (an editable install)."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (root / relative).exists():
+            return (root / relative).resolve()
+    raise DemoError(f"{relative} not found in {Path.cwd()} or the sp-dagster source tree; run `sp-dagster up` from the repository root or pass its path")
+
+
+@dataclass
+class Stack:
+    """What `up` started, as recorded in up.json."""
+
+    path: Path
+    processes: list[Detached] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> "Stack | None":
+        """The recorded stack, or None when there is none."""
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(path, [Detached.from_dict(p) for p in data.get("processes", [])], data.get("facts", {}))
+
+    def save(self) -> None:
+        """Write up.json (after every start, so a failed `up` can still be taken down)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"processes": [p.to_dict() for p in self.processes], "facts": self.facts}
+        self.path.write_text(json.dumps(body, indent=2, sort_keys=True))
+
+    def start(self, name: str, command: list[str], env: dict[str, str], cwd: str | None = None) -> Detached:
+        """Start one detached process, logging to $SP_DAGSTER_HOME/logs/<name>.log, and record it."""
+        process = start_detached(name, command, self.path.parent / "logs" / f"{name}.log", env=env, cwd=cwd)
+        self.processes.append(process)
+        self.save()
+        return process
+
+
+def _state_path() -> Path:
+    return home() / "up.json"
+
+
+def _wait(what: str, condition, timeout: float, processes: list[Detached] = ()) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        for process in processes:
+            if not alive(process):
+                raise DemoError(f"{process.name} exited while waiting for {what}; see {process.log}")
+        time.sleep(0.5)
+    logs = ", ".join(p.log for p in processes)
+    raise DemoError(f"timed out after {timeout:.0f} s waiting for {what}" + (f"; see {logs}" if logs else ""))
+
+
+def _cluster(conf: str) -> dict | None:
+    """The cluster status, or None while there is none yet."""
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.cluster.status import cluster_status
+    from sp_dagster.config.loader import load_config
+
+    try:
+        with ControlPlane.from_config(load_config(conf), migrate=False) as plane:
+            return cluster_status(plane)
+    except SpDagsterError:
+        return None
+
+
+def _webserver_ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/server_info", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None = None, broker_port: int = 9092,
+       conf: str | None = None, worker_conf: str | None = None, timeout: float = 300.0, say=print) -> Stack:
+    """Bring the system up (see the module docstring); on failure, stop what was started and raise DemoError."""
+    from sp_dagster.config.loader import load_config
+    from sp_dagster.embedded.broker import EmbeddedBroker, free_port, port_open
+
+    path = _state_path()
+    existing = Stack.load(path)
+    if existing and any(alive(p) for p in existing.processes):
+        raise DemoError(f"sp-dagster is already up ({path}); run `sp-dagster down` first")
+    manager_conf = str(Path(conf).resolve()) if conf else str(find_path("conf/manager/deployment.yaml"))
+    worker_conf = str(Path(worker_conf).resolve()) if worker_conf else str(find_path("conf/worker/deployment.yaml"))
+    sp_home = home()
+    if not demo:
+        apps = sp_home / "apps"  # an empty repository: the sensor deploys nothing on its own
+        apps.mkdir(parents=True, exist_ok=True)
+    else:
+        apps = find_path("apps")
+    if port_open("127.0.0.1", broker_port):
+        free = free_port()
+        say(f"port {broker_port} is taken; the embedded broker listens on {free} instead (SP_KAFKA_BOOTSTRAP=localhost:{free})")
+        broker_port = free
+    env = {
+        "SP_DAGSTER_HOME": str(sp_home), "SP_KAFKA_BOOTSTRAP": f"localhost:{broker_port}", "SP_DAGSTER_APPS": str(apps),
+        "SP_DAGSTER_CONF": manager_conf, "SP_DAGSTER_WORKER_CONF": worker_conf, "DAGSTER_HOME": str(sp_home / "dagster"),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # this process reads the same confs as its children
+    stack = Stack(path, facts={"bootstrap": env["SP_KAFKA_BOOTSTRAP"], "env": env})
+    try:
+        config = load_config(manager_conf)
+        settings = config.dagster
+        port = port or settings.port
+        stack.facts.update(control_plane=config.control_plane.safe_url, ui=f"http://{settings.host}:{port}" if ui else None)
+        stack.save()
+        broker = stack.start("broker", cli_command("broker", "--port", str(broker_port)), env)
+        _wait(f"the broker on port {broker_port}", lambda: _broker_ready(EmbeddedBroker, broker_port), 30, [broker])
+        say(f"broker       localhost:{broker_port}")
+        manager = stack.start("manager-1", cli_command("manager", "--conf", manager_conf, "--id", "manager-1"), env)
+        nodes = [stack.start(f"worker-{n}", cli_command("worker", "--conf", worker_conf, "--id", f"worker-{n}"), env) for n in range(1, workers + 1)]
+        _wait("a leader manager and every worker", lambda: _ready(manager_conf, workers), timeout, [manager, *nodes])
+        say(f"manager      manager-1 (leader); workers {', '.join(p.name for p in nodes)}; control plane {stack.facts['control_plane']}")
+        if ui:
+            dagster_home = sp_home / "dagster"
+            dagster_home.mkdir(parents=True, exist_ok=True)
+            if not (dagster_home / "dagster.yaml").exists():
+                (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+            workspace = dagster_home / "workspace.yaml"
+            workspace.write_text(workspace_yaml(str(Path.cwd())))
+        if demo:
+            _deploy_sample(stack, apps / SAMPLE_APP, config, say)
+        if ui:
+            server = stack.start("dagster", webserver_command(workspace, settings.host, port), env)
+            _wait(f"the Dagster UI at {stack.facts['ui']}", lambda: _webserver_ready(stack.facts["ui"]), timeout, [server])
+            say(f"Dagster UI   {stack.facts['ui']} (DAGSTER_HOME {dagster_home})")
+        if demo:
+            state = _wait_running(config, stack.facts["app"], timeout)
+            say(f"app          {state.app}: {len(state.instances)} instances running")
+            generator = stack.start("generator", [sys.executable, "-m", "sp_dagster.orchestration.generator", "--conf", manager_conf, "--app", state.app], env)
+            time.sleep(2)
+            if not alive(generator):
+                raise DemoError(f"the event generator exited at once; see {generator.log}")
+    except BaseException:
+        down(say=lambda *_: None)
+        raise
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    say(summary(stack))
+    return stack
+
+
+def _broker_ready(broker_class, port: int) -> bool:
+    try:
+        broker_class(port=port).wait_ready(2)
+        return True
+    except SpDagsterError:
+        return False
+
+
+def _ready(conf: str, workers: int) -> bool:
+    status = _cluster(conf)
+    if not status or not (status["leader"] and status["leader"]["alive"]):
+        return False
+    return sum(1 for n in status["nodes"] if n["state"] == "alive") >= workers
+
+
+def _deploy_sample(stack: Stack, path: Path, config, say) -> None:
+    """Record the sample app through the deploy path (the sensor later finds it unchanged)."""
+    from sp_dagster.deploy import deploy
+
+    result = deploy(path, config, wait=False)
+    stack.facts["app"] = result.app
+    stack.save()
+    say(f"deployed     {result.app} from {path} (topics {', '.join(t.name for t in result.topics)})")
+
+
+def _wait_running(config, app: str, timeout: float):
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.deploy import DeployError, wait_until_running
+
+    try:
+        with ControlPlane.from_config(config) as plane:
+            return wait_until_running(plane, app, timeout)
+    except DeployError as exc:
+        raise DemoError(f"{exc}\nthe workers' logs are in {home() / 'logs'}") from None
+
+
+def summary(stack: Stack) -> str:
+    """Where to look, once everything runs."""
+    facts, logs = stack.facts, home() / "logs"
+    lines = ["", "sp-dagster is up. Where to look:"]
+    if facts.get("ui"):
+        lines += [
+            f"  {facts['ui']}/assets                 partial apps and topics as assets (lineage: topic -> partial app -> topic)",
+            f"  {facts['ui']}/runs                   deploy runs started by the app-repository sensor",
+            f"  {facts['ui']}/overview/automation    the app-repository sensor, rebalance and health schedules",
+        ]
+    lines += [
+        "  sp-dagster status                     leader, workers and where each instance runs",
+    ]
+    if facts.get("app"):
+        lines.append(f"  SP_KAFKA_BOOTSTRAP={facts['bootstrap']} sp-dagster consume {facts['app']}:AveragePriceStream   the averages, live")
+    lines += [f"  {logs}/                 every process's log", "Stop everything: sp-dagster down"]
+    return "\n".join(lines)
+
+
+def down(*, say=print) -> int:
+    """Stop what `up` started, newest first; returns how many processes were running."""
+    path = _state_path()
+    stack = Stack.load(path)
+    if stack is None:
+        say("nothing to stop: sp-dagster is not up (no up.json)")
+        return 0
+    running = 0
+    for process in reversed(stack.processes):
+        kind = process.name.split("-")[0]
+        result = stop_detached(process, STOP_TIMEOUTS.get(kind, 30.0))
+        running += result != "not running"
+        say(f"{process.name:12} {result}")
+    path.unlink(missing_ok=True)
+    say("sp-dagster is down")
+    return running
