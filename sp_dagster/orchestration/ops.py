@@ -147,7 +147,10 @@ def refresh_asset_graph(context: dg.OpExecutionContext, app: Any, control_plane:
     location = origin.repository_origin.code_location_origin.location_name
     settings = control_plane.config().dagster
     message = reload_code_location(settings.host, settings.port, location)
-    (context.log.info if message.startswith("reloaded") else context.log.warning)(message)
+    if message.startswith("reloaded"):
+        context.log.info(message)
+    else:
+        context.log.warning(f"{message} (the address is dagster.host/dagster.port in {control_plane.conf})")
 
 
 # -- undeploy -------------------------------------------------------------------------------

@@ -1,0 +1,144 @@
+"""A live `dagster dev` on the sp-dagster code location, driven through its GraphQL API.
+
+The sensor deploys the app it finds (through the daemon and a real run worker), the deploy run
+reloads the code location so the partial apps appear with their lineage, the health job's run
+worker rebuilds the same graph from the reconstruction metadata, and a manager run started
+from the UI's API streams its log and stops when the run is terminated. The workers are
+stand-ins speaking the workers' control-plane protocol (Spark is beside the point here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sp_dagster.embedded.broker import _die_with_parent, free_port
+from sp_dagster.orchestration.processes import stop_process, webserver_command, workspace_yaml
+from tests.cluster.helpers import wait_until
+from tests.orchestration.standin import StandInWorker
+
+pytestmark = pytest.mark.slow
+
+
+def graphql(url: str, query: str, variables: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"{url}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = json.loads(response.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+ASSETS = "{ assetNodes { assetKey { path } dependencyKeys { path } groupName } }"
+RUNS = "query($job: String!) { runsOrError(filter: {pipelineName: $job}) { ... on Runs { results { runId status tags { key value } } } } }"
+LAUNCH = """mutation($job: String!, $config: RunConfigData) {
+  launchRun(executionParams: {selector: {repositoryLocationName: "sp-dagster", repositoryName: "__repository__", jobName: $job}, runConfigData: $config}) {
+    __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+TERMINATE = "mutation($id: String!) { terminateRun(runId: $id) { __typename } }"
+LOGS = "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename ... on MessageEvent { message } } } } }"
+CHECKS = """query { assetNodes(assetKeys: [{path: ["StockAlerts", "filter"]}]) { assetChecksOrError { ... on AssetChecks { checks { name } } } } }"""
+
+
+def lineage(url: str) -> dict[str, set[str]]:
+    return {"/".join(n["assetKey"]["path"]): {"/".join(d["path"]) for d in n["dependencyKeys"]} for n in graphql(url, ASSETS)["assetNodes"]}
+
+
+def runs(url: str, job: str) -> list[dict]:
+    return graphql(url, RUNS, {"job": job})["runsOrError"]["results"]
+
+
+def launch(url: str, job: str, config: dict | None = None) -> str:
+    result = graphql(url, LAUNCH, {"job": job, "config": config or {}})["launchRun"]
+    assert result["__typename"] == "LaunchRunSuccess", result
+    return result["run"]["runId"]
+
+
+def status(url: str, job: str, run_id: str) -> str:
+    return next(r["status"] for r in runs(url, job) if r["runId"] == run_id)
+
+
+def messages(url: str, run_id: str) -> list[str]:
+    return [e.get("message") or "" for e in graphql(url, LOGS, {"id": run_id})["logsForRun"]["events"]]
+
+
+def command_lines() -> list[str]:
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            pass
+    return lines
+
+
+@pytest.fixture
+def live(tmp_path, cluster):
+    """The cluster, its manager conf naming a `dagster dev` on a free port, and that dagster dev running."""
+    port = free_port()
+    cluster.manager_conf.write_text(cluster.manager_conf.read_text().replace("port: 3000", f"port: {port}") + "  sensorInterval: 2\n")
+    cluster.add_app()
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (home / "workspace.yaml").write_text(workspace_yaml(str(tmp_path)))
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SP_DAGSTER_CONF": str(cluster.manager_conf), "SP_DAGSTER_WORKER_CONF": str(cluster.worker_conf)}
+    log = open(tmp_path / "dagster.log", "wb")
+    server = subprocess.Popen(webserver_command(home / "workspace.yaml", "127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready():
+        assert server.poll() is None, (tmp_path / "dagster.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    wait_until(ready, timeout=180, interval=0.5, what="dagster dev to answer")
+    yield cluster, url
+    stop_process(server, 60)
+    log.close()
+
+
+def test_sensor_deploys_assets_appear_health_runs_and_a_manager_run_stops_on_terminate(live, manager, plane):
+    cluster, url = live
+    with StandInWorker(plane, "worker-1"), StandInWorker(plane, "worker-2"):
+        # The daemon ticks the sensor, which launches a deploy run for apps/stock-alerts.siddhi.
+        deploy = wait_until(lambda: [r for r in runs(url, "deploy") if r["status"] in ("SUCCESS", "FAILURE")], timeout=240, interval=1, what="the sensor's deploy run")
+        assert deploy[0]["status"] == "SUCCESS", messages(url, deploy[0]["runId"])[-20:]
+        assert {"key": "sp-dagster/app-file", "value": "stock-alerts.siddhi"} in deploy[0]["tags"]
+
+        # Its last op reloaded the code location: the partial apps are assets, with lineage.
+        reloads = [m for m in messages(url, deploy[0]["runId"]) if "code location" in m]
+        graph = wait_until(lambda: (g := lineage(url)) and "StockAlerts/filter" in g and g, timeout=60, interval=1, what=f"the partial apps in the asset graph ({reloads})")
+        assert graph["StockAlerts/filter"] == {"topics/StockAlerts.TradeStream"}
+        assert graph["topics/StockAlerts.LargeTradeStream.symbol"] == {"StockAlerts/filter"}
+        assert graph["StockAlerts/average"] == {"topics/StockAlerts.LargeTradeStream.symbol"}
+        assert graph["StockAlerts/alert"] == {"topics/StockAlerts.AveragePriceStream"}
+
+        # A run worker rebuilds the graph from the reconstruction metadata and runs the checks.
+        health = launch(url, "health")
+        wait_until(lambda: status(url, "health", health) in ("SUCCESS", "FAILURE"), timeout=180, interval=1, what="the health run")
+        assert status(url, "health", health) == "SUCCESS", messages(url, health)[-20:]
+        checks = graphql(url, CHECKS)["assetNodes"][0]["assetChecksOrError"]["checks"]
+        assert {c["name"] for c in checks} == {"live_worker", "lag_not_growing"}
+        kinds = [e["__typename"] for e in graphql(url, LOGS, {"id": health})["logsForRun"]["events"]]
+        assert kinds.count("AssetCheckEvaluationEvent") == 6 and kinds.count("ObservationEvent") == 3
+
+    # A manager launched as a run: its log lines reach the run, and terminating the run stops it.
+    run_id = launch(url, "manager", {"ops": {"run_manager": {"config": {"node_id": "manager-9", "stop_timeout": 20}}}})
+    wait_until(lambda: any("manager manager-9 (group 'sp')" in m for m in messages(url, run_id)), timeout=120, interval=1, what="the manager's log in the run")
+    assert any("--id manager-9" in line for line in command_lines())
+    graphql(url, TERMINATE, {"id": run_id})
+    wait_until(lambda: status(url, "manager", run_id) == "CANCELED", timeout=90, interval=1, what="the manager run to be canceled")
+    wait_until(lambda: not any("--id manager-9" in line for line in command_lines()), timeout=30, what="the manager process to exit")
+    assert any("stopping pid" in m for m in messages(url, run_id))
