@@ -25,6 +25,32 @@ def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: s
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def all_at_once(function, items) -> list:
+    """Call function(item) for every item in its own thread, all released together; returns the results.
+
+    Raises the first exception any call raised.
+    """
+    barrier = threading.Barrier(len(items))
+    results: list = [None] * len(items)
+    errors: list[BaseException] = []
+
+    def call(index, item):
+        barrier.wait()
+        try:
+            results[index] = function(item)
+        except Exception as exc:  # re-raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i, item)) for i, item in enumerate(items)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    if errors:
+        raise errors[0]
+    return results
+
+
 def settled(plane):
     """The lease if a live leader has placed every instance on an alive node, all in its term; else None."""
     lease = current_leader(plane)

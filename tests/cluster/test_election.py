@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import Elector, Leadership, LeadershipLost, current_leader, fenced
 from sp_dagster.cluster.schema import leader_lease, terms
 from sp_dagster.errors import ControlPlaneError
+from tests.cluster.helpers import all_at_once
 
 LEASE_MS = 400
 
@@ -56,23 +56,7 @@ def test_concurrent_attempts_elect_exactly_one_per_term(database_url):
     electors = [Elector(ControlPlane(database_url), "g", f"m{i}", lease_ms=60_000) for i in range(5)]
     electors[0].plane.migrate()
     for round_ in range(1, 9):
-        barrier = threading.Barrier(len(electors))
-        winners, errors = [], []
-
-        def attempt(e):
-            barrier.wait()
-            try:
-                if e.tick() is not None:
-                    winners.append(e)
-            except Exception as exc:  # asserted below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=attempt, args=(e,)) for e in electors]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not errors, errors
+        winners = [e for e, lead in zip(electors, all_at_once(lambda e: e.tick(), electors)) if lead is not None]
         assert len(winners) == 1, [w.node_id for w in winners]
         assert winners[0].leadership.term == round_
         winners[0].resign()

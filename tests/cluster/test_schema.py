@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from sp_dagster.cluster import schema
 from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.embedded.broker import free_port
 from sp_dagster.errors import ControlPlaneError, DatabaseUnavailable
+from tests.cluster.helpers import all_at_once
 
 
 def table_names(plane: ControlPlane) -> set[str]:
@@ -50,23 +50,7 @@ def test_newer_database_is_refused(plane):
 
 def test_concurrent_first_migrations_agree(database_url):
     planes = [ControlPlane(database_url) for _ in range(4)]
-    results, errors = [], []
-    barrier = threading.Barrier(len(planes))
-
-    def upgrade(plane):
-        barrier.wait()
-        try:
-            results.append(plane.migrate())
-        except Exception as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=upgrade, args=(p,)) for p in planes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors, errors
-    assert results == [schema.SCHEMA_VERSION] * len(planes)
+    assert all_at_once(lambda plane: plane.migrate(), planes) == [schema.SCHEMA_VERSION] * len(planes)
     for plane in planes:
         plane.close()
 

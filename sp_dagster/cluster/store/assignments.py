@@ -7,31 +7,21 @@ returns only those of its incarnation and of the current term.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
 from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import Fence, read_lease
 from sp_dagster.cluster.schema import assignments, instances
-from sp_dagster.cluster.store.deployments import ASSIGNED, PENDING
+from sp_dagster.cluster.store.deployments import ASSIGNED, PENDING, InstanceDefinition, definition_fields
 from sp_dagster.cluster.store.events import record_event
 
 
 @dataclass(frozen=True)
-class AssignedInstance:
+class AssignedInstance(InstanceDefinition):
     """An instance a worker should run, with everything it needs to run it."""
 
-    instance_id: str
-    app: str
-    group: str
-    parallel_index: int
-    receiver: bool
-    siddhi_app: str
-    extra: dict[str, Any]
-    spec_hash: str
     term: int
     assigned_at: int
 
@@ -78,13 +68,7 @@ def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None =
         term=term,
         leader=lease.holder if lease else None,
         leader_alive=bool(lease and lease.alive),
-        instances=tuple(
-            AssignedInstance(
-                r.instance_id, r.app, r.group_name, int(r.parallel_index), bool(r.receiver), r.siddhi_app,
-                json.loads(r.extra), r.spec_hash, int(r.term), int(r.assigned_at),
-            )
-            for r in rows
-        ),
+        instances=tuple(AssignedInstance(**definition_fields(r), term=int(r.term), assigned_at=int(r.assigned_at)) for r in rows),
     )
 
 

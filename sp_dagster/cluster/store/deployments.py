@@ -76,8 +76,8 @@ class DeploymentRecord:
 
 
 @dataclass(frozen=True)
-class InstanceRecord:
-    """A recorded instance, with where it is placed and what its worker last reported."""
+class InstanceDefinition:
+    """A recorded instance as the planner defined it."""
 
     instance_id: str
     app: str
@@ -87,6 +87,20 @@ class InstanceRecord:
     siddhi_app: str
     extra: dict[str, Any]
     spec_hash: str
+
+
+def definition_fields(row) -> dict[str, Any]:
+    """The InstanceDefinition fields of a `sp_instances` row."""
+    return dict(
+        instance_id=row.instance_id, app=row.app, group=row.group_name, parallel_index=int(row.parallel_index),
+        receiver=bool(row.receiver), siddhi_app=row.siddhi_app, extra=json.loads(row.extra), spec_hash=row.spec_hash,
+    )
+
+
+@dataclass(frozen=True)
+class InstanceRecord(InstanceDefinition):
+    """A recorded instance, with where it is placed and what its worker last reported."""
+
     status: str
     status_detail: str | None
     metrics: dict[str, Any]
@@ -244,8 +258,8 @@ def list_instances(plane: ControlPlane, app: str | None = None) -> list[Instance
         rows = conn.execute(query).all()
     return [
         InstanceRecord(
-            r.instance_id, r.app, r.group_name, int(r.parallel_index), bool(r.receiver), r.siddhi_app, json.loads(r.extra),
-            r.spec_hash, r.status, r.status_detail, json.loads(r.metrics) if r.metrics else {}, r.status_at, r.node_id, r.term,
+            **definition_fields(r), status=r.status, status_detail=r.status_detail,
+            metrics=json.loads(r.metrics) if r.metrics else {}, status_at=r.status_at, node_id=r.node_id, term=r.term,
         )
         for r in rows
     ]
