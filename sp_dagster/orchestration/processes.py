@@ -140,7 +140,7 @@ def alive(process: Detached) -> bool:
     return state != "Z"
 
 
-def _group(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """The pids of the live processes in process group `pgid`."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -168,12 +168,12 @@ def stop_detached(process: Detached, timeout: float = 30.0) -> str:
         os.killpg(process.pid, signal.SIGKILL)  # its own group (started with a new session): nothing else is in it
         _reap(process.pid)
         return "killed"
-    if _group(process.pid):  # children it left behind
+    if group_members(process.pid):  # children it left behind
         os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        while _group(process.pid) and time.monotonic() < deadline:
+        while group_members(process.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _group(process.pid):
+        if group_members(process.pid):
             os.killpg(process.pid, signal.SIGKILL)
     return "stopped"
 

@@ -58,6 +58,17 @@ spark:
 """
 
 
+def command_lines() -> list[str]:
+    """The command line of every process on this machine."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            pass
+    return lines
+
+
 class Cluster:
     """Paths of one test cluster: the two confs, the control-plane database and the app repository."""
 

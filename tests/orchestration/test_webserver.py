@@ -14,13 +14,13 @@ import os
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from sp_dagster.embedded.broker import _die_with_parent, free_port
 from sp_dagster.orchestration.processes import stop_process, webserver_command, workspace_yaml
 from tests.cluster.helpers import wait_until
+from tests.orchestration.conftest import command_lines
 from tests.orchestration.standin import StandInWorker
 
 pytestmark = pytest.mark.slow
@@ -68,16 +68,6 @@ def status(url: str, job: str, run_id: str) -> str:
 
 def messages(url: str, run_id: str) -> list[str]:
     return [e.get("message") or "" for e in graphql(url, LOGS, {"id": run_id})["logsForRun"]["events"]]
-
-
-def command_lines() -> list[str]:
-    lines = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            pass
-    return lines
 
 
 @pytest.fixture
