@@ -137,7 +137,8 @@ def main() -> None:
         worker_heartbeat_max_retry=args.worker_max_retry,
     ))
     procs = [ManagerProcess(conf, f"m{i}", log_path=work / f"m{i}.log", cwd=ROOT).start() for i in range(1, args.managers + 1)]
-    setting = {"database": plane.dialect, "managers": args.managers}
+    database = "mariadb" if getattr(plane.engine.dialect, "is_mariadb", False) else plane.dialect
+    setting = {"database": database, "managers": args.managers}
     try:
         lease_ms = args.heartbeat_interval * args.max_retry
         failover = measure_leader_failover(plane, procs, args.runs, graceful=False)
