@@ -242,12 +242,16 @@ class RawPublisher:
         if error is not None:
             self._failures.append(error.str())
 
-    def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None) -> None:
+    def produce(
+        self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None
+    ) -> None:
         """Queue one message (timestamp in ms; None: the broker's time)."""
         self._topics.add(topic)
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, on_delivery=self._delivered)
+                self.producer.produce(
+                    topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers, on_delivery=self._delivered
+                )
                 return
             except BufferError:  # the local queue is full: let deliveries drain
                 self.producer.poll(0.1)
@@ -347,7 +351,8 @@ class KafkaReader(Reader):
             except EventDecodeError as exc:
                 batch.rejects.append(Reject(partition, offset, stamp, message.value() or b"", str(exc)))
             else:
-                batch.events.extend(Event(partition, offset, stamp, row, message.key()) for row in rows)
+                headers = tuple(message.headers() or ())
+                batch.events.extend(Event(partition, offset, stamp, row, message.key(), headers) for row in rows)
             self._positions[partition] = offset + 1
             self._unknown.discard(partition)
         batch.positions = self.positions()

@@ -30,6 +30,11 @@ class Event:
     timestamp: int | None
     row: tuple
     key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def header(self, name: str) -> bytes | None:
+        """The value of header `name` (the last one when repeated), or None."""
+        return next((value for key, value in reversed(self.headers) if key == name), None)
 
 
 @dataclass(frozen=True)

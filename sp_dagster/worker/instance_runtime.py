@@ -5,6 +5,15 @@ message with its topic's codec, sends it to the engine in per-partition order (p
 merged by event time), and encodes every event of an output stream for its topic with the
 topic's publishing strategy. Undecodable messages become dead-letter messages with the reason.
 It knows nothing of Spark, so it is tested on its own and wrapped by `spark_query`.
+
+Exactly-once effect across failovers. Delivery between groups is at-least-once: an instance
+that takes over replays from its last saved state and publishes some events again. Every
+published event therefore carries an *origin* (the `sp-origin` header): a key naming where it
+stems from and a sequence that grows along that key. A stateful instance names its outputs
+after its own input (`group@topic:partition`, sequence `(offset, n)`); a stateless one passes
+its input's origin on, extended. Replays produce the same origins, so each instance keeps the
+highest sequence seen per (input partition, origin key) in its state and drops what it has
+already seen: duplicates never reach a window or an aggregate.
 """
 
 from __future__ import annotations
@@ -38,6 +47,20 @@ class Message:
     timestamp: int | None
     key: bytes | None
     value: bytes
+    origin: bytes | None = None
+
+
+def origin_of(message: Message) -> tuple[str, tuple[int, ...]]:
+    """(origin key, sequence) of an input message: its header, or the message's own place."""
+    if message.origin:
+        key, _, sequence = message.origin.decode("utf-8").rpartition("|")
+        return key, tuple(int(part) for part in sequence.split("."))
+    return f"{message.topic}:{message.partition}", (message.offset,)
+
+
+def encode_origin(key: str, sequence: tuple[int, ...]) -> bytes:
+    """The sp-origin header value."""
+    return f"{key}|{'.'.join(map(str, sequence))}".encode("utf-8")
 
 
 @functools.lru_cache(maxsize=64)
@@ -67,7 +90,11 @@ class InstanceRuntime:
         self.engine = AppRuntime(_parsed(plan.name, plan.siddhi), clock=PlaybackClock())
         self._inputs = {i.topic: (i.stream, codec_for(i.codec, i.attributes)) for i in plan.inputs}
         self._out: list[Message] = []
-        self.rows_in = self.rows_out = self.rejected = 0
+        self.rows_in = self.rows_out = self.rejected = self.duplicates = 0
+        self.group = plan.name.rsplit("-", 1)[0]
+        self.seen: dict[tuple[str, int, str], tuple[int, ...]] = {}
+        self._origin: tuple[str, tuple[int, ...]] = ("", ())
+        self._emitted = 0
         for output in plan.outputs:
             self.engine.add_callback(output.stream, self._publisher(output))
         for stream in plan.log_streams:
@@ -82,11 +109,17 @@ class InstanceRuntime:
                 if event.is_expired:
                     continue
                 value, key = codec.encode(event.data), strategy.key(event.data)
+                origin = self._next_origin()
                 for partition in strategy.partitions(event.data, output.partitions):
-                    self._out.append(Message(output.topic, partition, -1, event.timestamp, key, value))
+                    self._out.append(Message(output.topic, partition, -1, event.timestamp, key, value, origin))
                     self.rows_out += 1
 
         return publish
+
+    def _next_origin(self) -> bytes:
+        key, sequence = self._origin
+        self._emitted += 1
+        return encode_origin(key, sequence + (self._emitted,))
 
     def _log(self, stream: str, events) -> None:
         for event in events:
@@ -95,6 +128,17 @@ class InstanceRuntime:
     def process(self, messages: Iterable[Message]) -> list[Message]:
         """Run messages through the engine; return the messages to publish (outputs and dead letters)."""
         for message in _in_order(messages):
+            key, sequence = origin_of(message)
+            place = (message.topic, message.partition, key)
+            if place in self.seen and sequence <= self.seen[place]:
+                self.duplicates += 1
+                continue
+            self.seen[place] = sequence
+            if self.plan.stateless:
+                self._origin = (f"{self.group}>{key}", sequence)
+            else:
+                self._origin = (f"{self.group}@{message.topic}:{message.partition}", (message.offset,))
+            self._emitted = 0
             stream, codec = self._inputs[message.topic]
             try:
                 rows = codec.decode(message.value)
@@ -115,12 +159,16 @@ class InstanceRuntime:
             self._out.append(Message(self.dead_letter_topic, 0, -1, message.timestamp, None, body))
 
     def snapshot(self) -> bytes:
-        """The engine's state."""
-        return self.engine.snapshot()
+        """The engine's state and the origins seen, as bytes."""
+        seen = [[topic, partition, key, list(sequence)] for (topic, partition, key), sequence in self.seen.items()]
+        head = json.dumps(seen).encode("utf-8")
+        return len(head).to_bytes(4, "big") + head + self.engine.snapshot()
 
     def restore(self, snapshot: bytes) -> None:
-        """Put the engine back in a saved state."""
-        self.engine.restore(snapshot)
+        """Put the engine and the origins seen back as snapshot() saved them."""
+        size = int.from_bytes(snapshot[:4], "big")
+        self.seen = {(t, p, k): tuple(q) for t, p, k, q in json.loads(snapshot[4 : 4 + size])}
+        self.engine.restore(snapshot[4 + size :])
 
     def close(self) -> None:
         """Stop the engine."""

@@ -4,8 +4,8 @@ Registered as the Python data source `sp-kafka` too (its writer side). Options:
 bootstrap.servers, topic, attributes (JSON [[name, type]]), codec (json|binary),
 strategy (roundRobin|partitioned|broadcast), partitionKey, kafka.* (librdkafka settings).
 A `_timestamp` column, when present, becomes each message's event timestamp. With
-format=raw the frame holds ready messages (`_topic, _partition, _key, _value, _timestamp`),
-published as they are.
+format=raw the frame holds ready messages (`_topic, _partition, _key, _value, _timestamp`,
+and optionally `_origin`, sent as the sp-origin header), published as they are.
 Delivery is at-least-once: a micro-batch that Spark re-runs is published again.
 """
 
@@ -55,13 +55,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def _write_raw(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         from sp_dagster.messaging.kafka import RawPublisher
         from sp_dagster.worker.kafka_source import transport_from_options
+        from sp_dagster.worker.spark_types import ORIGIN_HEADER
 
         publisher = RawPublisher(transport_from_options(self.options))
         sent = 0
         for batch in iterator:
             columns = [batch.column(name).to_pylist() for name in ("_topic", "_value", "_key", "_partition", "_timestamp")]
-            for topic, value, key, partition, stamp in zip(*columns):
-                publisher.produce(topic, value, key, partition, stamp)
+            origins = batch.column("_origin").to_pylist() if "_origin" in batch.schema.names else [None] * batch.num_rows
+            for (topic, value, key, partition, stamp), origin in zip(zip(*columns), origins):
+                publisher.produce(topic, value, key, partition, stamp, [(ORIGIN_HEADER, origin)] if origin else None)
                 sent += 1
         publisher.flush(float(self.options.get("timeout", 30)))
         return Published(sent)

@@ -8,7 +8,7 @@ Undecodable messages become rows with `_error` and `_raw` set (the dead-letter p
 Options: bootstrap.servers, topic, partitions ("0,2"), attributes (JSON [[name, type]]),
 codec (json|binary, default json), startingOffsets (earliest|latest, default earliest),
 maxEventsPerTrigger, kafka.* (extra librdkafka settings). With format=raw the rows are the
-messages as they are (`_topic, _partition, _offset, _timestamp, _key, _value`; no attributes
+messages as they are (`_topic, _partition, _offset, _timestamp, _key, _value, _origin`; no attributes
 or codec needed), so frames of several topics can be unioned and decoded downstream.
 The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensitive.
 """
@@ -20,7 +20,7 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sp_dagster.worker.spark_types import RAW_DDL, RAW_SCHEMA, arrow_schema, parse_attributes_option, spark_ddl
+from sp_dagster.worker.spark_types import ORIGIN_HEADER, RAW_DDL, RAW_SCHEMA, arrow_schema, parse_attributes_option, spark_ddl
 
 BATCH_ROWS = 10_000
 
@@ -133,7 +133,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             schema, codec = RAW_SCHEMA, RawCodec()
 
             def values(e):
-                return (topic, e.partition, e.offset, e.timestamp, e.key, e.row[0])
+                return (topic, e.partition, e.offset, e.timestamp, e.key, e.row[0], e.header(ORIGIN_HEADER))
 
             def reject_values(r):  # a raw read never rejects
                 raise AssertionError(r)

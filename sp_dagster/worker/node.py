@@ -49,6 +49,7 @@ def spark_session(config):
     builder = SparkSession.builder.master(config.spark.master).appName(config.spark.app_name or f"sp-dagster-worker-{config.node_id}")
     settings = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         **config.spark.conf,
@@ -76,6 +77,10 @@ class Worker:
         self.spark = spark
         self.running: dict[str, RunningInstance] = {}
         self.stop_event = threading.Event()
+        # Heartbeats run on their own thread: starting a Spark query takes seconds, and a
+        # worker busy starting one must not look dead. The lock keeps session calls apart.
+        self.session_lock = threading.Lock()
+        self._beats = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         self._last_save = time.monotonic()
         self.bootstrap = config.messaging.bootstrap_servers
         self.kafka_properties = tuple(sorted(config.messaging.properties.items()))
@@ -88,6 +93,8 @@ class Worker:
             log.info("worker %s: starting Spark (%s)", self.config.node_id, self.config.spark.master)
             self.spark = spark_session(self.config)
         log.info("worker %s: control plane %s, messaging %s", self.config.node_id, self.plane.safe_url, self.bootstrap)
+        self.beat()
+        self._beats.start()
         try:
             while not self.stop_event.is_set():
                 self.step()
@@ -95,23 +102,35 @@ class Worker:
         finally:
             self.shutdown()
 
+    def _heartbeat_loop(self) -> None:
+        while not self.stop_event.wait(self.session.heartbeat_interval_s):
+            self.beat()
+
+    def beat(self):
+        """One heartbeat (or registration); returns the session's status."""
+        with self.session_lock:
+            return self.session.beat(metrics={"instances": len(self.running)})
+
     def stop(self) -> None:
         """Ask run() to finish."""
         self.stop_event.set()
 
     def step(self) -> None:
-        """One poll: heartbeat, fence or reconcile, report, save state when due."""
-        status = self.session.beat(metrics={"instances": len(self.running)})
+        """One poll: fence or reconcile, report, save state when due (heartbeats run on their own)."""
+        with self.session_lock:
+            status = self.session.status()
         if status.fenced:
             if self.running:
                 log.warning("worker %s fenced (%s): stopping %d instance(s)", self.config.node_id, status.reason, len(self.running))
                 self.stop_all(save=False)
-            self.session.acknowledge_fence()
+            with self.session_lock:
+                self.session.acknowledge_fence()
             return
-        if self.session.incarnation is None:
-            return  # the control plane is unreachable; beat() retries next time
+        if status.incarnation is None:
+            return  # the control plane is unreachable; the heartbeat thread keeps trying
         try:
-            assigned = self.session.assignments()
+            with self.session_lock:
+                assigned = self.session.assignments()
         except Exception as exc:  # an outage between beat and read: try again next poll
             log.warning("worker %s: cannot read assignments: %s", self.config.node_id, exc)
             return
@@ -134,8 +153,7 @@ class Worker:
         checkpoint = self.checkpoints / instance_id / assignment.spec_hash[:16]
         try:
             plan = plan_instance(instance_id, assignment.siddhi_app)
-            if not checkpoint.exists():
-                self.store.restore(instance_id, checkpoint)
+            self.store.restore(instance_id, checkpoint)
             settings = QuerySettings(
                 self.bootstrap,
                 str(checkpoint),
@@ -147,10 +165,10 @@ class Worker:
         except (InstancePlanError, Exception) as exc:  # a bad instance must not take the worker down
             detail = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("worker %s: cannot start %s: %s", self.config.node_id, instance_id, detail)
-            self.session.report(instance_id, "failed", detail=detail)
+            self._report(instance_id, "failed", detail=detail)
             return
         self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, query, checkpoint)
-        self.session.report(instance_id, "starting")
+        self._report(instance_id, "starting")
         log.info("worker %s: started %s", self.config.node_id, instance_id)
 
     def stop_instance(self, instance_id: str, *, save: bool) -> None:
@@ -164,7 +182,7 @@ class Worker:
             log.debug("stopping %s: %s", instance_id, exc)
         if save and self.config.persistence.enabled:
             self._save(running)
-        self.session.report(instance_id, "stopped")
+        self._report(instance_id, "stopped")
         log.info("worker %s: stopped %s", self.config.node_id, instance_id)
 
     def stop_all(self, *, save: bool) -> None:
@@ -194,16 +212,25 @@ class Worker:
                 if running.failed != detail:
                     running.failed = detail
                     log.error("worker %s: %s failed: %s", self.config.node_id, running.instance_id, detail)
-                self.session.report(running.instance_id, "failed", detail=detail[:500])
+                self._report(running.instance_id, "failed", detail=detail[:500])
                 continue
-            self.session.report(running.instance_id, "running", metrics=query_metrics(query, running))
+            self._report(running.instance_id, "running", metrics=query_metrics(query, running))
+
+    def _report(self, instance_id: str, status: str, **details) -> None:
+        try:
+            with self.session_lock:
+                self.session.report(instance_id, status, **details)
+        except Exception as exc:  # an outage: the next poll reports again
+            log.debug("worker %s: cannot report %s: %s", self.config.node_id, instance_id, exc)
 
     def shutdown(self) -> None:
         """Stop the queries, save their state, deregister, stop Spark."""
         log.info("worker %s: shutting down", self.config.node_id)
+        self.stop_event.set()
         self.stop_all(save=True)
         try:
-            self.session.leave()
+            with self.session_lock:
+                self.session.leave()
         except Exception as exc:
             log.warning("worker %s: could not deregister: %s", self.config.node_id, exc)
         self.store.close()

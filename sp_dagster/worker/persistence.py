@@ -127,12 +127,15 @@ class DatabaseStore:
         log.debug("saved revision of %s (%d bytes)", instance, len(blob))
 
     def restore(self, instance: str, directory: Path) -> bool:
-        """Restore the newest revision into `directory`; False when there is none."""
+        """Put the newest revision in `directory` (a local copy left from before may be stale, so it
+        always goes); False when there is no revision and the instance starts afresh."""
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(self.table.c.snapshot, self.table.c.revision).where(self.table.c.siddhiAppName == instance).order_by(self.table.c.id.desc()).limit(1)
             ).first()
         if row is None:
+            if directory.exists():
+                shutil.rmtree(directory)
             return False
         unpack_checkpoint(row.snapshot, directory)
         log.info("restored %s from revision %s", instance, row.revision)

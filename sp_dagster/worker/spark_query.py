@@ -22,9 +22,12 @@ import pyarrow as pa
 from sp_dagster.worker.instance_plan import InstancePlan, InstancePlanError
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
 
-OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint"
+OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint, _origin binary"
 OUTPUT_SCHEMA = pa.schema(
-    [("_topic", pa.string()), ("_partition", pa.int32()), ("_key", pa.binary()), ("_value", pa.binary()), ("_timestamp", pa.int64())]
+    [
+        ("_topic", pa.string()), ("_partition", pa.int32()), ("_key", pa.binary()), ("_value", pa.binary()),
+        ("_timestamp", pa.int64()), ("_origin", pa.binary()),
+    ]
 )
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _CACHED_RUNTIMES = 10_000
@@ -43,10 +46,10 @@ class QuerySettings:
 
 
 def _messages(columns) -> list[Message]:
-    """Messages from the raw columns, in RAW_COLUMNS order (topic, partition, offset, timestamp, key, value)."""
+    """Messages from the raw columns, in RAW_COLUMNS order (topic, partition, offset, timestamp, key, value, origin)."""
     return [
-        Message(t, int(p), int(o), None if s is None or s != s else int(s), k, v)
-        for t, p, o, s, k, v in zip(*columns[:6])
+        Message(t, int(p), int(o), None if s is None or s != s else int(s), k, v, origin)
+        for t, p, o, s, k, v, origin in zip(*columns[:7])
     ]
 
 
@@ -57,6 +60,7 @@ def _output_columns(messages: list[Message]) -> dict:
         "_key": [m.key for m in messages],
         "_value": [m.value for m in messages],
         "_timestamp": [m.timestamp for m in messages],
+        "_origin": [m.origin for m in messages],
     }
 
 
@@ -100,7 +104,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None):
             cache_key = (plan.name, plan.siddhi, tuple(key))
             runtime = _runtime_for(cache_key, token, snapshot, plan, dead_letters)
             # Spark hands the columns over positionally (named _0, _1, ...), in the source's order.
-            messages = [m for frame in rows for m in _messages([frame.iloc[:, i].tolist() for i in range(6)])]
+            messages = [m for frame in rows for m in _messages([frame.iloc[:, i].tolist() for i in range(7)])]
             out = runtime.process(messages)
             new_token = uuid.uuid4().hex
             self.state.update((new_token, runtime.snapshot()))

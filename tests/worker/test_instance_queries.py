@@ -87,3 +87,39 @@ def test_instances_on_spark_match_the_in_process_engine(spark, kafka, tmp_path):
     reader.close()
     assert total > 1000
     assert dict(got) == dict(expected)
+
+
+def _instance(group: str):
+    topology = plan(parse(APP))
+    instance = topology.group(group).instances[0]
+    return plan_instance(instance.name, instance.siddhi)
+
+
+def test_replayed_events_are_dropped_by_origin_and_outputs_keep_theirs():
+    average = _instance("average")
+    source = average.inputs[0]
+    codec = codec_for(source.codec, source.attributes)
+    upstream = [Message(source.topic, 0, n, 1000 + n, b"IBM", codec.encode(("IBM", 10.0 * (n + 1), 20)), f"Trades-filter>Trades.TradeStream:0|{n}.1".encode()) for n in range(4)]
+    first = InstanceRuntime(average)
+    out = first.process(upstream[:3])
+    assert [m.origin for m in out] == [f"Trades-average@{source.topic}:0|{n}.1".encode() for n in range(3)]
+    # Upstream replays events 1 and 2 (same origins, new offsets) before event 3: only 3 counts.
+    replay = [Message(source.topic, 0, 10 + n, m.timestamp, m.key, m.value, m.origin) for n, m in enumerate(upstream[1:3])]
+    out = first.process(replay + [Message(source.topic, 0, 12, 1003, b"IBM", upstream[3].value, upstream[3].origin)])
+    assert first.duplicates == 2 and len(out) == 1
+    assert codec_for("json", [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]).decode(out[0].value) == [("IBM", 25.0, 80)]
+    # A takeover restores the state, origins seen included, and drops the same duplicates again.
+    second = InstanceRuntime(average)
+    second.restore(first.snapshot())
+    assert second.process(replay) == [] and second.duplicates == 2
+
+
+def test_stateless_instances_pass_origins_on():
+    filter_ = _instance("filter")
+    source = filter_.inputs[0]
+    codec = codec_for(source.codec, source.attributes)
+    runtime = InstanceRuntime(filter_)
+    out = runtime.process([Message(source.topic, 1, 7, 5, None, codec.encode(("IBM", 1.0, 50)))])
+    assert [m.origin for m in out] == [f"Trades-filter>{source.topic}:1|7.1".encode()]
+    again = runtime.process([Message(source.topic, 1, 7, 5, None, codec.encode(("IBM", 1.0, 50)))])
+    assert again == [] and runtime.duplicates == 1

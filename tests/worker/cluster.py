@@ -1,0 +1,114 @@
+"""A real cluster for end-to-end tests: manager and worker processes on the session broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sp_dagster.cluster.db import ControlPlane
+from sp_dagster.config.loader import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MANAGER_CONF = """
+wso2.carbon: {{id: manager-1}}
+cluster.config:
+  enabled: true
+  groupId: e2e
+  strategyConfig: {{datasource: SP_MGT_DB, heartbeatInterval: 500, heartbeatMaxRetry: 3, eventPollingInterval: 300}}
+deployment.config:
+  type: distributed
+  heartbeatInterval: 2000
+  heartbeatMaxRetry: 4
+  minResourceCount: 1
+  datasource: SP_MGT_DB
+  bootstrapURLs: {bootstrap}
+datasources:
+  SP_MGT_DB: sqlite:///{home}/sp_mgt.db
+"""
+
+WORKER_CONF = """
+deployment.config:
+  type: distributed
+  heartbeatInterval: 2000
+  heartbeatMaxRetry: 4
+  leaderRetryInterval: 20000
+  datasource: SP_MGT_DB
+  bootstrapURLs: {bootstrap}
+datasources:
+  SP_MGT_DB: sqlite:///{home}/sp_mgt.db
+  WSO2_PERSISTENCE_DB: sqlite:///{home}/persistence.db
+state.persistence:
+  enabled: true
+  intervalInMin: {interval}
+  revisionsToKeep: 2
+  persistenceStore: database
+  config: {{datasource: WSO2_PERSISTENCE_DB, table: PERSISTENCE_TABLE}}
+spark:
+  master: local[1]
+  conf: {{spark.sql.shuffle.partitions: "1", spark.driver.memory: 768m}}
+"""
+
+
+class Cluster:
+    """One manager and N worker processes sharing a SQLite control plane under `home`."""
+
+    def __init__(self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05):
+        self.home = home
+        self.bootstrap = bootstrap
+        home.mkdir(parents=True, exist_ok=True)
+        self.manager_conf = home / "manager.yaml"
+        self.worker_conf = home / "worker.yaml"
+        self.manager_conf.write_text(MANAGER_CONF.format(bootstrap=bootstrap, home=home))
+        self.worker_conf.write_text(WORKER_CONF.format(bootstrap=bootstrap, home=home, interval=persist_every_min))
+        self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": "300 milliseconds", "PYTHONUNBUFFERED": "1"}
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]
+
+    def _start(self, name: str, *args: str) -> None:
+        log = open(self.home / f"{name}.log", "ab")
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "sp_dagster.cli", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT
+        )
+
+    def start(self) -> "Cluster":
+        """Start the manager and the workers."""
+        self._start("manager", "manager", "--conf", str(self.manager_conf))
+        for worker in self.worker_ids:
+            self._start(worker, "worker", "--conf", str(self.worker_conf), "--id", worker)
+        return self
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (no clean shutdown, no last state save)."""
+        process = self.processes[name]
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    def plane(self) -> ControlPlane:
+        """A handle on the cluster's control plane."""
+        return ControlPlane.from_config(load_config(self.manager_conf, role="manager"))
+
+    def logs(self, lines: int = 40) -> str:
+        """The tail of every process's log, for failure messages."""
+        parts = []
+        for name in self.processes:
+            text = (self.home / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {name}\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        """SIGTERM everything (workers stop their queries and deregister), then make sure."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        for process in self.processes.values():
+            try:
+                process.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

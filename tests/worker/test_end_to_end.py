@@ -1,0 +1,139 @@
+"""End to end: manager and worker processes, the broker, SQLite; outputs checked against the engine.
+
+The app: a filter group (parallel 2) feeding a partitioned window aggregation group (parallel 2).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from sp_dagster.deploy import create_topics, load_app, plan_app, record, wait_until_running
+from sp_dagster.engine import AppRuntime
+from sp_dagster.engine.clock import PlaybackClock
+from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
+from sp_dagster.worker.instance_plan import plan_instance
+
+from .cluster import Cluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker]
+
+APP_PATH = Path(__file__).parent / "apps" / "trades.siddhi"
+SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
+OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
+
+
+def trades(count: int, seed: int):
+    rng = random.Random(seed)
+    rows = [(rng.choice(SYMBOLS), round(rng.uniform(10, 200), 2), rng.randint(1, 40)) for _ in range(count)]
+    return rows, [1_700_000_000_000 + i for i in range(count)]
+
+
+def expected_outputs(text: str, rows, stamps) -> list[tuple]:
+    out = []
+    with AppRuntime(text, clock=PlaybackClock()) as runtime:
+        runtime.add_callback("AverageStream", lambda events: out.extend((*e.data, e.timestamp) for e in events if not e.is_expired))
+        runtime.send("TradeStream", rows, stamps)
+    return out
+
+
+def collect(kafka, topic: str, expected: list[tuple], timeout: float, start: int = EARLIEST) -> list[tuple]:
+    """Read outputs until every expected one has arrived (duplicates may come too) or time is up."""
+    reader = kafka.reader(topic, {0: start}, codec_for("json", OUTPUT))
+    wanted = collections.Counter(expected)
+    got, deadline = [], time.monotonic() + timeout
+    try:
+        while wanted - collections.Counter(got) and time.monotonic() < deadline:
+            got += [(*e.row, e.timestamp) for e in reader.poll(max_events=50_000, timeout=1.0).events]
+        got += [(*e.row, e.timestamp) for e in reader.poll(timeout=2.0).events]  # anything beyond
+    finally:
+        reader.close()
+    return got
+
+
+@pytest.fixture(scope="module")
+def deployed(broker, tmp_path_factory):
+    from sp_dagster.messaging.kafka import KafkaTransport
+
+    kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
+    cluster = Cluster(tmp_path_factory.mktemp("e2e") / "cluster", kafka.bootstrap_servers).start()
+    plane = cluster.plane()
+    loaded = load_app(APP_PATH)
+    topology = plan_app(loaded)
+    try:
+        create_topics(topology, kafka)
+        record(plane, loaded, topology)
+        wait_until_running(plane, topology.app, timeout=240)
+        first = topology.group("filter").instances[0]
+        (entry,) = plan_instance(first.name, first.siddhi).inputs
+        yield cluster, loaded, entry, History()
+    except Exception:
+        print(cluster.logs())
+        raise
+    finally:
+        plane.close()
+        cluster.stop()
+
+
+class History:
+    """Every event published so far in the module's deployment, and the outputs they gave."""
+
+    def __init__(self):
+        self.rows, self.stamps, self.outputs = [], [], 0
+
+
+def publish(kafka, entry, rows, stamps) -> None:
+    # Keyed by symbol so each symbol's events keep their order through both groups.
+    publisher = kafka.publisher(entry.topic, codec_for(entry.codec, entry.attributes), Partitioned(0, "symbol"))
+    publisher.send(rows, stamps)
+    publisher.flush(60)
+
+
+def test_100k_events_match_the_in_process_engine(deployed, kafka):
+    cluster, loaded, entry, history = deployed
+    rows, stamps = trades(100_000, seed=11)
+    expected = expected_outputs(loaded.text, rows, stamps)
+    publish(kafka, entry, rows, stamps)
+    got = collect(kafka, "Trades.Averages", expected, timeout=300)
+    history.rows, history.stamps, history.outputs = rows, stamps, len(got)
+    assert len(got) == len(expected), cluster.logs()
+    by_symbol = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
+    assert by_symbol(got) == by_symbol(expected)
+
+
+def test_a_worker_killed_mid_stream_loses_no_output(deployed, kafka):
+    from sp_dagster.cluster.store.deployments import list_instances
+
+    cluster, loaded, entry, history = deployed
+    rows, stamps = trades(60_000, seed=12)
+    stamps = [(history.stamps[-1] if history.stamps else 1_700_000_000_000) + 1 + i for i in range(len(rows))]
+    # The windows carry over from the events before: the engine replays everything.
+    everything = expected_outputs(loaded.text, history.rows + rows, history.stamps + stamps)
+    before = len(expected_outputs(loaded.text, history.rows, history.stamps)) if history.rows else 0
+    expected = everything[before:]
+    start_offset = kafka.end_offsets("Trades.Averages")[0]
+    plane = cluster.plane()
+    victims = {i.instance_id for i in list_instances(plane, "Trades") if i.node_id == "worker-2"}
+    assert victims, "worker-2 runs no instance: killing it would prove nothing"
+    chunk = len(rows) // 6
+    for start in range(0, len(rows), chunk):
+        publish(kafka, entry, rows[start : start + chunk], stamps[start : start + chunk])
+        if start == 2 * chunk:
+            time.sleep(3)  # let the workers get into the stream and save a revision
+            cluster.kill("worker-2")
+        time.sleep(1)
+    got = collect(kafka, "Trades.Averages", expected, timeout=360, start=start_offset)
+    moved = {i.instance_id: i.node_id for i in list_instances(plane, "Trades")}
+    plane.close()
+    assert all(moved[v] == "worker-1" for v in victims), moved
+    counts, wanted = collections.Counter(got), collections.Counter(expected)
+    missing = wanted - counts
+    unexpected = set(counts) - set(wanted)
+    duplicates = sum(counts.values()) - sum(wanted.values())
+    print(f"outputs: {len(expected)} expected, {len(got)} received, {duplicates} duplicates")
+    assert not missing, f"{sum(missing.values())} outputs missing\n{cluster.logs()}"
+    assert not unexpected, f"{len(unexpected)} outputs that the engine never produced"
