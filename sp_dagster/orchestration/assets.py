@@ -184,12 +184,15 @@ class DeploymentsLoader(StateBackedDefinitionsLoader[str]):
 
     @property
     def defs_key(self) -> str:
+        """Where the snapshot sits in the reconstruction metadata."""
         return DEFS_KEY
 
     def fetch_state(self) -> str:
+        """Read the control plane (only when the code location initializes)."""
         return json.dumps(fetch_deployments(self.control_plane), sort_keys=True)
 
     def defs_from_state(self, state: str) -> dg.Definitions:
+        """The definitions of a snapshot (at load, and again in every run worker)."""
         snapshot = json.loads(state)
         try:
             specs = build_asset_specs(snapshot, self.translator)

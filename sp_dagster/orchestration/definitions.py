@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -49,21 +50,28 @@ def control_plane_resource(conf: str, *, resolved: bool = False) -> ControlPlane
 
 
 def dagster_settings(conf: str):
-    """The conf's `dagster:` section, or the defaults and the reason when the file cannot be read."""
+    """The conf's `dagster:` section; the defaults (and a warning) when the file cannot be read."""
     from sp_dagster.config.model import DagsterConfig
 
     try:
-        return load_conf(conf).dagster, None
+        return load_conf(conf).dagster
     except (SpDagsterError, OSError) as exc:
-        log.warning("%s", exc)
-        return DagsterConfig(), str(exc)
+        log.warning("%s; the Dagster settings take their defaults", exc)
+        return DagsterConfig()
 
 
 def build_definitions(manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None) -> dg.Definitions:
     """Every sp-dagster definition: resources, jobs, sensor, schedules, and the assets of the recorded deployments."""
     manager_conf = str(Path(manager_conf or os.environ.get("SP_DAGSTER_CONF") or DEFAULT_MANAGER_CONF).expanduser().resolve())
     worker_conf = str(Path(worker_conf or os.environ.get("SP_DAGSTER_WORKER_CONF") or DEFAULT_WORKER_CONF).expanduser().resolve())
-    settings, _problem = dagster_settings(manager_conf)  # a broken conf also shows on the control_plane asset
+    with warnings.catch_warnings():  # Dagster's notes on preview/beta APIs we use on purpose (reconstruction metadata)
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return _build(manager_conf, worker_conf, translator)
+
+
+def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator | None) -> dg.Definitions:
+    settings = dagster_settings(manager_conf)  # a broken conf also shows on the control_plane asset
     resources = {
         "control_plane": control_plane_resource(manager_conf),
         "messaging": MessagingResource(
@@ -80,6 +88,7 @@ def build_definitions(manager_conf: str | None = None, worker_conf: str | None =
     )
 
     def from_snapshot(snapshot: dict, specs: list[dg.AssetSpec]) -> dg.Definitions:
+        """The assets, plus their health checks, job and schedule when there are partial apps."""
         targets = {s.key: (s.metadata[APP_META], s.metadata[GROUP_META]) for s in specs if GROUP_META in s.metadata}
         if not targets:
             return dg.Definitions(assets=specs)

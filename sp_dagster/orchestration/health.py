@@ -115,6 +115,7 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]]) -> dg.Asset
 
     @dg.multi_asset_check(specs=specs, name="partial_app_health", can_subset=True, description="Observe the partial apps and check their workers and lag.")
     def partial_app_health(context: dg.AssetCheckExecutionContext, control_plane: ControlPlaneResource):
+        """Observe each selected partial app and evaluate its selected checks."""
         with user_errors():
             status = control_plane.status()
             config = control_plane.config()

@@ -19,6 +19,7 @@ from sp_dagster.orchestration.resources import ControlPlaneResource, load_conf, 
 
 @dg.job(name="deploy", executor_def=dg.in_process_executor, description="Deploy one SiddhiQL app: parse, plan, create topics, record, place, run.")
 def deploy_job():
+    """Deploy one app file."""
     loaded = ops.load_app()
     topology = ops.plan_app(loaded)
     topics = ops.create_topics(topology)
@@ -29,11 +30,13 @@ def deploy_job():
 
 @dg.job(name="undeploy", executor_def=dg.in_process_executor, description="Remove a deployment (by app name, or the one a deleted file held).")
 def undeploy_job():
+    """Remove one deployment."""
     ops.refresh_asset_graph(ops.undeploy_app(ops.resolve_app()))
 
 
 @dg.job(name="rebalance", executor_def=dg.in_process_executor, description="Ask the leader manager to rebalance placements and report what moved.")
 def rebalance_job():
+    """Rebalance placements."""
     ops.report_rebalance(ops.request_rebalance())
 
 
@@ -117,10 +120,12 @@ def build_node_jobs(manager_conf: str, worker_conf: str) -> list[dg.JobDefinitio
 
     @dg.job(name="manager", tags=LONG_RUNNING_TAGS, executor_def=dg.in_process_executor, description="A long-running manager node; terminate the run to stop it.")
     def manager_job():
+        """One manager node, until terminated."""
         run_manager()
 
     @dg.job(name="worker", tags=LONG_RUNNING_TAGS, executor_def=dg.in_process_executor, description="A long-running worker node; terminate the run to stop it.")
     def worker_job():
+        """One worker node, until terminated."""
         run_worker()
 
     return [manager_job, worker_job]

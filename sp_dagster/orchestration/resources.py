@@ -79,6 +79,7 @@ class ControlPlaneResource(dg.ConfigurableResource):
         return self.config().cluster.group_id
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Close the control plane at the end of the run."""
         if self._plane is not None:
             self._plane.close()
             self._plane = None
@@ -115,6 +116,7 @@ class MessagingResource(dg.ConfigurableResource):
         return self._transport
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Close the transport at the end of the run."""
         if self._transport is not None:
             self._transport.close()
             self._transport = None

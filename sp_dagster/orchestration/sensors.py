@@ -101,6 +101,7 @@ def build_app_repository_sensor(
         description=f"Deploys new or changed *.siddhi files in {root} and undeploys deleted ones (lists and hashes only).",
     )
     def app_repository(context: dg.SensorEvaluationContext):
+        """List and hash the app files; one run request per change."""
         if not root.is_dir():
             return dg.SkipReason(f"the app repository {root} does not exist; create it or set dagster.appRepository")
         try:
