@@ -266,6 +266,8 @@ class Elector:
             )
         ).rowcount
         if not taken:
+            if conn.execute(select(lease.term).where(lease.group_id == self.group_id)).first() is None:
+                self._lease_row_exists = False  # someone deleted it: recreate it on the next tick
             return None
         row = conn.execute(
             select(lease.term, lease.acquired_at, lease.fence_seq).where(lease.group_id == self.group_id)

@@ -181,7 +181,10 @@ class NodeSession:
             self._last_leader_seen = started
 
     def assignments(self) -> NodeAssignments:
-        """What this incarnation should run in the current term (nothing while fenced or unregistered)."""
+        """What this incarnation should run in the current term (nothing while fenced or unregistered).
+
+        Raises DatabaseUnavailable when the control plane cannot be reached: keep running what runs.
+        """
         if self.incarnation is None or self.fenced:
             return NodeAssignments(self.node_id, self.incarnation, self._term, self._leader, self._leader_alive, ())
         return assignments_for(self.plane, self.node_id, self.incarnation)

@@ -118,3 +118,8 @@ def test_a_reset_lease_row_never_reuses_a_recorded_term(plane):
         conn.execute(leader_lease.delete())  # e.g. restored from an older backup
     b = elector(plane, "m2", lease_ms=60_000)
     assert b.tick().term == 2
+    b.resign()
+    with plane.transaction() as conn:
+        conn.execute(leader_lease.delete())
+    assert a.tick() is None  # the row is gone: recreated on the next tick, then taken
+    assert a.tick().term == 3
