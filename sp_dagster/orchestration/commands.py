@@ -30,11 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_up(args: argparse.Namespace) -> int:
     """Bring the system up."""
+    import logging
+
     from sp_dagster.errors import ConfigError
     from sp_dagster.orchestration.demo import up
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    if not getattr(args, "verbose", False):
+        logging.getLogger("sp_dagster.messaging").setLevel(logging.WARNING)  # one line per topic is noise here
     up(
         workers=args.workers, ui=not args.no_ui, demo=not args.no_demo, port=args.port, broker_port=args.broker_port,
         conf=args.conf, worker_conf=args.worker_conf, timeout=args.timeout, say=lambda line: print(line, flush=True),
