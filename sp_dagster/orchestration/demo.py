@@ -140,12 +140,16 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         "SP_DAGSTER_HOME": str(sp_home), "SP_KAFKA_BOOTSTRAP": f"localhost:{broker_port}", "SP_DAGSTER_APPS": str(apps),
         "SP_DAGSTER_CONF": manager_conf, "SP_DAGSTER_WORKER_CONF": worker_conf, "DAGSTER_HOME": str(sp_home / "dagster"),
     }
+    if port:
+        env["SP_DAGSTER_PORT"] = str(port)  # the shipped manager conf reads dagster.port from it
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # this process reads the same confs as its children
     stack = Stack(path, facts={"bootstrap": env["SP_KAFKA_BOOTSTRAP"], "env": env})
     try:
         config = load_config(manager_conf)
         settings = config.dagster
+        if port and port != settings.port:
+            say(f"note: {manager_conf} sets dagster.port {settings.port}; deploy runs reload the UI there, not on {port}")
         port = port or settings.port
         stack.facts.update(control_plane=config.control_plane.safe_url, ui=f"http://{settings.host}:{port}" if ui else None)
         stack.save()
