@@ -52,6 +52,7 @@ class KafkaTransport(Transport):
         self.properties = dict(properties or {})
         self.timeout = timeout
         self._admin: AdminClient | None = None
+        self._probe: Consumer | None = None
 
     @classmethod
     def from_settings(cls, settings: Any, timeout: float = 10.0) -> "KafkaTransport":
@@ -175,7 +176,7 @@ class KafkaTransport(Transport):
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         info = self.require_topic(topic)
-        consumer = Consumer(self._reader_config(**{"enable.partition.eof": True, "auto.offset.reset": "latest"}))
+        consumer = self._offsets_consumer()
         try:
             listed = {}
             for partition in range(info.partitions):
@@ -186,19 +187,27 @@ class KafkaTransport(Transport):
             ends: dict[int, int] = {}
             deadline = time.monotonic() + self.timeout
             while len(ends) < info.partitions and time.monotonic() < deadline:
-                for message in consumer.consume(num_messages=10_000, timeout=0.5):
-                    error = message.error()
-                    if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                        ends[message.partition()] = message.offset()
-                    elif error is not None:
-                        raise self.unreachable(KafkaException(error), f"reading the end offsets of '{topic}'")
+                message = consumer.poll(0.2)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    ends[message.partition()] = message.offset()
+                elif error is not None and not (error.code() in _UNREACHABLE and not error.fatal()):
+                    raise self.unreachable(KafkaException(error), f"reading the end offsets of '{topic}'")
+            consumer.unassign()
             if len(ends) < info.partitions:
                 raise BrokerUnavailable(f"the broker at {self.bootstrap_servers} did not report the end of topic '{topic}' within {self.timeout:.0f}s")
             return dict(sorted(ends.items()))
         except KafkaException as exc:
             raise self.unreachable(exc, f"reading the end offsets of '{topic}'") from None
-        finally:
-            consumer.close()
+
+    def _offsets_consumer(self) -> Consumer:
+        """One consumer kept for end-offset probes (they run on every micro-batch of a worker's sources)."""
+        if self._probe is None:
+            # Short fetch waits: an empty fetch at a partition's end answers at once, so EOF comes quickly.
+            self._probe = Consumer(self._reader_config(**{"enable.partition.eof": True, "auto.offset.reset": "latest", "fetch.wait.max.ms": 10}))
+        return self._probe
 
     def _reader_config(self, **extra: Any) -> dict[str, Any]:
         return self.client_config(
@@ -227,6 +236,9 @@ class KafkaTransport(Transport):
 
     def close(self) -> None:
         self._admin = None
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
 
 
 class RawPublisher:
@@ -325,7 +337,11 @@ class KafkaReader(Reader):
     def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
         batch = Batch()
         try:
-            messages = self.consumer.consume(num_messages=max_events, timeout=timeout)
+            # Wait for the first message only; then take what has already arrived, without waiting.
+            first = self.consumer.poll(timeout)
+            messages = [first] if first is not None else []
+            if first is not None and max_events > 1:
+                messages += self.consumer.consume(num_messages=max_events - 1, timeout=0)
         except KafkaException as exc:
             raise self.transport.unreachable(exc, f"reading '{self.topic}'") from None
         for message in messages:

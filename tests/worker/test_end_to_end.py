@@ -18,7 +18,7 @@ from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.worker.instance_plan import plan_instance
 
-from .cluster import Cluster
+from sp_dagster.embedded.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -60,7 +60,7 @@ def deployed(broker, tmp_path_factory):
     from sp_dagster.messaging.kafka import KafkaTransport
 
     kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
-    cluster = Cluster(tmp_path_factory.mktemp("e2e") / "cluster", kafka.bootstrap_servers).start()
+    cluster = LocalCluster(tmp_path_factory.mktemp("e2e") / "cluster", kafka.bootstrap_servers).start()
     plane = cluster.plane()
     loaded = load_app(APP_PATH)
     topology = plan_app(loaded)

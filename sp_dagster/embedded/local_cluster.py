@@ -1,4 +1,8 @@
-"""A real cluster for end-to-end tests: manager and worker processes on the session broker."""
+"""A local cluster of real processes (one manager, N workers) on a given broker, for tests and benchmarks.
+
+The processes share a SQLite control plane and a SQLite persistence table under `home`, and
+run with short timings so failover takes seconds.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from sp_dagster.cluster.db import ControlPlane
-from sp_dagster.config.loader import load_config
 
-ROOT = Path(__file__).resolve().parents[2]
 
 MANAGER_CONF = """
 wso2.carbon: {{id: manager-1}}
@@ -54,10 +55,10 @@ spark:
 """
 
 
-class Cluster:
+class LocalCluster:
     """One manager and N worker processes sharing a SQLite control plane under `home`."""
 
-    def __init__(self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05):
+    def __init__(self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds"):
         self.home = home
         self.bootstrap = bootstrap
         home.mkdir(parents=True, exist_ok=True)
@@ -65,17 +66,17 @@ class Cluster:
         self.worker_conf = home / "worker.yaml"
         self.manager_conf.write_text(MANAGER_CONF.format(bootstrap=bootstrap, home=home))
         self.worker_conf.write_text(WORKER_CONF.format(bootstrap=bootstrap, home=home, interval=persist_every_min))
-        self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": "300 milliseconds", "PYTHONUNBUFFERED": "1"}
+        self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": trigger, "PYTHONUNBUFFERED": "1"}
         self.processes: dict[str, subprocess.Popen] = {}
         self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]
 
     def _start(self, name: str, *args: str) -> None:
         log = open(self.home / f"{name}.log", "ab")
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "sp_dagster.cli", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=ROOT
+            [sys.executable, "-m", "sp_dagster.cli", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.home
         )
 
-    def start(self) -> "Cluster":
+    def start(self) -> "LocalCluster":
         """Start the manager and the workers."""
         self._start("manager", "manager", "--conf", str(self.manager_conf))
         for worker in self.worker_ids:
@@ -88,8 +89,11 @@ class Cluster:
         process.send_signal(signal.SIGKILL)
         process.wait()
 
-    def plane(self) -> ControlPlane:
+    def plane(self):
         """A handle on the cluster's control plane."""
+        from sp_dagster.cluster.db import ControlPlane
+        from sp_dagster.config.loader import load_config
+
         return ControlPlane.from_config(load_config(self.manager_conf, role="manager"))
 
     def logs(self, lines: int = 40) -> str:

@@ -1,0 +1,181 @@
+"""End-to-end throughput and latency of a deployed app, beside a raw passthrough on the same broker.
+
+Run: python bench/pipeline.py [--events N] [--rate R] [--seconds S]
+Starts the embedded broker, then measures, in one run:
+  1. passthrough: a plain consume-and-produce loop (one process, confluent-kafka) between two
+     topics: the floor any pipeline on this broker pays;
+  2. pipeline: tests' two-group app (filter, parallel 2 -> partitioned length-window average,
+     parallel 2) deployed on a local cluster (a manager, two Spark workers, SQLite).
+For each: events/s with every event published at once, and latency p50/p99 (ms from an event's
+publication to the output it causes) at a paced rate. One JSON line per figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sp_dagster.deploy import create_topics, load_app, plan_app, record, wait_until_running  # noqa: E402
+from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
+from sp_dagster.embedded.local_cluster import LocalCluster  # noqa: E402
+from sp_dagster.messaging import EARLIEST, LATEST, Partitioned, codec_for  # noqa: E402
+from sp_dagster.messaging.kafka import KafkaTransport, RawPublisher  # noqa: E402
+from sp_dagster.worker.instance_plan import plan_instance  # noqa: E402
+
+APP = ROOT / "tests" / "worker" / "apps" / "trades.siddhi"
+INPUT = [("symbol", "string"), ("price", "double"), ("volume", "long")]
+OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
+SYMBOLS = [f"SYM{i:02d}" for i in range(50)]
+
+
+def rows(count: int, seed: int = 3):
+    rng = random.Random(seed)
+    return [(rng.choice(SYMBOLS), round(rng.uniform(10, 200), 2), rng.randint(10, 40)) for _ in range(count)]
+
+
+def emit(figure: dict) -> None:
+    print(json.dumps(figure), flush=True)
+
+
+class Collector(threading.Thread):
+    """Reads an output topic and records, per event, now - its timestamp (ms)."""
+
+    def __init__(self, transport, topic: str, codec, partitions: int):
+        super().__init__(daemon=True)
+        self.reader = transport.reader(topic, {p: LATEST for p in range(partitions)}, codec)
+        self.latencies: list[float] = []
+        self.count = 0
+        self.last_at = 0.0
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            batch = self.reader.poll(max_events=50_000, timeout=0.2)
+            now = time.time() * 1000
+            for event in batch.events:
+                self.latencies.append(now - event.timestamp)
+            if batch.events:
+                self.count += len(batch.events)
+                self.last_at = time.monotonic()
+        self.reader.close()
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.count < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.count >= count
+
+
+def publish_all(publisher, data, paced_rate: float | None = None) -> float:
+    """Publish rows stamped with the wall clock; returns when publishing started."""
+    started = time.monotonic()
+    if paced_rate is None:
+        now = int(time.time() * 1000)
+        publisher.send(data, [now] * len(data))
+    else:
+        for index, row in enumerate(data):
+            due = started + index / paced_rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            publisher.send([row], [int(time.time() * 1000)])
+    publisher.flush(120)
+    return started
+
+
+def passthrough(transport, events: int, rate: float, seconds: float) -> None:
+    """A consume-and-produce loop between two topics: the broker's floor."""
+    source, sink = "bench.passthrough.in", "bench.passthrough.out"
+    for topic in (source, sink):
+        transport.ensure_topic(topic, 2)
+    codec = codec_for("binary", INPUT)
+    stop = threading.Event()
+
+    def loop() -> None:
+        reader = transport.reader(source, {0: EARLIEST, 1: EARLIEST}, codec_for("raw", [("value", "object")]))
+        out = RawPublisher(transport)
+        while not stop.is_set():
+            batch = reader.poll(max_events=50_000, timeout=0.1)
+            for event in batch.events:
+                out.produce(sink, event.row[0], event.key, event.partition, event.timestamp)
+            if batch.events:
+                out.flush(60)
+        reader.close()
+
+    worker = threading.Thread(target=loop, daemon=True)
+    worker.start()
+    measure("passthrough", transport, source, sink, codec, codec, events, events, rate, seconds)
+    stop.set()
+    worker.join(10)
+
+
+def measure(name, transport, source, sink, in_codec, out_codec, events, expected_out, rate, seconds) -> None:
+    """Throughput (all at once) then latency (paced) from `source` to `sink`."""
+    info = transport.require_topic(sink)
+    publisher = transport.publisher(source, in_codec, Partitioned(0, "symbol"))
+    collector = Collector(transport, sink, out_codec, info.partitions)
+    collector.start()
+    data = rows(events)
+    started = publish_all(publisher, data)
+    done = collector.wait_for(expected_out, timeout=600)
+    elapsed = collector.last_at - started
+    emit({"bench": f"pipeline.{name}.throughput", "events": events, "outputs": collector.count, "complete": done,
+          "seconds": round(elapsed, 2), "events_per_s": round(events / elapsed) if elapsed > 0 else None})
+    collector.latencies.clear()
+    before = collector.count
+    paced = rows(int(rate * seconds), seed=4)
+    publish_all(publisher, paced, paced_rate=rate)
+    time.sleep(5)
+    collector.stop_flag.set()
+    collector.join(5)
+    lat = sorted(collector.latencies)
+    if lat:
+        emit({"bench": f"pipeline.{name}.latency", "rate_per_s": rate, "events": len(paced), "outputs": collector.count - before,
+              "p50_ms": round(statistics.median(lat), 1), "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 1)})
+
+
+def pipeline(transport, events: int, rate: float, seconds: float) -> None:
+    """The two-group app on a local cluster."""
+    loaded = load_app(APP)
+    topology = plan_app(loaded)
+    with tempfile.TemporaryDirectory() as home:
+        cluster = LocalCluster(Path(home), transport.bootstrap_servers, persist_every_min=1).start()
+        plane = cluster.plane()
+        try:
+            create_topics(topology, transport)
+            record(plane, loaded, topology)
+            wait_until_running(plane, topology.app, timeout=300)
+            first = topology.group("filter").instances[0]
+            (entry,) = plan_instance(first.name, first.siddhi).inputs
+            in_codec = codec_for(entry.codec, entry.attributes)
+            # volume >= 10 always holds here, so every input gives one output
+            measure("app", transport, entry.topic, "Trades.Averages", in_codec, codec_for("json", OUTPUT), events, events, rate, seconds)
+        finally:
+            plane.close()
+            cluster.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=50_000, help="events for the throughput figure")
+    parser.add_argument("--rate", type=float, default=500.0, help="events/s for the latency figure")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long the paced latency run lasts")
+    args = parser.parse_args()
+    with EmbeddedBroker() as broker:
+        transport = KafkaTransport(broker.bootstrap_servers, timeout=30)
+        passthrough(transport, args.events, args.rate, args.seconds)
+        pipeline(transport, args.events, args.rate, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
