@@ -121,6 +121,21 @@ class SpDagsterTranslator:
         )
 
 
+def _user_sinks(group: dict) -> list[dict]:
+    """The cluster topics a group's own kafka @sink annotations publish to (the plan lists only its internal ones)."""
+    from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
+
+    instances = group.get("instances") or []
+    if not instances:
+        return []
+    internal = {p["topic"] for publications in group["outputs"].values() for p in publications}
+    try:
+        outputs = plan_instance(instances[0]["name"], instances[0]["siddhi"]).outputs
+    except InstancePlanError:  # a sink workers cannot run is reported by the worker, not here
+        return []
+    return [{"topic": o.topic, "partitions": o.partitions} for o in outputs if not o.bootstrap and o.topic not in internal]
+
+
 def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = None) -> list[dg.AssetSpec]:
     """Partial-app and topic specs of every recorded deployment (a topic two apps share appears once)."""
     translator = translator or SpDagsterTranslator()
@@ -134,10 +149,9 @@ def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = N
         for group in plan.get("groups", []):
             spec = translator.get_partial_app_spec(deployment, group)
             specs.append(spec)
-            for publications in group["outputs"].values():
-                for publication in publications:
-                    producers.setdefault(publication["topic"], []).append(spec.key)
-                    topics.setdefault(publication["topic"], ({"name": publication["topic"], "partitions": publication["partitions"]}, app))
+            for publication in [p for publications in group["outputs"].values() for p in publications] + _user_sinks(group):
+                producers.setdefault(publication["topic"], []).append(spec.key)
+                topics.setdefault(publication["topic"], ({"name": publication["topic"], "partitions": publication["partitions"]}, app))
             for subscription in group["inputs"].values():
                 if subscription.get("topic"):
                     topics.setdefault(subscription["topic"], ({"name": subscription["topic"], "partitions": 0}, app))

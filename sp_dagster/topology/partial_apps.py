@@ -15,13 +15,14 @@ from sp_dagster.topology.analysis import AGGREGATION, FUNCTION, TABLE, TRIGGER, 
 from sp_dagster.topology.errors import TopologyError
 from sp_dagster.topology.flows import Flows, is_cluster_kafka
 from sp_dagster.topology.grouping import GroupSpec
-from sp_dagster.topology.model import ALL, FIELD_GROUPING, PartialApp, Publication, Subscription, TopicSpec
+from sp_dagster.topology.model import ALL, ENTRY, FIELD_GROUPING, PartialApp, Publication, Subscription, TopicSpec
 from sp_dagster.topology.topics import assigned_partitions, topic_name
 
 #: Placeholder for the messaging layer's address; the worker fills it in from its configuration.
 BOOTSTRAP = "${bootstrap}"
 #: How events are encoded on the topics between groups.
-MAPPING = "binary"
+MAPPING = "binary"  # between execution groups
+ENTRY_MAPPING = "json"  # entry topics: users publish Siddhi's JSON events to them
 _PASSTHROUGH_PREFIX = "passthrough"
 _MANAGER_ANNOTATIONS = ("app:name", "app:transportchannelcreationenabled")
 
@@ -203,8 +204,8 @@ def _element(key: str, value: str) -> ast.AnnotationElement:
     return ast.AnnotationElement(value, key)
 
 
-def _map() -> ast.Annotation:
-    return ast.Annotation("map", (_element("type", MAPPING),))
+def _map(kind: str = MAPPING) -> ast.Annotation:
+    return ast.Annotation("map", (_element("type", kind),))
 
 
 def _kafka_source(subscription: Subscription, group: GroupSpec, index: int, instance: str, context: Context) -> ast.Annotation:
@@ -223,7 +224,8 @@ def _kafka_source(subscription: Subscription, group: GroupSpec, index: int, inst
         _element("threading.option", threading),
         _element("bootstrap.servers", BOOTSTRAP),
     )
-    return ast.Annotation("source", elements, (_map(),))
+    entry = context.topics[subscription.topic].role == ENTRY
+    return ast.Annotation("source", elements, (_map(ENTRY_MAPPING if entry else MAPPING),))
 
 
 def _kafka_sink(publication: Publication) -> ast.Annotation:

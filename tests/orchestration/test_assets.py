@@ -15,7 +15,9 @@ from sp_dagster.orchestration.definitions import build_definitions
 
 K = dg.AssetKey
 FILTER, AVERAGE, ALERT = K(["StockAlerts", "filter"]), K(["StockAlerts", "average"]), K(["StockAlerts", "alert"])
-TRADES, LARGE, AVERAGES = (K(["topics", f"StockAlerts.{t}"]) for t in ("TradeStream", "LargeTradeStream.symbol", "AveragePriceStream"))
+TRADES, LARGE, AVERAGES, ALERTS = (
+    K(["topics", f"StockAlerts.{t}"]) for t in ("TradeStream", "LargeTradeStream.symbol", "AveragePriceStream", "PriceAlerts")
+)
 
 
 def record_sample(cluster, plane):
@@ -35,12 +37,12 @@ def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
     record_sample(cluster, plane)
     defs = build(cluster)
     assets = graph(defs)
-    assert set(assets.get_all_asset_keys()) == {FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES, CONTROL_PLANE_KEY}
-    lineage = {key: set(assets.get(key).parent_keys) for key in (FILTER, LARGE, AVERAGE, AVERAGES, ALERT, TRADES)}
+    assert set(assets.get_all_asset_keys()) == {FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES, ALERTS, CONTROL_PLANE_KEY}
+    lineage = {key: set(assets.get(key).parent_keys) for key in (FILTER, LARGE, AVERAGE, AVERAGES, ALERT, ALERTS, TRADES)}
     assert lineage == {
-        FILTER: {TRADES}, LARGE: {FILTER}, AVERAGE: {LARGE}, AVERAGES: {AVERAGE}, ALERT: {AVERAGES}, TRADES: set(),
+        FILTER: {TRADES}, LARGE: {FILTER}, AVERAGE: {LARGE}, AVERAGES: {AVERAGE}, ALERT: {AVERAGES}, ALERTS: {ALERT}, TRADES: set(),
     }
-    assert {assets.get(k).group_name for k in (FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES)} == {"StockAlerts"}
+    assert {assets.get(k).group_name for k in (FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES, ALERTS)} == {"StockAlerts"}
 
     spec = defs.resolve_assets_def(FILTER).specs_by_key[FILTER]
     meta = {k: getattr(v, "value", v) for k, v in spec.metadata.items()}

@@ -59,6 +59,7 @@ def test_json_follows_the_contract():
     assert data["topics"] == [
         {"name": "StockAlerts.AveragePriceStream", "partitions": 1},
         {"name": "StockAlerts.LargeTradeStream.symbol", "partitions": 2},
+        {"name": "StockAlerts.PriceAlerts", "partitions": 1},
         {"name": "StockAlerts.TradeStream", "partitions": 2},
     ]
 
