@@ -115,6 +115,7 @@ def measure_worker_detection(plane, url: str, runs: int, interval_ms: int) -> li
 
 
 def main() -> None:
+    """Start the managers, measure every figure, stop everything."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="control-plane database (default: a new SQLite file)")
     parser.add_argument("--runs", type=int, default=5)
