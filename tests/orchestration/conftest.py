@@ -3,11 +3,18 @@ a leader manager in a thread, and stand-in workers speaking the workers' control
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
+
+from sp_dagster.embedded.broker import _die_with_parent, free_port
+from sp_dagster.orchestration.processes import stop_process, webserver_command, workspace_yaml
+from tests.cluster.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_APP = REPO / "apps" / "stock-alerts.siddhi"
@@ -137,3 +144,31 @@ def plane(cluster):
     plane = cluster.plane()
     yield plane
     plane.close()
+
+
+@pytest.fixture
+def live(tmp_path, cluster):
+    """The cluster, its manager conf naming a `dagster dev` on a free port, and that dagster dev running."""
+    port = free_port()
+    cluster.manager_conf.write_text(cluster.manager_conf.read_text().replace("port: 3000", f"port: {port}") + "  sensorInterval: 2\n")
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (home / "workspace.yaml").write_text(workspace_yaml(str(tmp_path)))
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SP_DAGSTER_CONF": str(cluster.manager_conf), "SP_DAGSTER_WORKER_CONF": str(cluster.worker_conf)}
+    log = open(tmp_path / "dagster.log", "wb")
+    server = subprocess.Popen(webserver_command(home / "workspace.yaml", "127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready():
+        assert server.poll() is None, (tmp_path / "dagster.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    wait_until(ready, timeout=180, interval=0.5, what="dagster dev to answer")
+    yield cluster, url
+    stop_process(server, 60)
+    log.close()

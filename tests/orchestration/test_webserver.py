@@ -10,15 +10,10 @@ stand-ins speaking the workers' control-plane protocol (Spark is beside the poin
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
 import urllib.request
 
 import pytest
 
-from sp_dagster.embedded.broker import _die_with_parent, free_port
-from sp_dagster.orchestration.processes import stop_process, webserver_command, workspace_yaml
 from tests.cluster.helpers import wait_until
 from tests.orchestration.conftest import command_lines
 from tests.orchestration.standin import StandInWorker
@@ -70,37 +65,9 @@ def messages(url: str, run_id: str) -> list[str]:
     return [e.get("message") or "" for e in graphql(url, LOGS, {"id": run_id})["logsForRun"]["events"]]
 
 
-@pytest.fixture
-def live(tmp_path, cluster):
-    """The cluster, its manager conf naming a `dagster dev` on a free port, and that dagster dev running."""
-    port = free_port()
-    cluster.manager_conf.write_text(cluster.manager_conf.read_text().replace("port: 3000", f"port: {port}") + "  sensorInterval: 2\n")
-    cluster.add_app()
-    home = tmp_path / "dagster-home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    (home / "workspace.yaml").write_text(workspace_yaml(str(tmp_path)))
-    env = {**os.environ, "DAGSTER_HOME": str(home), "SP_DAGSTER_CONF": str(cluster.manager_conf), "SP_DAGSTER_WORKER_CONF": str(cluster.worker_conf)}
-    log = open(tmp_path / "dagster.log", "wb")
-    server = subprocess.Popen(webserver_command(home / "workspace.yaml", "127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready():
-        assert server.poll() is None, (tmp_path / "dagster.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"{url}/server_info", timeout=2):
-                return True
-        except OSError:
-            return False
-
-    wait_until(ready, timeout=180, interval=0.5, what="dagster dev to answer")
-    yield cluster, url
-    stop_process(server, 60)
-    log.close()
-
-
 def test_sensor_deploys_assets_appear_health_runs_and_a_manager_run_stops_on_terminate(live, manager, plane):
     cluster, url = live
+    cluster.add_app()  # dropped into the app repository while Dagster runs
     with StandInWorker(plane, "worker-1"), StandInWorker(plane, "worker-2"):
         # The daemon ticks the sensor, which launches a deploy run for apps/stock-alerts.siddhi.
         deploy = wait_until(lambda: [r for r in runs(url, "deploy") if r["status"] in ("SUCCESS", "FAILURE")], timeout=240, interval=1, what="the sensor's deploy run")
