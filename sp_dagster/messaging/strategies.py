@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import itertools
-import math
-from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from sp_dagster.javatext import java_str
+
 
 def key_string(value: Any) -> str:
-    """The string form a key is hashed on, as Java/Siddhi print it (1.0, true, null)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        if value == 0:
-            return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-        if 1e-3 <= abs(value) < 1e7:
-            return repr(value)
-        # Java's Double.toString switches to computerized scientific notation: 1.0E7, 1.5E-4.
-        exact = Decimal(repr(value)).normalize()
-        sign, digits, _ = exact.as_tuple()
-        mantissa = f"{digits[0]}." + ("".join(map(str, digits[1:])) or "0")
-        return f"{'-' if sign else ''}{mantissa}E{exact.adjusted()}"
-    return str(value)
+    """The string form a key is hashed on, as Java/Siddhi print it (1.0, 1.0E7, true, null)."""
+    return java_str(value)
 
 
 def murmur2(data: bytes) -> int:
