@@ -155,7 +155,7 @@ def run_consume(args: argparse.Namespace) -> int:
         while args.count is None or printed < args.count:
             batch = reader.poll(timeout=0.5)
             for event in batch.events:
-                print(encode_event_line(stream, event.row, event.timestamp), flush=True)
+                print(encode_event_line(stream, event.row, event.timestamp, [a.type for a in target.attributes]), flush=True)
                 printed += 1
                 last = time.monotonic()
                 if args.count is not None and printed >= args.count:

@@ -11,6 +11,8 @@ import json
 import math
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.codecs import Attribute, check_value
 
@@ -46,7 +48,16 @@ def decode_event_line(line: str, attributes_of: Callable[[str], Sequence[Attribu
     return stream, tuple(check_value(a, v) for a, v in zip(attributes, data)), timestamp
 
 
-def encode_event_line(stream: str, row: Sequence[Any], timestamp: int | None) -> str:
-    """One event as a JSON line (non-finite floats as strings, so every line is valid JSON)."""
-    data = [str(v) if isinstance(v, float) and not math.isfinite(v) else v for v in row]
+def _plain(value: Any, kind: str | None) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # every line stays valid JSON
+    if kind == "float" and isinstance(value, float):
+        return float(str(np.float32(value)))  # the float's shortest form, not its double expansion
+    return value
+
+
+def encode_event_line(stream: str, row: Sequence[Any], timestamp: int | None, types: Sequence[str] | None = None) -> str:
+    """One event as a JSON line; `types` (Siddhi types) print floats in their own precision."""
+    kinds = list(types) if types is not None else [None] * len(row)
+    data = [_plain(value, kind) for value, kind in zip(row, kinds)]
     return json.dumps({"stream": stream, "data": data, "timestamp": timestamp}, default=str)
