@@ -20,6 +20,7 @@ class AppContext:
         self.junctions: dict[str, StreamJunction] = {}
         self.query_callbacks: dict[str, list] = {}
         self.query_schemas: dict[str, Schema] = {}  # output attributes of each query
+        self.tables: dict = {}  # name -> InMemoryTable
 
     def callbacks_for(self, query_name: str) -> list:
         """The (shared, growing) list of callbacks of query `query_name`."""

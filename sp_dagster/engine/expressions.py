@@ -95,6 +95,41 @@ class StreamScope(Scope):
         return attribute(index, self.schema.types[index])
 
 
+class JoinedScope(Scope):
+    """Attributes of several inputs laid side by side in one event (joins, tables' `on` and `in`).
+
+    Each side is (names it is qualified by, schema, offset of its first attribute in the
+    joined data); an unqualified name is the first side's that has it.
+    """
+
+    def __init__(self, sides: list[tuple[tuple[str, ...], Schema, int]], context=None, aggregation=None):
+        super().__init__(context, aggregation)
+        self.sides = sides
+
+    def variable(self, node: ast.Variable) -> Executor:
+        if node.index is not None:
+            raise app_error("indexed event references (e[0].x) are only valid in patterns and sequences", node)
+        for names, schema, offset in self.sides:
+            if node.stream is not None and node.stream not in names:
+                continue
+            index = schema.index(node.name)
+            if index is not None:
+                return attribute(offset + index, schema.types[index])
+        where = node.stream or "the inputs of this query"
+        raise app_error(f"{where} has no attribute '{node.name}'", node)
+
+
+def sides_of(scope: Scope) -> list[tuple[tuple[str, ...], Schema, int]]:
+    """The sides of `scope` (a stream scope is one side), for scopes that add a table."""
+    if isinstance(scope, JoinedScope):
+        return list(scope.sides)
+    if isinstance(scope, StreamScope):
+        return [(scope.names, scope.schema, 0)]
+    if isinstance(scope, OutputScope):
+        return sides_of(scope.inner)
+    raise TypeError(f"no sides in {type(scope).__name__}")
+
+
 class OutputScope(Scope):
     """A selector's output attributes first (having, order by), then the input attributes."""
 
@@ -158,7 +193,9 @@ def compile_expression(node: ast.Expression, scope: Scope) -> Executor:
 
         return compile_call(node, scope)
     if isinstance(node, ast.In):
-        raise app_error(f"'in {node.table}' needs tables, which the engine does not support yet (issue 9)", node)
+        from sp_dagster.engine.tables import compile_in
+
+        return compile_in(node, scope)
     if isinstance(node, ast.StreamRef):
         raise app_error("event references are only valid in patterns and sequences (issue 9)", node)
     raise app_error(f"unsupported expression {type(node).__name__}", node)

@@ -12,14 +12,16 @@ from typing import Callable
 
 from sp_dagster.engine.clock import Scheduler
 from sp_dagster.engine.errors import app_error
-from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent
+from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent, as_events
 from sp_dagster.engine.expressions import StreamScope, compile_expression
+from sp_dagster.engine.join import EmptyWindow, join_scope, join_sides, side_scope
 from sp_dagster.engine.junction import StreamJunction
 from sp_dagster.engine.processors import FilterProcessor, LogProcessor, Processor
 from sp_dagster.engine.ratelimit import EVENT_LIMITERS, TIME_LIMITERS, PassThrough
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.selector import Selector
 from sp_dagster.engine.snapshotlimit import snapshot_limiter
+from sp_dagster.engine.tables import TableOutput
 from sp_dagster.engine.windows import WINDOWS, Param, WindowContext
 from sp_dagster.siddhi import ast
 
@@ -77,6 +79,16 @@ class QueryOutput:
             self.target.send(chunk)
 
 
+class _Head:
+    """Feeds the chunks of one join side's input stream to the head of its chain."""
+
+    def __init__(self, head: Processor):
+        self.head = head
+
+    def receive(self, chunk) -> None:
+        self.head.process(as_events(chunk))
+
+
 class QueryRuntime:
     """A running query: its processor chain and state."""
 
@@ -92,29 +104,27 @@ class QueryRuntime:
         self.query = query
         self.name = name
         self.context = context
-        source = query.input  # support.check_supported has let through only plain stream inputs
-        self.source = streams.source(source.stream, source.inner)
-        schema = self.source.schema
-        scope = StreamScope(schema, (source.stream,), context, inner=source.inner)
         output = query.output
         event_type = output.event_type
         if query.rate is not None and query.rate.kind == "snapshot" and event_type == "current":
             event_type = "all"  # a snapshot follows expiry too; `insert into` means all events here
         current_on = event_type in ("current", "all")
         expired_on = event_type in ("expired", "all")
-
-        self.processors: list[Processor] = []
+        self.subscriptions: list[tuple[StreamJunction, object]] = []
+        self.join_sides: list = []
         self.window = window = None
-        for handler in source.handlers:
-            if isinstance(handler, ast.Filter):
-                self.processors.append(FilterProcessor(compile_expression(handler.condition, scope)))
-            elif isinstance(handler, ast.Window):
-                self.window = window = self._window(handler, scope, schema, expired_on, schedulers)
-                self.processors.append(window)
-            else:
-                self.processors.append(self._stream_function(handler, scope, source.stream))
-
-        mode = window.mode if window is not None else "batch"
+        if isinstance(query.input, ast.JoinInput):
+            schema, scope = self._join(query.input, streams, schedulers, expired_on)
+            mode = "slide"
+        else:
+            source = query.input  # support.check_supported has let through only stream inputs
+            junction = streams.source(source.stream, source.inner)
+            schema = junction.schema
+            scope = StreamScope(schema, (source.stream,), context, inner=source.inner)
+            self.processors = self._handlers(source, scope, schema, expired_on, schedulers)
+            window = self.window
+            self.subscriptions.append((junction, self))
+            mode = window.mode if window is not None else "batch"
         self.selector = Selector(
             query.selector,
             schema,
@@ -124,21 +134,79 @@ class QueryRuntime:
             track_future=(mode == "slide" or expired_on),
         )
         context.query_schemas[name] = self.selector.output_schema
-        target = streams.target(output.target, output.inner)
-        self.output = QueryOutput(target, callbacks)
+        self.output = self._output(output, streams, callbacks, scope)
         self.limiter = self._rate_limiter(query, schedulers)
-        chain = [*self.processors, self.selector, self.limiter]
-        for first, second in zip(chain, chain[1:]):
-            first.next = second
-        self.head = chain[0]
-        self.arrow = all(p.accepts_arrow for p in chain) and schema.arrow_capable
-        self.source.subscribe(self)
+        if self.join_sides:
+            for side in self.join_sides:
+                side.next = self.selector
+            self.head = None
+            self.arrow = False
+        else:
+            chain = [*self.processors, self.selector]
+            for first, second in zip(chain, chain[1:]):
+                first.next = second
+            self.head = chain[0]
+            self.arrow = all(p.accepts_arrow for p in chain) and self.limiter.accepts_arrow and schema.arrow_capable
+        self.selector.next = self.limiter
+        for junction, receiver in self.subscriptions:
+            junction.subscribe(receiver)
 
-    def _window(self, handler: ast.Window, scope, schema: Schema, expired_on: bool, schedulers) -> Processor:
+    def _handlers(self, source: ast.StreamInput, scope, schema: Schema, expired_on: bool, schedulers, slot: str = "window", findable: bool = False) -> list[Processor]:
+        processors: list[Processor] = []
+        for handler in source.handlers:
+            if isinstance(handler, ast.Filter):
+                processors.append(FilterProcessor(compile_expression(handler.condition, scope)))
+            elif isinstance(handler, ast.Window):
+                self.window = self._window(handler, scope, schema, expired_on, lambda _: schedulers(slot), findable)
+                processors.append(self.window)
+            else:
+                processors.append(self._stream_function(handler, scope, source.stream))
+        return processors
+
+    def _join(self, join: ast.JoinInput, streams: Streams, schedulers, expired_on: bool):
+        tables = self.context.tables
+        schemas, holders, chains = [], [], []
+        for source in (join.left, join.right):
+            name = source.stream.stream
+            schemas.append(tables[name].schema if name in tables else streams.source(name, source.stream.inner).schema)
+        scope = join_scope(join, schemas[0], schemas[1], self.context)
+        self.join_sides = join_sides(join, scope, schemas[0], schemas[1], set(tables))
+        self.processors = []
+        for index, (source, side) in enumerate(zip((join.left, join.right), self.join_sides)):
+            name = source.stream.stream
+            if name in tables:
+                holders.append(tables[name])
+                continue
+            self.window = None
+            side_schema = schemas[index]
+            chain = self._handlers(
+                source.stream, side_scope(source, side_schema, self.context), side_schema, expired_on, schedulers, ("window", "window.right")[index], True
+            )
+            holder = self.window or EmptyWindow()
+            if self.window is None:
+                chain.append(holder)
+            holders.append(holder)
+            chain.append(side)
+            for first, second in zip(chain, chain[1:]):
+                first.next = second
+            self.processors.extend(chain)
+            self.subscriptions.append((streams.source(name, source.stream.inner), _Head(chain[0])))
+        self.join_sides[0].other, self.join_sides[1].other = holders[1], holders[0]
+        schema = Schema(schemas[0].names + schemas[1].names, schemas[0].types + schemas[1].types)
+        return schema, scope
+
+    def _output(self, output, streams: Streams, callbacks: list, scope):
+        tables = self.context.tables
+        if output.target in tables and not getattr(output, "inner", False):
+            names = tuple(getattr(scope, "names", ()))
+            return TableOutput(output, tables[output.target], self.selector.output_schema, names, self.context, callbacks)
+        return QueryOutput(streams.target(output.target, output.inner), callbacks)
+
+    def _window(self, handler: ast.Window, scope, schema: Schema, expired_on: bool, schedulers, findable: bool = False) -> Processor:
         params = [Param(arg, compile_expression(arg, scope)) for arg in handler.args]
         window_class = WINDOWS[handler.name]
         scheduler = schedulers("window") if window_class.uses_timers else None
-        context = WindowContext(self.context.clock, scheduler, expired_on, handler, schema)
+        context = WindowContext(self.context.clock, scheduler, expired_on, handler, schema, findable)
         return window_class(params, context)
 
     def _stream_function(self, handler: ast.StreamFunction, scope, stream: str) -> Processor:
@@ -176,7 +244,7 @@ class QueryRuntime:
     # -- running
 
     def receive(self, chunk) -> None:
-        """A chunk arrived on the input stream."""
+        """A chunk arrived on the (single) input stream."""
         if isinstance(chunk, ArrowChunk):
             if self.arrow:
                 self.head.process_arrow(chunk)
@@ -199,6 +267,7 @@ class QueryRuntime:
 
     def stop(self) -> None:
         """Unsubscribe and release timers."""
-        self.source.unsubscribe(self)
+        for junction, receiver in self.subscriptions:
+            junction.unsubscribe(receiver)
         for processor in self.stateful():
             processor.stop()

@@ -30,6 +30,7 @@ from sp_dagster.engine.partition import PartitionRuntime
 from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.support import check_supported
+from sp_dagster.engine.tables import InMemoryTable
 from sp_dagster.engine.values import f32
 from sp_dagster.siddhi import SiddhiQLError, ast, parse
 from sp_dagster.siddhi.validate import check
@@ -78,6 +79,9 @@ class AppRuntime:
             schema = Schema.of((a.name, a.type) for a in definition.attributes)
             context.schemas[name] = schema
             context.junctions[name] = StreamJunction(name, schema)
+        for definition in self.app.definitions:
+            if isinstance(definition, ast.TableDefinition):
+                context.tables[definition.name] = InMemoryTable(definition)
         counter = 0
         for element in self.app.elements:
             if isinstance(element, ast.Query):
@@ -219,6 +223,8 @@ class AppRuntime:
             yield f"query:{name}", query
         for index, partition in enumerate(self.partitions):
             yield f"partition:{index}", partition
+        for name, table in self.context.tables.items():
+            yield f"table:{name}", table
 
     def snapshot(self) -> bytes:
         """The state of every stateful operator (and the playback clock), as bytes."""

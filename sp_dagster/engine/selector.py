@@ -104,6 +104,19 @@ class Selector(Processor):
     # -- processing
 
     def process(self, chunk):
+        out = self._select(chunk)
+        if out:
+            self.next.process(out)
+
+    def process_chunks(self, chunks: list[list[StreamEvent]]) -> None:
+        """Select each chunk on its own (as a batch), then pass everything on as one chunk."""
+        out = []
+        for chunk in chunks:
+            out.extend(self._select(chunk) or ())
+        if out:
+            self.next.process(out)
+
+    def _select(self, chunk):
         if self.batching:
             if self.group_by:
                 out = self._batch_group_by(chunk)
@@ -115,8 +128,7 @@ class Selector(Processor):
             out = self._group_by(chunk)
         else:
             out = self._no_group_by(chunk)
-        if out:
-            self.next.process(out)
+        return out
 
     def process_arrow(self, chunk: ArrowChunk):
         rows = chunk.batch.num_rows

@@ -1,6 +1,6 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
-Joins, patterns, sequences, tables, named windows and triggers are issue 9; incremental
+Patterns, sequences, stored tables, named windows and triggers are issue 9; incremental
 aggregations, script functions, playback tuning, fault streams and the few functions and
 windows the parser knows but the engine does not implement are not planned yet. Every such use in
 an app is reported (all of them at once, with line and column), never silently ignored.
@@ -21,9 +21,10 @@ _PLURAL = {
     "playback idle.time/increment": "the idle.time and increment options of @app:playback",
     "fault stream": "fault streams (!S)",
     "return output": "'return' outputs (outside on-demand queries)",
+    "table store": "tables with @store",
 }
 #: Features issue 9 adds, by the name used in messages and test reasons.
-ISSUE_9 = ("join", "pattern", "sequence", "table", "named window", "trigger")
+ISSUE_9 = ("pattern", "sequence", "named window", "trigger", "table store")
 
 
 def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
@@ -33,7 +34,8 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
     windows = {d.name for d in app.definitions if isinstance(d, ast.WindowDefinition)}
     for definition in app.definitions:
         if isinstance(definition, ast.TableDefinition):
-            found.append(("table", definition))
+            if definition.annotation("store") is not None:
+                found.append(("table store", definition))
         elif isinstance(definition, ast.WindowDefinition):
             found.append(("named window", definition))
         elif isinstance(definition, ast.TriggerDefinition):
@@ -48,26 +50,21 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
     for query, _ in app.queries():
         source = query.input
         if isinstance(source, ast.JoinInput):
-            found.append(("join", source))
+            if source.within or source.per is not None:
+                found.append(("incremental aggregation", source))
         elif isinstance(source, ast.StateInput):
             found.append((source.kind, source))
         for stream in query.input_streams():
             if stream.fault:
                 found.append(("fault stream", stream))
-            if stream.stream in tables:
-                found.append(("table", stream))
-            elif stream.stream in windows:
+            if stream.stream in windows:
                 found.append(("named window", stream))
         if isinstance(query.output, ast.Return):
             found.append(("return output", query.output))
-        elif not isinstance(query.output, ast.InsertInto) or query.target in tables:
-            found.append(("table", query.output))
         elif query.target in windows:
             found.append(("named window", query.output))
         for node in _walk(query):
-            if isinstance(node, ast.In):
-                found.append(("table", node))
-            elif isinstance(node, ast.FunctionCall) and not _implemented_call(node):
+            if isinstance(node, ast.FunctionCall) and not _implemented_call(node):
                 found.append((f"function {node.qualified_name}()", node))
             elif isinstance(node, ast.Window) and (node.namespace is not None or node.name not in WINDOWS):
                 found.append((f"window '{node.qualified_name}'", node))

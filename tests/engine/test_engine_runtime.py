@@ -81,14 +81,14 @@ def test_misuse_is_reported_as_engine_errors():
 
 def test_unsupported_features_are_rejected_at_load_with_positions():
     app = (
-        "define stream A (x int);\ndefine stream B (x int);\ndefine table T (x int);\n"
-        "from A#window.length(1) join B#window.length(1) on A.x == B.x select A.x insert into O;\n"
+        "define stream A (x int);\ndefine stream B (x int);\ndefine window W (x int) length(2);\n"
+        "from every e1=A -> e2=B[x == e1.x] select e1.x insert into O;\n"
     )
     with pytest.raises(SiddhiQLError) as raised:
         AppRuntime(app)
     messages = [(e.line, e.message) for e in raised.value.errors]
-    assert (3, "tables are not supported by the engine yet (issue 9)") in messages
-    assert (4, "joins are not supported by the engine yet (issue 9)") in messages
+    assert (3, "named windows are not supported by the engine yet (issue 9)") in messages
+    assert (4, "patterns are not supported by the engine yet (issue 9)") in messages
     assert "^" in str(raised.value)  # the parser's excerpt with a caret
 
 
@@ -207,3 +207,22 @@ def test_shutdown_twice_is_harmless():
     runtime.send("S", [("A", 1.0, 1)], timestamps=[5])
     runtime.shutdown()
     runtime.shutdown()
+
+
+def test_update_or_insert_with_set_and_primary_key_survives_snapshot():
+    app = (
+        "define stream S (symbol string, price double);\n"
+        "@primaryKey('symbol') define table T (symbol string, price double, hits long);\n"
+        "from S select symbol, price, 1L as hits update or insert into T set T.price = price, T.hits = T.hits + 1L on T.symbol == symbol;\n"
+        "define stream Q (symbol string);\n"
+        "@info(name='q') from Q join T on Q.symbol == T.symbol select T.symbol, T.price, T.hits insert into O;\n"
+    )
+    runtime = AppRuntime(app)
+    seen = []
+    runtime.add_callback("O", lambda events: seen.extend(e.data for e in events))
+    runtime.send("S", [("IBM", 1.0), ("WSO2", 2.0), ("IBM", 3.0)])
+    other = AppRuntime(app)
+    other.add_callback("O", lambda events: seen.extend(e.data for e in events))
+    other.restore(runtime.snapshot())
+    other.send("Q", [("IBM",), ("X",)])
+    assert seen == [("IBM", 3.0, 2)]

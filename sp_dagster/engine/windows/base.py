@@ -23,6 +23,7 @@ class WindowContext:
     expects_expired: bool
     node: ast.Window
     schema: Schema
+    findable: bool = False  # a join or named window looks into it: keep the last batch
 
 
 @dataclass
@@ -134,7 +135,7 @@ class BatchWindow(WindowProcessor):
     def start_batches(self) -> None:
         """Empty buffers (call from configure, once stream_current is known)."""
         self.current: list | None = None if self.stream_current else []
-        self.expired: list | None = [] if self.expects_expired else None
+        self.expired: list | None = [] if (self.expects_expired or self.context.findable) else None
         self.reset = None
 
     def note(self, event: StreamEvent) -> None:

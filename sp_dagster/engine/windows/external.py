@@ -68,9 +68,9 @@ class ExternalTimeBatchWindow(WindowProcessor):
                 raise self.error("start.time must be an int or long constant or a long attribute", 2)
         self.timeout = self.duration(3, "timeout") if len(self.params) >= 4 else 0
         self.replace_timestamp = self.constant(4, ("bool",), "replace.with.batchend") if len(self.params) == 5 else False
-        self.store_expired = self.expects_expired
+        self.store_expired = self.expects_expired or self.context.findable
         self.current: list = []
-        self.expired: list | None = [] if (self.expects_expired or self.timeout > 0) else None
+        self.expired: list | None = [] if (self.expects_expired or self.timeout > 0 or self.context.findable) else None
         self.reset = None
         self.end_time = -1
         self.last_scheduled = 0
