@@ -158,7 +158,9 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         say(f"broker       localhost:{broker_port}")
         manager = stack.start("manager-1", cli_command("manager", "--conf", manager_conf, "--id", "manager-1"), env)
         nodes = [stack.start(f"worker-{n}", cli_command("worker", "--conf", worker_conf, "--id", f"worker-{n}"), env) for n in range(1, workers + 1)]
-        _wait("a leader manager and every worker", lambda: _ready(manager_conf, workers), timeout, [manager, *nodes])
+        max_age_ms = config.deployment.heartbeat_interval * config.deployment.heartbeat_max_retry
+        names = [p.name for p in nodes]
+        _wait("a leader manager and every worker", lambda: _ready(manager_conf, names, max_age_ms), timeout, [manager, *nodes])
         say(f"manager      manager-1 (leader); workers {', '.join(p.name for p in nodes)}; control plane {stack.facts['control_plane']}")
         if ui:
             dagster_home = sp_home / "dagster"
@@ -201,11 +203,13 @@ def _broker_ready(broker_class, port: int) -> bool:
         return False
 
 
-def _ready(conf: str, workers: int) -> bool:
+def _ready(conf: str, names: list[str], max_age_ms: int) -> bool:
+    """A live leader, and each named worker alive with a fresh heartbeat (not a row left from an earlier run)."""
     status = _cluster(conf)
     if not status or not (status["leader"] and status["leader"]["alive"]):
         return False
-    return sum(1 for n in status["nodes"] if n["state"] == "alive") >= workers
+    fresh = {n["node"] for n in status["nodes"] if n["state"] == "alive" and n["last_heartbeat_ago_ms"] < max_age_ms}
+    return fresh >= set(names)
 
 
 def _deploy_sample(stack: Stack, path: Path, config, say) -> None:
@@ -243,7 +247,8 @@ def summary(stack: Stack) -> str:
         "  sp-dagster status                     leader, workers and where each instance runs",
     ]
     if facts.get("app"):
-        lines.append(f"  SP_KAFKA_BOOTSTRAP={facts['bootstrap']} sp-dagster consume {facts['app']}:AveragePriceStream   the averages, live")
+        consume = f"SP_KAFKA_BOOTSTRAP={facts['bootstrap']} sp-dagster consume {facts['app']}"
+        lines += [f"  {consume}:AveragePriceStream   the averages, live", f"  {consume}:PriceAlertStream     the alerts"]
     lines += [f"  {logs}/                 every process's log", "Stop everything: sp-dagster down"]
     return "\n".join(lines)
 

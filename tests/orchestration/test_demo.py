@@ -52,6 +52,7 @@ def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home
         try:
             wait_until(lambda: sum(kafka.end_offsets("StockAlerts.TradeStream").values()) > 10, timeout=60, what="generated events")
             wait_until(lambda: sum(kafka.end_offsets("StockAlerts.LargeTradeStream.symbol").values()) > 0, timeout=240, interval=2, what="events out of the filter group")
+            wait_until(lambda: sum(kafka.end_offsets("StockAlerts.AveragePriceStream").values()) > 0, timeout=120, interval=2, what="averages out of the average group")
         finally:
             kafka.close()
     finally:
