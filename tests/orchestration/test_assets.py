@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import dagster as dg
 import pytest
 from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
@@ -12,6 +16,7 @@ from sp_dagster.deploy import load_app, plan_app, record
 from sp_dagster.embedded.broker import free_port
 from sp_dagster.orchestration.assets import CONTROL_PLANE_KEY, DEFS_KEY, SpDagsterTranslator
 from sp_dagster.orchestration.definitions import build_definitions
+from tests.orchestration.conftest import REPO
 
 K = dg.AssetKey
 FILTER, AVERAGE, ALERT = K(["StockAlerts", "filter"]), K(["StockAlerts", "average"]), K(["StockAlerts", "alert"])
@@ -125,3 +130,14 @@ def test_a_translator_subclass_changes_keys_and_lineage_follows(cluster, plane):
 @pytest.mark.parametrize("name", ["Stock-Alerts.v2"])
 def test_app_names_become_valid_group_names(name):
     assert SpDagsterTranslator().group_name(name) == "Stock_Alerts_v2"
+
+
+def test_dagster_definitions_validate_passes_on_the_code_location(cluster, plane, tmp_path):
+    record_sample(cluster, plane)
+    env = {**os.environ, "SP_DAGSTER_CONF": str(cluster.manager_conf), "SP_DAGSTER_WORKER_CONF": str(cluster.worker_conf), "DAGSTER_HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Validation successful for code location sp-dagster" in result.stdout + result.stderr
