@@ -180,6 +180,11 @@ def compile_expression(node: ast.Expression, scope: Scope) -> Executor:
         result.aggregators = operand.aggregators
         return result
     if isinstance(node, ast.IsNull):
+        event_ref = getattr(scope, "event_ref", None)
+        reference = event_ref(node.operand) if event_ref is not None else None
+        if reference is not None:
+            read = reference.row
+            return Executor("bool", lambda e: read(e) is None)
         if isinstance(node.operand, ast.Variable) and node.operand.stream is None and _is_stream_ref(node.operand, scope):
             raise app_error("'<event> is null' is only valid in patterns and sequences", node)
         operand = compile_expression(node.operand, scope)

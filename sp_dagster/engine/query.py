@@ -16,6 +16,7 @@ from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent, 
 from sp_dagster.engine.expressions import StreamScope, compile_expression
 from sp_dagster.engine.join import EmptyWindow, join_scope, join_sides, side_scope
 from sp_dagster.engine.junction import StreamJunction
+from sp_dagster.engine.patterns import PatternInput, PatternProcessor
 from sp_dagster.engine.processors import FilterProcessor, LogProcessor, Processor
 from sp_dagster.engine.ratelimit import EVENT_LIMITERS, TIME_LIMITERS, PassThrough
 from sp_dagster.engine.schema import Schema
@@ -113,9 +114,15 @@ class QueryRuntime:
         self.subscriptions: list[tuple[StreamJunction, object]] = []
         self.join_sides: list = []
         self.window = window = None
+        pattern = None
         if isinstance(query.input, ast.JoinInput):
             schema, scope = self._join(query.input, streams, schedulers, expired_on)
             mode = "slide"
+        elif isinstance(query.input, ast.StateInput):
+            schemas = {s.stream: streams.source(s.stream, s.inner).schema for s in query.input_streams()}
+            pattern = PatternProcessor(query.input, schemas, context)
+            self.processors = [pattern]
+            schema, scope, mode = Schema((), ()), pattern.scope(context), "batch"
         else:
             source = query.input  # support.check_supported has let through only stream inputs
             junction = streams.source(source.stream, source.inner)
@@ -136,7 +143,13 @@ class QueryRuntime:
         context.query_schemas[name] = self.selector.output_schema
         self.output = self._output(output, streams, callbacks, scope)
         self.limiter = self._rate_limiter(query, schedulers)
-        if self.join_sides:
+        if pattern is not None:
+            for stream in pattern.streams:
+                state = next(s for s in pattern.states if s.stream == stream)
+                self.subscriptions.append((streams.source(stream, state.node.stream.inner), PatternInput(pattern, stream, self.selector)))
+            self.head = None
+            self.arrow = False
+        elif self.join_sides:
             for side in self.join_sides:
                 side.next = self.selector
             self.head = None
