@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,8 +136,11 @@ def spark_resource(worker_conf: str = DEFAULT_WORKER_CONF):
     """dagster-pyspark's lazy resource with the worker conf's Spark settings (no session until used)."""
     from dagster_pyspark import LazyPySparkResource
 
+    from sp_dagster.errors import SpDagsterError
+
     try:
         settings = spark_config_of(load_conf(worker_conf, role="worker"))
-    except Exception:  # a broken worker conf must not break the code location; worker runs report it
+    except (SpDagsterError, OSError) as exc:  # a broken worker conf must not break the code location
+        logging.getLogger(__name__).warning("%s; the Spark resource takes local[*] (worker runs report the error)", exc)
         settings = {"spark.master": "local[*]"}
     return LazyPySparkResource(spark_config=settings)
