@@ -137,3 +137,53 @@ def test_a_worker_killed_mid_stream_loses_no_output(deployed, kafka):
     print(f"outputs: {len(expected)} expected, {len(got)} received, {duplicates} duplicates")
     assert not missing, f"{sum(missing.values())} outputs missing\n{cluster.logs()}"
     assert not unexpected, f"{len(unexpected)} outputs that the engine never produced"
+
+
+ECHO_APP = """@App:name('Echo')
+define stream In (id int, msg string);
+
+@sink(type = 'kafka', topic = 'Echo.Out', @map(type = 'json'))
+define stream Out (id int, msg string);
+
+@info(name = 'evens')
+from In[id % 2 == 0]
+select id, msg
+insert into Out;
+"""
+
+
+def test_the_deploy_path_from_the_command_line(deployed, kafka, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cluster = deployed[0]
+
+    def cli(*args, stdin=None, timeout=300):
+        return subprocess.run(
+            [sys.executable, "-m", "sp_dagster.cli", *args, "--conf", str(cluster.manager_conf)],
+            input=stdin, capture_output=True, text=True, timeout=timeout, env=cluster.env,
+        )
+
+    app = tmp_path / "echo.siddhi"
+    app.write_text(ECHO_APP)
+    deployed_ = cli("deploy", str(app), "--timeout", "240")
+    assert deployed_.returncode == 0, deployed_.stderr + deployed_.stdout
+    assert "deployed Echo" in deployed_.stdout and "running" in deployed_.stdout
+
+    events = "\n".join(json.dumps({"data": {"id": i, "msg": f"m{i}"}, "timestamp": 5000 + i}) for i in range(10))
+    produced = cli("produce", "Echo:In", stdin=events)
+    assert produced.returncode == 0 and "sent 10 events to Echo.In" in produced.stderr, produced.stderr
+
+    consumed = cli("consume", "Echo:Out", "--from-beginning", "--count", "5", "--timeout", "120")
+    assert consumed.returncode == 0, consumed.stderr
+    lines = [json.loads(line) for line in consumed.stdout.splitlines()]
+    assert lines == [{"stream": "Out", "data": [i, f"m{i}"], "timestamp": 5000 + i} for i in range(0, 10, 2)]
+
+    bad = cli("produce", "Echo:In", stdin='{"data": {"id": "seven", "msg": "x"}}\n')
+    assert bad.returncode == 1 and "<stdin>:1: attribute 'id': expected int" in bad.stderr and "Traceback" not in bad.stderr
+
+    removed = cli("undeploy", "Echo", "--delete-topics")
+    assert removed.returncode == 0 and "deleted topics" in removed.stdout, removed.stderr
+    assert "Echo.In" not in kafka.list_topics()
+    assert cli("undeploy", "Echo").returncode == 1
