@@ -35,7 +35,6 @@ class RunningInstance:
     query: object
     checkpoint: Path
     started: float = field(default_factory=time.monotonic)
-    failed: str | None = None
     totals: dict = field(default_factory=lambda: {"rows_in_total": 0, "rows_out_total": 0})
     last_batch: int = -1
 
@@ -76,6 +75,7 @@ class Worker:
         self.checkpoints = self.store.checkpoint_root(config.node_id)
         self.spark = spark
         self.running: dict[str, RunningInstance] = {}
+        self.failures: dict[str, tuple[int, float]] = {}  # instance -> (failures in a row, retry after)
         self.stop_event = threading.Event()
         # Heartbeats run on their own thread: starting a Spark query takes seconds, and a
         # worker busy starting one must not look dead. The lock keeps session calls apart.
@@ -137,8 +137,9 @@ class Worker:
         desired = {a.instance_id: a for a in assigned.instances}
         for instance_id in [i for i, r in self.running.items() if i not in desired or desired[i].spec_hash != r.spec_hash]:
             self.stop_instance(instance_id, save=True)
+        now = time.monotonic()
         for instance_id, assignment in desired.items():
-            if instance_id not in self.running:
+            if instance_id not in self.running and self.failures.get(instance_id, (0, 0.0))[1] <= now:
                 self.start_instance(assignment)
         self.report()
         interval = self.config.persistence.interval_in_min * 60
@@ -162,10 +163,10 @@ class Worker:
                 os.environ.get("SP_TRIGGER_INTERVAL", "500 milliseconds"),
             )
             query = start_query(self.spark, plan, settings)
-        except (InstancePlanError, Exception) as exc:  # a bad instance must not take the worker down
+        except Exception as exc:  # a bad instance must not take the worker down
             detail = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("worker %s: cannot start %s: %s", self.config.node_id, instance_id, detail)
-            self._report(instance_id, "failed", detail=detail)
+            self._failed(instance_id, detail, permanent=isinstance(exc, InstancePlanError))
             return
         self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, query, checkpoint)
         self._report(instance_id, "starting")
@@ -203,18 +204,27 @@ class Worker:
             log.error("worker %s: cannot save the state of %s: %s", self.config.node_id, running.instance_id, exc)
 
     def report(self) -> None:
-        """Report each instance's status and metrics from its query's last progress."""
+        """Report each instance's status and metrics; a query that died is retried after a pause."""
         for running in list(self.running.values()):
             query = running.query
-            error = query.exception() if not query.isActive else None
-            if error is not None or not query.isActive:
+            if not query.isActive:
+                error = query.exception()
                 detail = str(error).splitlines()[0] if error else "the query stopped"
-                if running.failed != detail:
-                    running.failed = detail
-                    log.error("worker %s: %s failed: %s", self.config.node_id, running.instance_id, detail)
-                self._report(running.instance_id, "failed", detail=detail[:500])
+                log.error("worker %s: %s failed: %s", self.config.node_id, running.instance_id, detail)
+                self.running.pop(running.instance_id, None)
+                self._failed(running.instance_id, detail)
                 continue
+            self.failures.pop(running.instance_id, None)
             self._report(running.instance_id, "running", metrics=query_metrics(query, running))
+
+    def _failed(self, instance_id: str, detail: str, *, permanent: bool = False) -> None:
+        """Retry later, waiting longer after each failure in a row (up to a minute). A partial app the
+        worker cannot run as written is `failed`; anything else (a query that died) is `starting` again."""
+        count = self.failures.get(instance_id, (0, 0.0))[0] + 1
+        pause = 60.0 if permanent else min(60.0, 2.0**count)
+        self.failures[instance_id] = (count, time.monotonic() + pause)
+        status = "failed" if permanent else "starting"
+        self._report(instance_id, status, detail=f"{detail[:450]} (failure {count}; retrying in {pause:.0f} s)")
 
     def _report(self, instance_id: str, status: str, **details) -> None:
         try:
