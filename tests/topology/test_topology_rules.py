@@ -69,7 +69,10 @@ CASES = {
             "StockAlerts-average": {"LargeTradeStream": ("field_grouping", "symbol", "StockAlerts.LargeTradeStream.symbol")},
             "StockAlerts-alert": {"AveragePriceStream": ("all", None, "StockAlerts.AveragePriceStream")},
         },
-        topics={"StockAlerts.TradeStream": 2, "StockAlerts.LargeTradeStream.symbol": 2, "StockAlerts.AveragePriceStream": 1},
+        topics={
+            "StockAlerts.TradeStream": 2, "StockAlerts.LargeTradeStream.symbol": 2, "StockAlerts.AveragePriceStream": 1,
+            "StockAlerts.PriceAlerts": 1,  # the user's kafka @sink on the cluster's own broker
+        },
     ),
     "seed 002: a persisted aggregation, joined by a parallel group": Case(
         "@App:name('Trades')\ndefine stream QueryStream (symbol string);\n" + SEED_AGGREGATION + """
