@@ -216,6 +216,9 @@ class KafkaTransport(Transport):
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "allow.auto.create.topics": False,
+                # Some brokers (tansu) answer a fetch only when its wait runs out, even if events
+                # arrived: a short wait keeps latency low (12 ms instead of 250 ms per hop there).
+                "fetch.wait.max.ms": self.properties.get("fetch.wait.max.ms", 20),
                 **extra,
             }
         )
