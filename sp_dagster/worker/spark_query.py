@@ -109,7 +109,9 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None):
             new_token = uuid.uuid4().hex
             self.state.update((new_token, runtime.snapshot()))
             _keep(cache_key, new_token, runtime)
-            yield pd.DataFrame(_output_columns(out), columns=list(OUTPUT_SCHEMA.names))
+            # Plain object columns: an Arrow-backed column (pandas may infer one for strings)
+            # reaches Spark's converter as a ChunkedArray, which it cannot take.
+            yield pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in _output_columns(out).items()})
 
         def close(self) -> None:
             pass
