@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import random
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -54,10 +55,12 @@ def test_instance_runtime_rejects_bad_messages_to_the_dead_letter_topic():
 @pytest.mark.slow
 @pytest.mark.broker
 def test_instances_on_spark_match_the_in_process_engine(spark, kafka, tmp_path):
-    topology = plan(parse(APP))
+    # An app name of its own: other tests deploy "Trades" on the same session broker.
+    name = f"TradesOnSpark{uuid.uuid4().hex[:8]}"
+    topology = plan(parse(APP.replace("Trades", name)))
     for topic in topology.topics:
         kafka.ensure_topic(topic.name, topic.partitions)
-    kafka.ensure_topic("Trades.deadletter", 1)
+    kafka.ensure_topic(f"{name}.deadletter", 1)
     first = topology.group("filter").instances[0]
     (entry,) = plan_instance(first.name, first.siddhi).inputs
     rows, stamps = trades(3000)
@@ -68,7 +71,7 @@ def test_instances_on_spark_match_the_in_process_engine(spark, kafka, tmp_path):
     queries = []
     try:
         for instance in topology.partial_apps:
-            settings = QuerySettings(kafka.bootstrap_servers, str(tmp_path / instance.name), "Trades.deadletter", trigger_interval="200 milliseconds")
+            settings = QuerySettings(kafka.bootstrap_servers, str(tmp_path / instance.name), f"{name}.deadletter", trigger_interval="200 milliseconds")
             queries.append(start_query(spark, plan_instance(instance.name, instance.siddhi), settings))
         for query in queries:  # in data-flow order: each drains what the previous ones published
             query.processAllAvailable()
@@ -78,7 +81,7 @@ def test_instances_on_spark_match_the_in_process_engine(spark, kafka, tmp_path):
 
     expected = reference(rows, stamps)
     codec = codec_for("json", [("symbol", "string"), ("avgPrice", "double"), ("total", "long")])
-    reader = kafka.reader("Trades.Averages", {0: EARLIEST}, codec)
+    reader = kafka.reader(f"{name}.Averages", {0: EARLIEST}, codec)
     got = collections.defaultdict(list)
     total, deadline = sum(len(v) for v in expected.values()), time.monotonic() + 30
     while sum(len(v) for v in got.values()) < total and time.monotonic() < deadline:
