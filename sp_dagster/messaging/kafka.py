@@ -23,7 +23,6 @@ from sp_dagster.messaging.strategies import Strategy
 from sp_dagster.messaging.transport import EARLIEST, LATEST, Batch, Event, Publisher, Reader, Reject, TopicInfo, Transport
 
 log = logging.getLogger(__name__)
-_client_log = logging.getLogger("sp_dagster.messaging.librdkafka")
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
@@ -61,7 +60,9 @@ class KafkaTransport(Transport):
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """librdkafka settings for a new client: the servers, user properties, then extra."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.properties, "logger": _client_log, **extra}
+        # No Python `logger` callback: librdkafka calling into Python while a client is torn
+        # down can crash the interpreter. Its own log goes to stderr, errors only by default.
+        return {"bootstrap.servers": self.bootstrap_servers, "log_level": 3, **self.properties, **extra}
 
     @property
     def admin(self) -> AdminClient:
