@@ -65,6 +65,18 @@ def _context(args):
     return config, ControlPlane.from_config(config), transport_for(config.messaging)
 
 
+def _stream_target(args, *, writing: bool):
+    """(stream, StreamTopic, transport) for the APP:STREAM of a produce or consume command."""
+    from sp_dagster.deploy.streams import parse_target, stream_topic
+
+    app, stream = parse_target(args.target)
+    _config, plane, transport = _context(args)
+    try:
+        return stream, stream_topic(plane, app, stream, writing=writing), transport
+    finally:
+        plane.close()
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     """Deploy an app and report where its instances run."""
     from sp_dagster.config.loader import load_config
@@ -98,17 +110,11 @@ def run_undeploy(args: argparse.Namespace) -> int:
 
 def run_produce(args: argparse.Namespace) -> int:
     """Publish standard input's event lines to a stream's topic."""
-    from sp_dagster.deploy.streams import parse_target, stream_topic
     from sp_dagster.errors import EventDecodeError, SpDagsterError
     from sp_dagster.messaging import RoundRobin, codec_for, strategy_for
     from sp_dagster.messaging.eventlines import decode_event_line
 
-    app, stream = parse_target(args.target)
-    _config, plane, transport = _context(args)
-    try:
-        target = stream_topic(plane, app, stream, writing=True)
-    finally:
-        plane.close()
+    stream, target, transport = _stream_target(args, writing=True)
     names = [a.name for a in target.attributes]
     strategy = strategy_for("partitioned", names, args.key) if args.key else RoundRobin()
     publisher = transport.publisher(target.topic, codec_for(target.codec, target.attributes), strategy)
@@ -119,6 +125,7 @@ def run_produce(args: argparse.Namespace) -> int:
         try:
             name, row, stamp = decode_event_line(line, lambda s: target.attributes if s == stream else _wrong_stream(s, stream), stream)
         except EventDecodeError as exc:
+            publisher.flush()  # the events before the bad line are sent, as the message says
             raise SpDagsterError(f"<stdin>:{number}: {exc} (nothing after this line was sent; {sent} events before it were)") from None
         publisher.send([row], [stamp])
         sent += 1
@@ -137,16 +144,10 @@ def run_consume(args: argparse.Namespace) -> int:
     """Print a stream's events as JSON lines."""
     import time
 
-    from sp_dagster.deploy.streams import parse_target, stream_topic
     from sp_dagster.messaging import EARLIEST, LATEST, codec_for
     from sp_dagster.messaging.eventlines import encode_event_line
 
-    app, stream = parse_target(args.target)
-    _config, plane, transport = _context(args)
-    try:
-        target = stream_topic(plane, app, stream, writing=False)
-    finally:
-        plane.close()
+    stream, target, transport = _stream_target(args, writing=False)
     info = transport.require_topic(target.topic)
     start = EARLIEST if args.from_beginning else LATEST
     reader = transport.reader(target.topic, {p: start for p in range(info.partitions)}, codec_for(target.codec, target.attributes))
