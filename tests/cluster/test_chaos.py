@@ -58,6 +58,15 @@ def app_instances(app: str, parallel: int) -> list[InstanceSpec]:
     ]
 
 
+def stale_refusals(journal: Path) -> int:
+    """How many stale writes the adversary's journal says were refused so far."""
+    if not journal.exists():
+        return 0
+    complete = journal.read_text().split("\n")[:-1]  # the last line may be half written
+    lines = [json.loads(line) for line in complete if line.strip()]
+    return sum(1 for e in lines if e["event"] == "stale-attempt" and e["refused"])
+
+
 def record(plane, app, parallel):
     record_deployment(plane, app, content_hash=f"{app}:{parallel}", source="s", plan={"parallel": parallel},
                       instances=app_instances(app, parallel))
@@ -94,6 +103,16 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
             for app, parallel in (("orders", 3), ("clicks", 2), ("alerts", 1)):
                 record(plane, app, parallel)
             wait_until(lambda: all(i.node_id for i in list_instances(plane)), timeout=30, what="first placement")
+            # Opening act, so the adversary surely goes stale once: the rogue, still leading, is
+            # paused past its lease while the others are up, then resumed.
+            wait_until(lambda: all(p.ready for p in procs.values()), timeout=30, what="managers to start")
+            if (lambda lease: lease and lease.holder == rogue.node_id)(current_leader(plane)):
+                rogue.signal(signal.SIGSTOP)
+                time.sleep(2.5 * LEASE_S)
+                rogue.signal(signal.SIGCONT)
+                actions["sigstop-leader"] += 1
+                wait_until(lambda: stale_refusals(tmp_path / f"m{MANAGERS}.jsonl") > 0, timeout=30,
+                           what="the paused rogue to try a stale write and be refused")
             end = time.monotonic() + chaos_seconds(database_url)
             next_change = time.monotonic() + 5
             deck: list[str] = []
