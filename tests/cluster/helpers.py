@@ -56,11 +56,13 @@ def settled(plane):
     lease = current_leader(plane)
     if lease is None or not lease.alive:
         return None
-    alive = {n.node_id for n in list_nodes(plane) if n.state == "alive"}
+    alive = {n.node_id: n.incarnation for n in list_nodes(plane) if n.state == "alive"}
     rows = list_instances(plane)
     with plane.transaction() as conn:
-        assigned_terms = {r.term for r in conn.execute(select(assignments.c.term))}
-    return lease if rows and all(r.node_id in alive for r in rows) and assigned_terms == {lease.term} else None
+        placed = conn.execute(select(assignments.c.node_id, assignments.c.node_incarnation, assignments.c.term)).all()
+    current = all(alive.get(a.node_id) == a.node_incarnation for a in placed)  # not an earlier incarnation
+    assigned_terms = {a.term for a in placed}
+    return lease if rows and all(r.node_id in alive for r in rows) and current and assigned_terms == {lease.term} else None
 
 
 class Workers:

@@ -14,7 +14,7 @@ import pytest
 from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.membership import list_nodes
 from sp_dagster.cluster.processes import ManagerProcess, manager_config
-from sp_dagster.cluster.store.deployments import InstanceSpec, get_deployment, record_deployment
+from sp_dagster.cluster.store.deployments import InstanceSpec, get_deployment, list_instances, record_deployment
 from tests.cluster.helpers import Workers, settled, wait_until
 from tests.cluster.history import Observer, check_history
 
@@ -53,9 +53,16 @@ def test_cluster_survives_the_database_going_away(tmp_path, database_server_fact
             assert all("could not renew its heartbeat" in s.fence_reason for s in workers.sessions.values())
             server.start()
 
-            after = wait_until(lambda: settled(plane), timeout=40, what="recovery after the outage")
+            # The fenced workers rejoin afresh (a new incarnation each; a worker whose first heartbeats
+            # are too slow while the server recovers fences itself again and rejoins once more) and
+            # get their work again: placed on their current incarnations, in the new leader's term.
+            def recovered():
+                rejoined = all(n.incarnation >= 2 for n in list_nodes(plane)) and len(list_nodes(plane)) == 2
+                return rejoined and settled(plane)
+
+            after = wait_until(recovered, timeout=40, what="recovery after the outage")
             assert after.term > before.term  # the old lease expired meanwhile: a new term took over
-            assert {n.node_id: n.incarnation for n in list_nodes(plane)} == {"w1": 2, "w2": 2}  # rejoined afresh
+            assert {i.node_id for i in list_instances(plane)} <= {"w1", "w2"}
             assert get_deployment(plane, "app").status == "placed"
             for proc in procs:  # the standby reconnects too, on its own backoff
                 wait_until(lambda: "is reachable again after" in Path(proc.log_path).read_text(), what=f"{proc.node_id} to reconnect")
