@@ -19,6 +19,7 @@ class AppContext:
         self.schemas: dict[str, Schema] = {}
         self.junctions: dict[str, StreamJunction] = {}
         self.query_callbacks: dict[str, list] = {}
+        self.windows: dict = {}  # name -> NamedWindow (`define window`)
         self.query_schemas: dict[str, Schema] = {}  # output attributes of each query
         self.tables: dict = {}  # name -> InMemoryTable
 

@@ -32,10 +32,11 @@ class PartitionRuntime:
             junction = context.junctions[key.stream]
             scope = StreamScope(junction.schema, (key.stream,), context)
             self.executors.setdefault(key.stream, []).extend(_key_executors(key, scope))
-        self.read: list[str] = []  # global streams the partition's queries read
+        self.read: list[str] = []  # global streams the partition's queries read (joins and patterns too)
         for query in partition.queries:
-            if isinstance(query.input, ast.StreamInput) and not query.input.inner and query.input.stream not in self.read:
-                self.read.append(query.input.stream)
+            for stream in query.input_streams():
+                if not stream.inner and stream.stream in context.junctions and stream.stream not in self.read:
+                    self.read.append(stream.stream)
         # build once to check the queries and define the streams they write; keep nothing
         template = PartitionInstance(self, None)
         template.stop()

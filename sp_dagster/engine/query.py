@@ -16,6 +16,7 @@ from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent, 
 from sp_dagster.engine.expressions import StreamScope, compile_expression
 from sp_dagster.engine.join import EmptyWindow, join_scope, join_sides, side_scope
 from sp_dagster.engine.junction import StreamJunction
+from sp_dagster.engine.named_window import EventByEvent, WindowOutput
 from sp_dagster.engine.patterns import PatternInput, PatternProcessor
 from sp_dagster.engine.processors import FilterProcessor, LogProcessor, Processor
 from sp_dagster.engine.ratelimit import EVENT_LIMITERS, TIME_LIMITERS, PassThrough
@@ -190,6 +191,14 @@ class QueryRuntime:
             if name in tables:
                 holders.append(tables[name])
                 continue
+            if name in self.context.windows and not source.stream.inner:
+                # a named window: probe what it holds; what it emits triggers this side (its
+                # filters are not applied; a self-join's left side alone, event by event: Siddhi)
+                holders.append(self.context.windows[name])
+                self_join = join.left.stream.stream == join.right.stream.stream
+                if not (self_join and index == 1):
+                    self.subscriptions.append((streams.source(name, False), EventByEvent(side) if self_join else _Head(side)))
+                continue
             self.window = None
             side_schema = schemas[index]
             chain = self._handlers(
@@ -213,6 +222,8 @@ class QueryRuntime:
         if output.target in tables and not getattr(output, "inner", False):
             names = tuple(getattr(scope, "names", ()))
             return TableOutput(output, tables[output.target], self.selector.output_schema, names, self.context, callbacks)
+        if output.target in self.context.windows and not getattr(output, "inner", False):
+            return WindowOutput(self.context.windows[output.target], callbacks)
         return QueryOutput(streams.target(output.target, output.inner), callbacks)
 
     def _window(self, handler: ast.Window, scope, schema: Schema, expired_on: bool, schedulers, findable: bool = False) -> Processor:

@@ -21,10 +21,11 @@ from sp_dagster.siddhi import ast
 
 def output_streams(app: ast.App) -> list[str]:
     """The global streams an app's queries write to, in the order they are first written."""
+    stored = {d.name for d in app.definitions if isinstance(d, (ast.TableDefinition, ast.WindowDefinition))}
     names: list[str] = []
     for query, _ in app.queries():
         output = query.output
-        if isinstance(output, ast.InsertInto) and not output.inner and output.target not in names:
+        if isinstance(output, ast.InsertInto) and not output.inner and output.target not in names and output.target not in stored:
             names.append(output.target)
     return names
 
@@ -46,6 +47,7 @@ def replay_file(text: str, app_path: str, lines: Iterable[str], input_name: str,
         for name in output_streams(runtime.app):
             schema = runtime.schema(name)
             runtime.add_callback(name, _printer(name, schema, out))
+        runtime.start()  # `at 'start'` triggers fire before any input
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue

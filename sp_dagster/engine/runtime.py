@@ -4,6 +4,7 @@
     runtime.add_callback("Out", print)             # StreamCallback: fn(events)
     buffer = runtime.add_buffer("Out")             # buffer.drain() -> (record batch, timestamps)
     runtime.add_query_callback("q1", fn)           # QueryCallback: fn(timestamp, in, removed)
+    runtime.start()                                # fires `at 'start'` triggers (else the first send does)
     runtime.send("In", [("IBM", 10.5)], timestamps=[1000])
     state = runtime.snapshot(); other.restore(state)
     runtime.shutdown()
@@ -26,11 +27,13 @@ from sp_dagster.engine.context import AppContext
 from sp_dagster.engine.errors import EngineError, app_error
 from sp_dagster.engine.events import ArrowChunk, Event, StreamEvent
 from sp_dagster.engine.junction import OutputBuffer, QueryCallback, StreamCallback, StreamJunction
+from sp_dagster.engine.named_window import named_windows
 from sp_dagster.engine.partition import PartitionRuntime
 from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.support import check_supported
 from sp_dagster.engine.tables import InMemoryTable
+from sp_dagster.engine.triggers import triggers
 from sp_dagster.engine.values import f32
 from sp_dagster.siddhi import SiddhiQLError, ast, parse
 from sp_dagster.siddhi.validate import check
@@ -53,6 +56,7 @@ class AppRuntime:
             self.context = AppContext(self.app, self.clock, analysis)
             self.queries: dict[str, QueryRuntime] = {}
             self.partitions: list[PartitionRuntime] = []
+            self.started = False
             self._build()
         except SiddhiQLError as error:
             raise error.attach(text, source) from None
@@ -82,6 +86,9 @@ class AppRuntime:
         for definition in self.app.definitions:
             if isinstance(definition, ast.TableDefinition):
                 context.tables[definition.name] = InMemoryTable(definition)
+        # named windows and triggers are streams too, and their timers fire before the queries'
+        context.windows = named_windows(self.app, context)
+        self.triggers = triggers(self.app, context)
         counter = 0
         for element in self.app.elements:
             if isinstance(element, ast.Query):
@@ -187,6 +194,8 @@ class AppRuntime:
         if count == 0:
             return
         with self.lock:
+            if not self.started:
+                self.start()
             if timestamps is None:
                 times = [self.clock.now()] * count
             else:
@@ -214,7 +223,17 @@ class AppRuntime:
         if not self.playback:
             raise EngineError("advance_time() needs @app:playback")
         with self.lock:
+            if not self.started:
+                self.start()
             self.clock.advance(timestamp)
+
+    def start(self) -> None:
+        """Fire the `at 'start'` triggers, once (Siddhi's start(); the first send or advance does it)."""
+        with self.lock:
+            if not self.started:
+                self.started = True
+                for trigger in self.triggers.values():
+                    trigger.start()
 
     # -- state
 
@@ -225,6 +244,10 @@ class AppRuntime:
             yield f"partition:{index}", partition
         for name, table in self.context.tables.items():
             yield f"table:{name}", table
+        for name, window in self.context.windows.items():
+            yield f"window:{name}", window
+        for name, trigger in self.triggers.items():
+            yield f"trigger:{name}", trigger
 
     def snapshot(self) -> bytes:
         """The state of every stateful operator (and the playback clock), as bytes."""
@@ -261,6 +284,8 @@ class AppRuntime:
                 query.stop()
             for partition in self.partitions:
                 partition.stop()
+            for part in (*self.context.windows.values(), *self.triggers.values()):
+                part.stop()
 
     def __enter__(self) -> AppRuntime:
         return self

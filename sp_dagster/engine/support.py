@@ -1,6 +1,6 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
-Absent pattern states, stored tables, named windows and triggers are issue 9; incremental
+Absent pattern states and stored tables are issue 9; incremental
 aggregations, script functions, playback tuning, fault streams and the few functions and
 windows the parser knows but the engine does not implement are not planned yet. Every such use in
 an app is reported (all of them at once, with line and column), never silently ignored.
@@ -25,22 +25,21 @@ _PLURAL = {
     "absent pattern": "absent states (not ... for)",
 }
 #: Features issue 9 adds, by the name used in messages and test reasons.
-ISSUE_9 = ("absent pattern", "named window", "trigger", "table store")
+ISSUE_9 = ("absent pattern", "table store")
 
 
 def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
     """(feature, node) for every use of something the engine cannot run yet."""
     found: list[tuple[str, ast.Node]] = []
     tables = {d.name for d in app.definitions if isinstance(d, ast.TableDefinition)}
-    windows = {d.name for d in app.definitions if isinstance(d, ast.WindowDefinition)}
     for definition in app.definitions:
         if isinstance(definition, ast.TableDefinition):
             if definition.annotation("store") is not None:
                 found.append(("table store", definition))
         elif isinstance(definition, ast.WindowDefinition):
-            found.append(("named window", definition))
-        elif isinstance(definition, ast.TriggerDefinition):
-            found.append(("trigger", definition))
+            window = definition.window
+            if window.namespace is not None or window.name not in WINDOWS:
+                found.append((f"window '{window.qualified_name}'", window))
         elif isinstance(definition, ast.AggregationDefinition):
             found.append(("incremental aggregation", definition))
         elif isinstance(definition, ast.FunctionDefinition):
@@ -58,12 +57,8 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
         for stream in query.input_streams():
             if stream.fault:
                 found.append(("fault stream", stream))
-            if stream.stream in windows:
-                found.append(("named window", stream))
         if isinstance(query.output, ast.Return):
             found.append(("return output", query.output))
-        elif query.target in windows:
-            found.append(("named window", query.output))
         for node in _walk(query):
             if isinstance(node, ast.FunctionCall) and not _implemented_call(node):
                 found.append((f"function {node.qualified_name}()", node))

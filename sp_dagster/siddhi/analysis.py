@@ -173,7 +173,7 @@ class _Analyzer:
         if trigger.every is not None:
             if trigger.every.millis <= 0:
                 self.report("A trigger period must be longer than zero.", trigger.every)
-        elif trigger.at != "start" and len((trigger.at or "").split()) not in (6, 7):
+        elif (trigger.at or "").strip().lower() != "start" and len((trigger.at or "").split()) not in (6, 7):
             self.report(f"Trigger '{trigger.name}' needs 'start' or a cron expression of six or seven fields.", trigger)
 
     def _window_definition(self, definition: ast.WindowDefinition) -> None:

@@ -92,3 +92,18 @@ def test_run_reports_bad_input_and_bad_apps_in_one_line(tmp_path):
     app.write_text("define stream S (a int);\nfrom S[a > 'x'] select a insert into O;")
     result = cli("run", str(app), "--input", "-", stdin="")
     assert result.returncode == 1 and f"{app}:2:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_run_fires_start_triggers_and_prints_no_named_window(tmp_path):
+    app = tmp_path / "app.siddhi"
+    app.write_text(
+        "@app:playback\ndefine stream S (x int);\ndefine trigger Boot at 'start';\n"
+        "define window W (x int) length(1);\nfrom S select x insert into W;\n"
+        "from W select x insert all events into Moved;\nfrom Boot select triggered_time insert into Booted;"
+    )
+    result = cli("run", str(app), "--input", "-", stdin="")  # no input: the start trigger fires all the same
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [{"stream": "Booted", "data": [0], "timestamp": 0}]
+    events = '{"stream": "S", "data": [1], "timestamp": 1000}\n{"stream": "S", "data": [2], "timestamp": 2000}\n'
+    result = cli("run", str(app), "--input", "-", stdin=events)
+    assert [json.loads(line)["data"] for line in result.stdout.splitlines()] == [[0], [1], [1], [2]]
