@@ -36,6 +36,10 @@ class PartitionRuntime:
         for query in partition.queries:
             if isinstance(query.input, ast.StreamInput) and not query.input.inner and query.input.stream not in self.read:
                 self.read.append(query.input.stream)
+            elif isinstance(query.input, ast.StateInput):  # a pattern reads each of its streams per key
+                for stream in query.input_streams():
+                    if not stream.inner and stream.stream not in self.read:
+                        self.read.append(stream.stream)
         # build once to check the queries and define the streams they write; keep nothing
         template = PartitionInstance(self, None)
         template.stop()

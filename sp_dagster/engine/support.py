@@ -22,7 +22,6 @@ _PLURAL = {
     "fault stream": "fault streams (!S)",
     "return output": "'return' outputs (outside on-demand queries)",
     "table store": "tables with @store",
-    "absent pattern": "absent states (not ... for)",
 }
 #: Features issue 9 adds, by the name used in messages and test reasons.
 ISSUE_9 = ("absent pattern", "named window", "trigger", "table store")
@@ -53,8 +52,6 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
         if isinstance(source, ast.JoinInput):
             if source.within or source.per is not None:
                 found.append(("incremental aggregation", source))
-        elif isinstance(source, ast.StateInput):
-            found.extend(("absent pattern", node) for node in _walk(source) if isinstance(node, ast.AbsentState))
         for stream in query.input_streams():
             if stream.fault:
                 found.append(("fault stream", stream))
