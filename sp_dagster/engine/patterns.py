@@ -8,6 +8,20 @@ with the next step from the minimum count on, until that next step matches. In a
 events that do not match are skipped; in a sequence, a partial match that an event does not
 advance is dropped, and an `every` start is re-armed only when no partial match is under way.
 `within` drops partial matches older than the limit (event time) before each event.
+
+Absent states (`not S[filter] for T`, alone or as a side of `and`/`or`) follow Siddhi's
+AbsentStreamPreStateProcessor and AbsentLogicalPreStateProcessor. A partial match placed on
+an absent step is given a deadline (the engine clock then + T) and a timer of the query's
+scheduler; an event of S that passes the filter before the deadline kills it (for `or`,
+only its absent branch), and when the deadline comes (playback: when a later event of the
+app moves the clock past it, before that event is processed; wall clock: the timer
+thread) it moves on with the deadline as its time, or is emitted as a match. `not S and
+e=S2` (no `for`) completes on S2 if no S came first; `not S for T and e=S2` needs both the
+quiet period and S2. An absent first state is armed when the query starts (playback: at 0)
+and, killed, re-arms from the killing event; `every not S for T` fires once per quiet
+period. In a sequence an absent partial lives through one further event of the query (a
+killing one ends it) and is dropped by the next, or by a timer once a newer partial waits
+on the same state (Siddhi's reset before each event).
 """
 
 from __future__ import annotations
@@ -33,12 +47,15 @@ class PatternEvent(StreamEvent):
 
 
 class _State:
-    def __init__(self, node: ast.StreamState, slot: int, schema: Schema):
+    def __init__(self, node: ast.StreamState | ast.AbsentState, slot: int, schema: Schema):
         self.node = node
         self.stream = node.stream.stream
         self.slot = slot
         self.schema = schema
         self.condition = None
+        self.absent = isinstance(node, ast.AbsentState)
+        self.event = None if self.absent else node.event
+        self.waiting = node.waiting.millis if self.absent and node.waiting is not None else None
 
 
 class _Step:
@@ -47,17 +64,30 @@ class _Step:
         self.states = states
         self.low = low
         self.high = high
+        self.absent = [s for s in states if s.absent]  # absent states ("absent", or a side of and/or)
+        self.present = [s for s in states if not s.absent]
+
+
+#: What an absent state of a partial match waits for: a deadline (int), or these marks.
+DONE, DEAD = "done", "dead"  # the quiet period has passed / the state's `or` branch was killed
 
 
 class _Partial:
-    __slots__ = ("slots", "start")
+    """Events per state; `start` for within, `time` of the last step taken (None: not begun),
+    `waits` (absent state slot -> deadline, DONE or DEAD) on an absent step, and `seen`, the
+    events a sequence partial has lived through on an absent step."""
 
-    def __init__(self, slots: list[list], start: int | None = None):
+    __slots__ = ("slots", "start", "time", "waits", "seen")
+
+    def __init__(self, slots: list[list], start: int | None = None, time: int | None = None, waits: dict | None = None, seen: int = 0):
         self.slots = slots
         self.start = start
+        self.time = time
+        self.waits = waits
+        self.seen = seen
 
     def copy(self) -> _Partial:
-        return _Partial([list(s) for s in self.slots], self.start)
+        return _Partial([list(s) for s in self.slots], self.start, self.time, dict(self.waits) if self.waits else None, self.seen)
 
 
 def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
@@ -66,7 +96,7 @@ def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
     groups: list[tuple[int, int]] = []
     states: list[_State] = []
 
-    def state(element: ast.StreamState) -> _State:
+    def state(element: ast.StreamState | ast.AbsentState) -> _State:
         if any(not isinstance(h, ast.Filter) for h in element.stream.handlers):
             raise app_error("only filters can follow a stream in a pattern or sequence", element.stream)
         result = _State(element, len(states), schemas[element.stream.stream])
@@ -82,9 +112,12 @@ def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
             walk(element.element)
             groups.append((start, len(steps) - 1))
         elif isinstance(element, ast.LogicalState):
-            if not isinstance(element.left, ast.StreamState) or not isinstance(element.right, ast.StreamState):
+            sides = (element.left, element.right)
+            if not all(isinstance(side, (ast.StreamState, ast.AbsentState)) for side in sides):
                 raise app_error("'and'/'or' joins two stream states here", element)
             steps.append(_Step(element.op, [state(element.left), state(element.right)]))
+        elif isinstance(element, ast.AbsentState):
+            steps.append(_Step("absent", [state(element)]))
         elif isinstance(element, ast.StreamState):
             quantifier = element.quantifier
             if quantifier is None:
@@ -92,7 +125,7 @@ def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
             else:
                 steps.append(_Step("count", [state(element)], quantifier.min or 0, quantifier.max))
         else:
-            raise app_error("absent states (not ... for) are not supported by the engine yet (issue 9)", element)
+            raise app_error(f"unexpected pattern element {type(element).__name__}", element)
 
     walk(node.element)
     return steps, groups, states
@@ -107,14 +140,14 @@ class PatternScope(Scope):
         self.own = own
         self.by_name: dict[str, _State] = {}
         for s in states:
-            for name in filter(None, (s.node.event, s.stream)):
+            for name in filter(None, (s.event, s.stream)):
                 self.by_name.setdefault(name, s)
 
     def variable(self, node: ast.Variable) -> Executor:
         if node.stream is None:
             if self.own is not None and self.own.schema.index(node.name) is not None:
                 return _candidate(self.own.schema, node.name)
-            target = next((s for s in self.states if s.schema.index(node.name) is not None), None)
+            target = next((s for s in self.states if not s.absent and s.schema.index(node.name) is not None), None)
             index = None
         else:
             target = self.by_name.get(node.stream)
@@ -171,7 +204,7 @@ def _pick(events: list, index):
 class PatternProcessor(Processor):
     """Runs the partial matches of one pattern or sequence and emits each completed match."""
 
-    def __init__(self, node: ast.StateInput, schemas: dict[str, Schema], context):
+    def __init__(self, node: ast.StateInput, schemas: dict[str, Schema], context, schedulers=None):
         self.sequence = node.kind == "sequence"
         self.within = node.within.millis if node.within is not None else None
         self.steps, groups, self.states = compile_states(node, schemas)
@@ -187,6 +220,17 @@ class PatternProcessor(Processor):
             for i in range(start, end + 1):
                 self.group_of.setdefault(i, start)
         self.streams = sorted({s.stream for s in self.states})
+        self.selector = None  # where matches completed by a timer go (PatternInput sets it)
+        self.clock = context.clock
+        self.now = self.clock.now()  # the time being processed: an event's, a timer's, or the start
+        self.step_of = {s.slot: i for i, step in enumerate(self.steps) for s in step.states}
+        self.absent_at = [bool(step.absent) for step in self.steps]
+        # one timer queue per timed absent state, as Siddhi has a scheduler per absent processor
+        self.timers = {}
+        for s in self.states:
+            if s.waiting is not None:
+                scheduler = schedulers("pattern")
+                self.timers[s.slot] = scheduler.queue(lambda when, slot=s.slot: self._on_timer(slot, when))
         self.pending: list[tuple[_Partial, int]] = []
         self._arm(_Partial([[] for _ in self.states]), 0, self.pending, [])
 
@@ -201,10 +245,34 @@ class PatternProcessor(Processor):
         if step == len(self.steps):
             out.append(partial)
             return
+        current = self.steps[step]
+        if current.absent:
+            partial = self._waiting(partial, current)
         if not any(p is partial and i == step for p, i in into):
             into.append((partial, step))
-        if self.steps[step].kind == "count" and self.steps[step].low == 0 and not partial.slots[self.steps[step].states[0].slot]:
+        if current.kind == "count" and current.low == 0 and not partial.slots[current.states[0].slot]:
             self._arm(partial, step + 1, into, out)
+
+    def _waiting(self, partial: _Partial, current: _Step) -> _Partial:
+        """A copy of `partial` waiting on an absent step: a deadline (and timer) per timed state."""
+        waiting = partial.copy()
+        waiting.waits = {}
+        waiting.seen = 0
+        for s in current.absent:
+            if s.waiting is not None:
+                deadline = self.now + s.waiting
+                waiting.waits[s.slot] = deadline
+                queue = self.timers[s.slot]
+                if not queue.times or queue.times[-1] != deadline:
+                    queue.notify_at(deadline)
+        return waiting
+
+    def _place(self, partial: _Partial, step: int, into: list) -> None:
+        """Re-arm `partial` at `step` (an every group's start)."""
+        if self.steps[step].absent:
+            self._arm(partial, step, into, [])
+        else:
+            into.append((partial, step))
 
     def _fresh(self, partial: _Partial, start: int) -> _Partial:
         fresh = partial.copy()
@@ -213,6 +281,7 @@ class PatternProcessor(Processor):
                 fresh.slots[s.slot] = []
         if start == 0:
             fresh.start = None
+            fresh.time = None
         return fresh
 
     def _matches(self, state: _State, partial: _Partial, event: StreamEvent, stream: str) -> bool:
@@ -223,17 +292,17 @@ class PatternProcessor(Processor):
         return state.condition(PatternEvent(event.timestamp, partial.slots, event)) is True
 
     def _is_fresh(self, partial: _Partial) -> bool:
-        return not any(partial.slots)
+        return partial.time is None and not any(partial.slots)
 
     def receive_event(self, stream: str, event: StreamEvent) -> list[_Partial]:
         """Advance the partial matches with one event; return the completed ones."""
-        now = event.timestamp
+        if self.timers:
+            self._fire_due()
+        now = self.now = event.timestamp
         pending, rearm = [], []
         for partial, step in self.pending:
             if self.within is not None and partial.start is not None and now - partial.start > self.within:
-                start = self.group_of.get(step)
-                if start is not None and start < len(self.steps) and self._outside_start(partial, start):
-                    rearm.append((self._fresh(partial, start), start))
+                self._expired(partial, step, rearm)
                 continue
             pending.append((partial, step))
         for partial, step in rearm:
@@ -246,21 +315,38 @@ class PatternProcessor(Processor):
             self._step_all(pending, event, stream, kept, out, moved)
         else:
             busy = [(p, i) for p, i in pending if not self._is_fresh(p)]
-            fresh = [(p, i) for p, i in pending if self._is_fresh(p)]
+            fresh = [(p, i) for p, i in pending if self._is_fresh(p) and not self.steps[i].absent]
+            quiet = [(p, i) for p, i in pending if self._is_fresh(p) and self.steps[i].absent]
             self._step_all(busy, event, stream, kept, out, moved)
-            if any(not self._is_fresh(p) for p, _ in kept):
+            self._step_all(quiet, event, stream, kept, out, moved)
+            # a partial on an absent step does not hold back a new start
+            if any(not self._is_fresh(p) and not self.steps[i].absent for p, i in kept):
                 kept.extend(fresh)
             else:
                 self._step_all(fresh, event, stream, kept, out, moved)
-            if 0 in self.group_at_start and not any(i == 0 and self._is_fresh(p) for p, i in kept):
-                self._arm(_Partial([[] for _ in self.states]), 0, kept, [])
+            self._keep_start(kept)
         self.pending = kept
         return out
 
+    def _keep_start(self, kept: list) -> None:
+        """A sequence under `every` keeps one fresh partial at its first step."""
+        if self.sequence and 0 in self.group_at_start and not any(i == 0 and self._is_fresh(p) for p, i in kept):
+            self._arm(_Partial([[] for _ in self.states]), 0, kept, [])
+
+    def _expired(self, partial: _Partial, step: int, rearm: list) -> None:
+        """`partial` is older than `within`: an every group it began inside starts again."""
+        start = self.group_of.get(step)
+        if start is not None and start < len(self.steps) and self._outside_start(partial, start):
+            self._place(self._fresh(partial, start), start, rearm)
+
     def _step_all(self, entries, event, stream, kept, out, moved) -> None:
         decisions = [self._decide(partial, step, event, stream) for partial, step in entries]
+        absent = self.absent_at
         for (partial, step), matched in zip(entries, decisions):
             if id(partial) in moved:
+                continue
+            if absent[step]:
+                self._step_absent(partial, step, matched, event, kept, out)
                 continue
             if matched is None:
                 if not self.sequence or self._is_fresh(partial):
@@ -271,15 +357,28 @@ class PatternProcessor(Processor):
     def _rearm(self, partial: _Partial, end: int, kept: list) -> None:
         start = self.group_ending[end]
         if not (self.sequence and start == 0):  # a sequence keeps one fresh start itself
-            kept.append((self._fresh(partial, start), start))
+            self._place(self._fresh(partial, start), start, kept)
 
     def _outside_start(self, partial: _Partial, start: int) -> bool:
         return any(partial.slots[s.slot] for s in self.steps[start].states)
 
     def _decide(self, partial: _Partial, step: int, event: StreamEvent, stream: str):
         current = self.steps[step]
+        if current.absent:
+            return self._decide_absent(partial, current, event, stream)
         for state in current.states:
             if current.kind == "and" and partial.slots[state.slot]:
+                continue
+            if self._matches(state, partial, event, stream):
+                return state
+        return None
+
+    def _decide_absent(self, partial: _Partial, current: _Step, event: StreamEvent, stream: str):
+        for state in current.states:
+            if state.absent:
+                if partial.waits.get(state.slot) in (DONE, DEAD):
+                    continue  # its quiet period is over, or its branch is dead
+            elif current.kind == "and" and partial.slots[state.slot]:
                 continue
             if self._matches(state, partial, event, stream):
                 return state
@@ -289,6 +388,7 @@ class PatternProcessor(Processor):
         current = self.steps[step]
         if current.kind == "count":
             partial.slots[state.slot].append(event)
+            partial.time = event.timestamp
             if partial.start is None:
                 partial.start = event.timestamp
             count = len(partial.slots[state.slot])
@@ -306,6 +406,7 @@ class PatternProcessor(Processor):
         if current.kind == "and":
             target = partial
             target.slots[state.slot] = [event]
+            target.time = event.timestamp
             if target.start is None:
                 target.start = event.timestamp
             if not all(target.slots[s.slot] for s in current.states):
@@ -314,11 +415,106 @@ class PatternProcessor(Processor):
         else:
             target = partial.copy()
             target.slots[state.slot] = [event]
+            target.time = event.timestamp
             if target.start is None:
                 target.start = event.timestamp
         self._arm(target, step + 1, kept, out)
         if step in self.group_ending:
             self._rearm(target, step, kept)
+
+    # -- absent steps
+
+    def _step_absent(self, partial, step, matched, event, kept, out) -> None:
+        """One event against a partial on a step with absent states."""
+        current = self.steps[step]
+        fresh = self._is_fresh(partial)
+        lingering = self.sequence and not fresh
+        if lingering and partial.seen:
+            return  # a sequence has moved on past it (Siddhi's reset before each event)
+        if matched is None:
+            if lingering:
+                partial.seen = 1
+            kept.append((partial, step))
+            return
+        if matched.absent:  # an event that should not have come
+            others = current.present or any(partial.waits.get(s.slot) != DEAD for s in current.absent if s is not matched)
+            if current.kind == "or" and others:
+                partial.waits[matched.slot] = DEAD  # only this branch of the `or` dies
+                if lingering:
+                    partial.seen = 1
+                kept.append((partial, step))
+            elif fresh and step == 0:
+                self._restart(kept)
+            return
+        target = partial if current.kind == "and" else partial.copy()
+        target.slots[matched.slot] = [event]
+        target.time = event.timestamp
+        if target.start is None:
+            target.start = event.timestamp
+        if current.kind == "and" and not self._complete(target, current):
+            if lingering:
+                target.seen = 1
+            kept.append((target, step))
+            return
+        self._finish(target, step, kept, out)
+
+    def _complete(self, partial: _Partial, current: _Step) -> bool:
+        """An `and` step with absent sides: every event side has come, every quiet period passed."""
+        if not all(partial.slots[s.slot] for s in current.present):
+            return False
+        return all(s.waiting is None or partial.waits.get(s.slot) == DONE for s in current.absent)
+
+    def _finish(self, partial: _Partial, step: int, kept: list, out: list) -> None:
+        """`partial` has completed the absent step `step`: on to the next step (or out)."""
+        partial.waits = None
+        partial.seen = 0
+        self._arm(partial, step + 1, kept, out)
+        if step in self.group_ending:
+            self._rearm(partial, step, kept)
+
+    def _restart(self, kept: list) -> None:
+        """A fresh first-step partial was killed: a pattern arms a new one from now (Siddhi
+        re-arms a lone absent first state, and any first state under `every`); a sequence's
+        `every` start is re-armed by _keep_start, else it stays dead."""
+        if not self.sequence and (self.steps[0].kind == "absent" or 0 in self.group_at_start):
+            self._arm(_Partial([[] for _ in self.states]), 0, kept, [])
+
+    def _fire_due(self) -> None:
+        """Fire the deadlines the clock has passed (the wall clock's thread may lag an event)."""
+        for queue in self.timers.values():
+            if queue.times and queue.times[0] <= self.clock.now():
+                queue.fire()
+
+    def _on_timer(self, slot: int, when: int) -> None:
+        """The deadline `when` of absent state `slot` has come: fire the partials due."""
+        self.now = when
+        at = self.step_of[slot]
+        current = self.steps[at]
+        entries = self.pending
+        if self.sequence and any(i == at and not self._is_fresh(p) and not p.seen for p, i in entries):
+            # a newer partial waits here: the older ones lived through an event (Siddhi resets them)
+            entries = [(p, i) for p, i in entries if not (i == at and not self._is_fresh(p) and p.seen)]
+        kept, out, rearm = [], [], []
+        for partial, step in entries:
+            if step != at or not isinstance(partial.waits.get(slot), int) or partial.waits[slot] > when:
+                kept.append((partial, step))
+                continue
+            if self.within is not None and partial.start is not None and when - partial.start > self.within:
+                self._expired(partial, step, rearm)
+                continue
+            partial.waits[slot] = DONE
+            if current.kind == "and" and not self._complete(partial, current):
+                kept.append((partial, step))
+                continue
+            partial.time = when
+            self._finish(partial, step, kept, out)
+        for partial, step in rearm:
+            if not any(p is partial for p, _ in kept):
+                kept.append((partial, step))
+        self._keep_start(kept)
+        self.pending = kept
+        for match in out:  # one chunk per match, as Siddhi sends each
+            self.selector.process([PatternEvent(when, match.slots)])
 
     def process(self, chunk):
         raise NotImplementedError  # fed per stream by PatternInput
@@ -330,13 +526,25 @@ class PatternProcessor(Processor):
         for partial, step in self.pending:
             if id(partial) not in index:
                 index[id(partial)] = len(partials)
-                partials.append([partial.start, [dump_events(s) for s in partial.slots]])
+                waits = None if partial.waits is None else sorted(partial.waits.items())
+                partials.append([partial.start, [dump_events(s) for s in partial.slots], partial.time, waits, partial.seen])
             entries.append((index[id(partial)], step))
-        return [partials, entries]
+        timers = [[slot, queue.snapshot()] for slot, queue in self.timers.items()]
+        return [partials, entries, timers]
 
     def restore(self, state) -> None:
-        partials = [_Partial([load_events(s) for s in slots], start) for start, slots in state[0]]
+        partials = []
+        for saved in state[0]:
+            start, slots, *more = saved  # snapshots from before absent states hold two fields
+            time, waits, seen = more or (None, None, 0)
+            partials.append(_Partial([load_events(s) for s in slots], start, time, None if waits is None else dict(waits), seen))
         self.pending = [(partials[i], step) for i, step in state[1]]
+        for slot, times in state[2] if len(state) > 2 else ():
+            self.timers[slot].restore(times)
+
+    def stop(self) -> None:
+        for queue in self.timers.values():
+            queue.scheduler.discard(queue)
 
 
 def _both(first, second):
@@ -351,6 +559,8 @@ class PatternInput:
         self.stream = stream
         self.selector = selector
         self.together = len(processor.streams) == 1  # one stream: a match chunk per event
+        processor.selector = selector
+
     def receive(self, chunk) -> None:
         """Feed each event of the chunk to the pattern, in order."""
         for event in as_events(chunk):

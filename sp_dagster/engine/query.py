@@ -121,7 +121,7 @@ class QueryRuntime:
             mode = "slide"
         elif isinstance(query.input, ast.StateInput):
             schemas = {s.stream: streams.source(s.stream, s.inner).schema for s in query.input_streams()}
-            pattern = PatternProcessor(query.input, schemas, context)
+            pattern = PatternProcessor(query.input, schemas, context, schedulers)
             self.processors = [pattern]
             schema, scope, mode = Schema((), ()), pattern.scope(context), "batch"
         else:

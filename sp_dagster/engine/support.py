@@ -1,6 +1,6 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
-Absent pattern states and stored tables are issue 9; incremental
+Stored tables are issue 9; incremental
 aggregations, script functions, playback tuning, fault streams and the few functions and
 windows the parser knows but the engine does not implement are not planned yet. Every such use in
 an app is reported (all of them at once, with line and column), never silently ignored.
@@ -22,10 +22,9 @@ _PLURAL = {
     "fault stream": "fault streams (!S)",
     "return output": "'return' outputs (outside on-demand queries)",
     "table store": "tables with @store",
-    "absent pattern": "absent states (not ... for)",
 }
 #: Features issue 9 adds, by the name used in messages and test reasons.
-ISSUE_9 = ("absent pattern", "table store")
+ISSUE_9 = ("table store",)
 
 
 def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
@@ -52,8 +51,6 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
         if isinstance(source, ast.JoinInput):
             if source.within or source.per is not None:
                 found.append(("incremental aggregation", source))
-        elif isinstance(source, ast.StateInput):
-            found.extend(("absent pattern", node) for node in _walk(source) if isinstance(node, ast.AbsentState))
         for stream in query.input_streams():
             if stream.fault:
                 found.append(("fault stream", stream))
