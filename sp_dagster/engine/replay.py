@@ -20,11 +20,12 @@ from sp_dagster.siddhi import ast
 
 
 def output_streams(app: ast.App) -> list[str]:
-    """The global streams an app's queries write to, in the order they are first written."""
+    """The global streams an app's queries write to (not its tables), in the order they are first written."""
+    tables = {d.name for d in app.definitions if isinstance(d, ast.TableDefinition)}
     names: list[str] = []
     for query, _ in app.queries():
         output = query.output
-        if isinstance(output, ast.InsertInto) and not output.inner and output.target not in names:
+        if isinstance(output, ast.InsertInto) and not output.inner and output.target not in names and output.target not in tables:
             names.append(output.target)
     return names
 
@@ -39,23 +40,28 @@ def decode_line(line: str, runtime: AppRuntime) -> tuple[str, tuple, int | None]
     return decode_event_line(line, attributes)
 
 
-def replay_file(text: str, app_path: str, lines: Iterable[str], input_name: str, out: IO[str]) -> None:
+def replay_file(text: str, app_path: str, lines: Iterable[str], input_name: str, out: IO[str], datasources: dict | None = None) -> None:
     """Build the app, send every input line, print every output event as a JSON line."""
-    runtime = AppRuntime(text, source=app_path)
+    runtime = AppRuntime(text, source=app_path, datasources=datasources)
     try:
         for name in output_streams(runtime.app):
             schema = runtime.schema(name)
             runtime.add_callback(name, _printer(name, schema, out))
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                stream, row, timestamp = decode_line(line, runtime)
-            except SpDagsterError as exc:
-                raise EngineError(f"{input_name}:{number}: {exc}") from None
-            runtime.send(stream, [row], None if timestamp is None else [timestamp])
+        send_lines(runtime, lines, input_name)
     finally:
         runtime.shutdown()
+
+
+def send_lines(runtime: AppRuntime, lines: Iterable[str], input_name: str) -> None:
+    """Send every event line to the runtime (EngineError naming the line that does not fit)."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            stream, row, timestamp = decode_line(line, runtime)
+        except SpDagsterError as exc:
+            raise EngineError(f"{input_name}:{number}: {exc}") from None
+        runtime.send(stream, [row], None if timestamp is None else [timestamp])
 
 
 def _printer(name: str, schema: Schema, out: IO[str]):

@@ -1,6 +1,6 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
-Absent pattern states, stored tables, named windows and triggers are issue 9; incremental
+Absent pattern states, named windows and triggers are issue 9; incremental
 aggregations, script functions, playback tuning, fault streams and the few functions and
 windows the parser knows but the engine does not implement are not planned yet. Every such use in
 an app is reported (all of them at once, with line and column), never silently ignored.
@@ -21,11 +21,10 @@ _PLURAL = {
     "playback idle.time/increment": "the idle.time and increment options of @app:playback",
     "fault stream": "fault streams (!S)",
     "return output": "'return' outputs (outside on-demand queries)",
-    "table store": "tables with @store",
     "absent pattern": "absent states (not ... for)",
 }
 #: Features issue 9 adds, by the name used in messages and test reasons.
-ISSUE_9 = ("absent pattern", "named window", "trigger", "table store")
+ISSUE_9 = ("absent pattern", "named window", "trigger")
 
 
 def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
@@ -34,10 +33,7 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
     tables = {d.name for d in app.definitions if isinstance(d, ast.TableDefinition)}
     windows = {d.name for d in app.definitions if isinstance(d, ast.WindowDefinition)}
     for definition in app.definitions:
-        if isinstance(definition, ast.TableDefinition):
-            if definition.annotation("store") is not None:
-                found.append(("table store", definition))
-        elif isinstance(definition, ast.WindowDefinition):
+        if isinstance(definition, ast.WindowDefinition):
             found.append(("named window", definition))
         elif isinstance(definition, ast.TriggerDefinition):
             found.append(("trigger", definition))
