@@ -529,3 +529,16 @@ def test_on_demand_mistakes_have_line_and_column(text, fragment, column):
     assert fragment in error.message
     if column:
         assert error.column == column
+
+
+def test_run_and_query_take_datasources_from_a_deployment_file(tmp_path, cli):
+    conf = tmp_path / "deployment.yaml"
+    conf.write_text(f"datasources:\n  TABLES_DB: sqlite:///{tmp_path / 'tables.db'}\n")
+    app = tmp_path / "app.siddhi"
+    app.write_text("define stream S (k string);\n@store(type='rdbms', datasource='TABLES_DB')\ndefine table T (k string);\nfrom S insert into T;\n")
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"stream": "S", "data": ["x"]}\n')
+    assert cli("run", str(app), "--input", str(events), "--conf", str(conf)).returncode == 0
+    assert cli("query", str(app), "from T select k", "--conf", str(conf)).stdout.splitlines() == ["k", "x", "(1 row)"]
+    without = cli("query", str(app), "from T select k")
+    assert without.returncode == 1 and "names a datasource of deployment.yaml" in without.stderr

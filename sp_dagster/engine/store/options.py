@@ -109,7 +109,7 @@ def _datasource(store: ast.Annotation, datasources: dict | None):
     if not datasources:
         raise app_error(
             f"@store datasource '{name}' names a datasource of deployment.yaml, and this runtime was given none; "
-            "pass the file that defines it (sp-dagster query --config FILE; AppRuntime(..., datasources=config.datasources)) "
+            "pass the file that defines it (sp-dagster run or query --conf FILE; AppRuntime(..., datasources=config.datasources)) "
             "or give jdbc.url, username and password instead",
             node,
         )
