@@ -1,4 +1,4 @@
-"""`sp-dagster conformance` and `sp-dagster run`: the engine from the command line."""
+"""`sp-dagster conformance`, `sp-dagster run` and `sp-dagster query`: the engine from the command line."""
 
 from __future__ import annotations
 
@@ -30,7 +30,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("app", metavar="APP.siddhi", help="the Siddhi app")
     run.add_argument("--input", required=True, metavar="EVENTS.jsonl", help="events to send ('-' for standard input)")
+    run.add_argument("--conf", metavar="FILE", help="a deployment.yaml whose datasources @store(datasource='NAME') refers to")
     run.set_defaults(handler=run_app)
+
+    query = subparsers.add_parser(
+        "query",
+        help="run an on-demand query against an app's tables",
+        description="Build an app's runtime and run one on-demand query against its tables: "
+        "'from T [on cond] select ... [group by/having/order by/limit]' prints the rows found; "
+        "'delete T on ...', 'update T set ... on ...' and 'select ... insert into T' change the table. "
+        "Tables with @store(type='rdbms') are read from (and changed in) their database; in-memory "
+        "tables start empty, or hold what --events sends first.",
+    )
+    query.add_argument("app", metavar="APP.siddhi", help="the Siddhi app")
+    query.add_argument("query", metavar="QUERY", help="the on-demand query, e.g. \"from StockTable on price > 10 select symbol, price\"")
+    query.add_argument("--events", metavar="EVENTS.jsonl", help="events to send before the query, as for `run` ('-' for standard input)")
+    query.add_argument("--json", action="store_true", help="print one JSON object per row, keyed by attribute name")
+    query.add_argument("--conf", metavar="FILE", help="a deployment.yaml whose datasources @store(datasource='NAME') refers to")
+    query.set_defaults(handler=run_query)
 
 
 def run_conformance(args: argparse.Namespace) -> int:
@@ -59,8 +76,58 @@ def run_app(args: argparse.Namespace) -> int:
     text = Path(args.app).read_text(encoding="utf-8")
     source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
     try:
-        replay_file(text, args.app, source, args.input, sys.stdout)
+        replay_file(text, args.app, source, args.input, sys.stdout, _datasources(args.conf))
     finally:
         if source is not sys.stdin:
             source.close()
     return 0
+
+
+def _datasources(conf: str | None) -> dict | None:
+    if conf is None:
+        return None
+    from sp_dagster.config.loader import load_config
+
+    return load_config(conf).datasources
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Run one on-demand query against an app's tables and print the rows it returns."""
+    from sp_dagster.engine.ondemand import run_on_demand
+    from sp_dagster.engine.replay import send_lines
+    from sp_dagster.engine.runtime import AppRuntime
+
+    text = Path(args.app).read_text(encoding="utf-8")
+    runtime = AppRuntime(text, source=args.app, datasources=_datasources(args.conf))
+    try:
+        if args.events:
+            source = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")
+            try:
+                send_lines(runtime, source, args.events)
+            finally:
+                if source is not sys.stdin:
+                    source.close()
+        with runtime.lock:
+            result = run_on_demand(runtime, args.query, "query")
+    finally:
+        runtime.shutdown()
+    schema = result.schema
+    if args.json:
+        from sp_dagster.messaging.eventlines import json_value
+
+        for event in result.events:
+            row = {n: json_value(v, t) for n, t, v in zip(schema.names, schema.types, event.data)}
+            print(json.dumps(row, default=str))
+    elif schema.names:
+        _print_table(schema, [event.data for event in result.events])
+    return 0
+
+
+def _print_table(schema, rows: list[tuple]) -> None:
+    from sp_dagster.javatext import java_str
+
+    cells = [list(schema.names)] + [[java_str(v, t) for v, t in zip(row, schema.types)] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(schema.names))]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+    print(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")

@@ -17,10 +17,9 @@ from typing import Any, Iterator
 
 from sp_dagster.engine.errors import EngineError
 from sp_dagster.engine.runtime import AppRuntime
-from sp_dagster.engine.support import ISSUE_9, unsupported_features
 from sp_dagster.engine.values import coerce, f32, java_class
 from sp_dagster.errors import SpDagsterError
-from sp_dagster.siddhi import SiddhiQLError, parse
+from sp_dagster.siddhi import SiddhiQLError
 
 
 @dataclass
@@ -136,18 +135,6 @@ def replay(case: Case, restore_at: int | None = None) -> tuple[_Recorder, list[s
     finally:
         runtime.shutdown()
     return recorder, types
-
-
-def deferred_feature(case: Case) -> str | None:
-    """The issue-9 feature a case needs (join, pattern, table, ...), from its category or app."""
-    family = case.category.split("-")[0]
-    if family in ISSUE_9:
-        return family
-    try:
-        app = parse(case.app)
-    except SiddhiQLError:
-        return None
-    return next((feature for feature, _ in unsupported_features(app) if feature in ISSUE_9), None)
 
 
 def column_types(rows: list[list], kinds: list[str]) -> list[str] | None:

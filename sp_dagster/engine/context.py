@@ -21,7 +21,9 @@ class AppContext:
         self.query_callbacks: dict[str, list] = {}
         self.windows: dict = {}  # name -> NamedWindow (`define window`)
         self.query_schemas: dict[str, Schema] = {}  # output attributes of each query
-        self.tables: dict = {}  # name -> InMemoryTable
+        self.tables: dict = {}  # name -> Table (in memory, or in a database with @store)
+        self.datasources: dict = {}  # deployment.yaml's datasources, for @store(datasource='NAME')
+        self.connections = None  # the database engines of @store tables (engine.store.rdbms.Connections)
 
     def callbacks_for(self, query_name: str) -> list:
         """The (shared, growing) list of callbacks of query `query_name`."""

@@ -42,12 +42,14 @@ class JoinSide(Processor):
         self.trigger = trigger
         self.nulls = ((None,) * width[1], (None,) * width[0])[not left]  # the other side, absent
         self.condition = condition
-        self.other = None  # the other side's window or table (has held())
+        self.other = None  # the other side's window (held()) or table view (held_for(event))
 
     def process(self, chunk):
         if not self.trigger:
             return
         condition = self.condition
+        # a table side gives the rows that may match each event (held_for); a window, all it holds
+        lookup = getattr(self.other, "held_for", None)
         chunks = []
         for event in chunk:
             kind = event.type
@@ -57,7 +59,7 @@ class JoinSide(Processor):
                 chunks.append([StreamEvent(event.timestamp, None, RESET)])
                 continue
             out = []
-            for found in self.other.held():
+            for found in self.other.held() if lookup is None else lookup(event):
                 data = event.data + found.data if self.left else found.data + event.data
                 joined = StreamEvent(event.timestamp, data, kind)
                 if condition is None or condition(joined) is True:

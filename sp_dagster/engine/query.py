@@ -23,7 +23,7 @@ from sp_dagster.engine.ratelimit import EVENT_LIMITERS, TIME_LIMITERS, PassThrou
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.selector import Selector
 from sp_dagster.engine.snapshotlimit import snapshot_limiter
-from sp_dagster.engine.tables import TableOutput
+from sp_dagster.engine.tables import TableJoinView, TableOutput
 from sp_dagster.engine.windows import WINDOWS, Param, WindowContext
 from sp_dagster.siddhi import ast
 
@@ -189,7 +189,7 @@ class QueryRuntime:
         for index, (source, side) in enumerate(zip((join.left, join.right), self.join_sides)):
             name = source.stream.stream
             if name in tables:
-                holders.append(tables[name])
+                holders.append(TableJoinView(tables[name], join.on, scope, 0 if index == 0 else len(schemas[0])))
                 continue
             if name in self.context.windows and not source.stream.inner:
                 # a named window: probe what it holds; what it emits triggers this side (its

@@ -40,24 +40,29 @@ def decode_line(line: str, runtime: AppRuntime) -> tuple[str, tuple, int | None]
     return decode_event_line(line, attributes)
 
 
-def replay_file(text: str, app_path: str, lines: Iterable[str], input_name: str, out: IO[str]) -> None:
+def replay_file(text: str, app_path: str, lines: Iterable[str], input_name: str, out: IO[str], datasources: dict | None = None) -> None:
     """Build the app, send every input line, print every output event as a JSON line."""
-    runtime = AppRuntime(text, source=app_path)
+    runtime = AppRuntime(text, source=app_path, datasources=datasources)
     try:
         for name in output_streams(runtime.app):
             schema = runtime.schema(name)
             runtime.add_callback(name, _printer(name, schema, out))
         runtime.start()  # `at 'start'` triggers fire before any input
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                stream, row, timestamp = decode_line(line, runtime)
-            except SpDagsterError as exc:
-                raise EngineError(f"{input_name}:{number}: {exc}") from None
-            runtime.send(stream, [row], None if timestamp is None else [timestamp])
+        send_lines(runtime, lines, input_name)
     finally:
         runtime.shutdown()
+
+
+def send_lines(runtime: AppRuntime, lines: Iterable[str], input_name: str) -> None:
+    """Send every event line to the runtime (EngineError naming the line that does not fit)."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            stream, row, timestamp = decode_line(line, runtime)
+        except SpDagsterError as exc:
+            raise EngineError(f"{input_name}:{number}: {exc}") from None
+        runtime.send(stream, [row], None if timestamp is None else [timestamp])
 
 
 def _printer(name: str, schema: Schema, out: IO[str]):

@@ -32,7 +32,7 @@ from sp_dagster.engine.partition import PartitionRuntime
 from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.support import check_supported
-from sp_dagster.engine.tables import InMemoryTable
+from sp_dagster.engine.tables import build_table
 from sp_dagster.engine.triggers import triggers
 from sp_dagster.engine.values import f32
 from sp_dagster.siddhi import SiddhiQLError, ast, parse
@@ -44,7 +44,7 @@ SNAPSHOT_VERSION = 1
 class AppRuntime:
     """A running Siddhi app: send events in, get them out through callbacks."""
 
-    def __init__(self, app: ast.App | str, *, clock: Clock | None = None, source: str | None = None):
+    def __init__(self, app: ast.App | str, *, clock: Clock | None = None, source: str | None = None, datasources: dict | None = None):
         text = app if isinstance(app, str) else None
         try:
             self.app = parse(app, source) if isinstance(app, str) else app
@@ -54,10 +54,15 @@ class AppRuntime:
             check_supported(self.app)
             self.clock = clock or (PlaybackClock() if self.app.playback else WallClock())
             self.context = AppContext(self.app, self.clock, analysis)
+            self.context.datasources = dict(datasources or {})  # for @store(datasource='NAME')
             self.queries: dict[str, QueryRuntime] = {}
             self.partitions: list[PartitionRuntime] = []
             self.started = False
-            self._build()
+            try:
+                self._build()
+            except BaseException:
+                self._stop_tables()
+                raise
         except SiddhiQLError as error:
             raise error.attach(text, source) from None
         self.lock = self.clock.lock
@@ -85,7 +90,7 @@ class AppRuntime:
             context.junctions[name] = StreamJunction(name, schema)
         for definition in self.app.definitions:
             if isinstance(definition, ast.TableDefinition):
-                context.tables[definition.name] = InMemoryTable(definition)
+                context.tables[definition.name] = build_table(definition, context)
         # named windows and triggers are streams too, and their timers fire before the queries'
         context.windows = named_windows(self.app, context)
         self.triggers = triggers(self.app, context)
@@ -286,6 +291,20 @@ class AppRuntime:
                 partition.stop()
             for part in (*self.context.windows.values(), *self.triggers.values()):
                 part.stop()
+            self._stop_tables()
+
+    def _stop_tables(self) -> None:
+        for table in self.context.tables.values():
+            table.stop()
+
+    # -- on-demand queries
+
+    def query(self, text: str) -> list[Event]:
+        """Run an on-demand query (`from T on ... select ...`, `delete T on ...`, ...); its events."""
+        from sp_dagster.engine.ondemand import run_on_demand
+
+        with self.lock:
+            return run_on_demand(self, text).events
 
     def __enter__(self) -> AppRuntime:
         return self

@@ -1,6 +1,6 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
-Stored tables are issue 9; incremental
+Incremental
 aggregations, script functions, playback tuning, fault streams and the few functions and
 windows the parser knows but the engine does not implement are not planned yet. Every such use in
 an app is reported (all of them at once, with line and column), never silently ignored.
@@ -21,21 +21,14 @@ _PLURAL = {
     "playback idle.time/increment": "the idle.time and increment options of @app:playback",
     "fault stream": "fault streams (!S)",
     "return output": "'return' outputs (outside on-demand queries)",
-    "table store": "tables with @store",
 }
-#: Features issue 9 adds, by the name used in messages and test reasons.
-ISSUE_9 = ("table store",)
 
 
 def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
     """(feature, node) for every use of something the engine cannot run yet."""
     found: list[tuple[str, ast.Node]] = []
-    tables = {d.name for d in app.definitions if isinstance(d, ast.TableDefinition)}
     for definition in app.definitions:
-        if isinstance(definition, ast.TableDefinition):
-            if definition.annotation("store") is not None:
-                found.append(("table store", definition))
-        elif isinstance(definition, ast.WindowDefinition):
+        if isinstance(definition, ast.WindowDefinition):
             window = definition.window
             if window.namespace is not None or window.name not in WINDOWS:
                 found.append((f"window '{window.qualified_name}'", window))
@@ -82,14 +75,13 @@ def _walk(node):
 
 
 def check_supported(app: ast.App) -> None:
-    """Raise one SiddhiQLError listing every feature of `app` the engine cannot run yet."""
+    """Raise one SiddhiQLError listing every feature of `app` the engine cannot run."""
     errors = []
     for feature, node in unsupported_features(app):
         if feature.startswith(("function ", "window ", "stream function ")):
             message = f"{feature} is not supported by the engine"
         else:
-            later = " yet (issue 9)" if feature in ISSUE_9 else ""
-            message = f"{_PLURAL.get(feature, feature + 's')} are not supported by the engine{later}"
+            message = f"{_PLURAL.get(feature, feature + 's')} are not supported by the engine"
         errors.append(app_error(message, node))
     if errors:
         raise SiddhiQLError.combine(errors)

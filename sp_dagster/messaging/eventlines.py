@@ -48,7 +48,8 @@ def decode_event_line(line: str, attributes_of: Callable[[str], Sequence[Attribu
     return stream, tuple(check_value(a, v) for a, v in zip(attributes, data)), timestamp
 
 
-def _plain(value: Any, kind: str | None) -> Any:
+def json_value(value: Any, kind: str | None) -> Any:
+    """A value as it goes into a JSON line (floats in their own precision, non-finite ones as text)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # every line stays valid JSON
     if kind == "float" and isinstance(value, float):
@@ -59,5 +60,5 @@ def _plain(value: Any, kind: str | None) -> Any:
 def encode_event_line(stream: str, row: Sequence[Any], timestamp: int | None, types: Sequence[str] | None = None) -> str:
     """One event as a JSON line; `types` (Siddhi types) print floats in their own precision."""
     kinds = list(types) if types is not None else [None] * len(row)
-    data = [_plain(value, kind) for value, kind in zip(row, kinds)]
+    data = [json_value(value, kind) for value, kind in zip(row, kinds)]
     return json.dumps({"stream": stream, "data": data, "timestamp": timestamp}, default=str)

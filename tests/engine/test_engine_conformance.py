@@ -1,8 +1,6 @@
 """Every conformance case, replayed through the runner; and once more through a snapshot.
 
-Cases that need issue-9 features (joins, patterns, sequences, tables, named windows,
-triggers) are strict xfails chosen by category and app content: the suite stays green,
-and a case that starts passing fails loudly until its mark goes.
+Every case must pass; a case the parser cannot read would be a strict xfail naming why.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sp_dagster.engine.conformance import deferred_feature, load_cases, run_case
+from sp_dagster.engine.conformance import load_cases, run_case
 from sp_dagster.siddhi import SiddhiQLError, parse
 
 SHARED = Path(os.environ.get("SP_DAGSTER_SHARED", Path(__file__).resolve().parents[3] / "shared"))
@@ -28,10 +26,6 @@ def _params(snapshot: bool):
                 parse(case.app)
             except SiddhiQLError as exc:
                 marks.append(pytest.mark.xfail(strict=True, reason=f"parser: {exc.message}"))
-            else:
-                feature = deferred_feature(case)
-                if feature is not None:
-                    marks.append(pytest.mark.xfail(strict=True, reason=f"issue 9: {feature}"))
             if snapshot and (marks or len(case.inputs) < 2):
                 continue
             params.append(pytest.param(case, id=f"{path.stem}:{case.id}", marks=marks))

@@ -1,0 +1,27 @@
+"""Tables behind `@store(...)`: `type='rdbms'` keeps a table's rows in a database through SQLAlchemy.
+
+options.py reads the annotation (siddhi-store-rdbms's options), conditions.py turns `on`
+conditions into SQL with bound parameters, rdbms.py is the table itself. Other store types
+(mongodb, redis, ...) are rejected when the app is built.
+"""
+
+from __future__ import annotations
+
+from sp_dagster.engine.errors import app_error
+from sp_dagster.siddhi import ast
+
+
+def build_store_table(definition: ast.TableDefinition, store: ast.Annotation, context):
+    """The table behind `@store(...)` on `definition` (SiddhiQLError or EngineError when it cannot be had)."""
+    kind = store.get("type")
+    if kind is None or kind.lower() != "rdbms":
+        shown = f"type '{kind}'" if kind is not None else "no type"
+        raise app_error(f"@store with {shown} is not supported by the engine; it keeps tables in databases with type='rdbms'", store)
+    from sp_dagster.engine.store.options import parse_store
+    from sp_dagster.engine.store.rdbms import Connections, RdbmsTable
+
+    options = parse_store(definition, store, getattr(context, "datasources", None))
+    connections = getattr(context, "connections", None)
+    if connections is None:
+        connections = context.connections = Connections()
+    return RdbmsTable(definition, options, connections)
