@@ -177,3 +177,30 @@ def test_one_sqlite_file_spelled_two_ways_is_one_database(tmp_path, monkeypatch)
     finally:
         store.close()
         plane.close()
+
+
+def test_a_worker_saves_under_its_current_incarnation_and_not_after_a_restart(database_url, tmp_path, caplog):
+    from sp_dagster.worker.node import RunningInstance, Worker
+
+    plane = ControlPlane(database_url)
+    plane.migrate()
+    worker = Worker(worker_config("w1", database_url, database_url), spark=object(), plane=plane)
+    try:
+        worker.beat()  # registers: incarnation 1
+        elector = Elector(plane, "sp", "m1", lease_ms=30_000)
+        record_deployment(plane, "Trades", content_hash="h", source="s", plan={}, instances=[InstanceSpec(INSTANCE, "avg", 1, "x")])
+        reconcile(plane, elector.tick(), algorithm=BalancedAllocation(), min_resource_count=1, node_max_age_ms=60_000)
+        checkpoint = worker.checkpoints / INSTANCE
+        write_checkpoint(checkpoint, 1)
+        running = RunningInstance(INSTANCE, "h", query=None, checkpoint=checkpoint)
+        worker._save(running)
+        assert [(r.revision, r.saved_by) for r in worker.store.revisions.revisions(INSTANCE)] == [(1, "w1/1")]
+
+        register_node(plane, "w1")  # the same id started elsewhere: this process is superseded
+        with caplog.at_level("INFO", logger="sp_dagster.worker.node"):
+            worker._save(running)
+        assert f"instance {INSTANCE} is not assigned to node w1 incarnation 1; its state was not saved" in caplog.text
+        assert [r.revision for r in worker.store.revisions.revisions(INSTANCE)] == [1]
+    finally:
+        worker.store.close()
+        plane.close()
