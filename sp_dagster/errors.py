@@ -33,3 +33,11 @@ class ControlPlaneError(SpDagsterError):
 
 class DatabaseUnavailable(ControlPlaneError):
     """The control-plane database could not be reached (or dropped the connection)."""
+
+
+class PersistenceError(ControlPlaneError):
+    """State revisions could not be saved or restored, or their table cannot be used."""
+
+
+class NotOwnerError(PersistenceError):
+    """A save refused: the saving node incarnation does not own the instance (any more)."""

@@ -10,7 +10,7 @@ What the other layers call:
   `list_deployments`, `list_instances` (with `InstanceSpec`, `instance_id_for`), and
   `request_rebalance`;
 - a worker: `NodeSession` (register, heartbeat, fencing, its assignments, status reports),
-  and `save_revision` / `latest_revision` / `prune_revisions` for its state;
+  and `RevisionStore` for its state (in the seeds' persistence table; owner-fenced saves);
 - a manager: `Manager` (the loop behind `sp-dagster manager`);
 - anyone: `ControlPlane` (open a database), `current_leader`, `cluster_status`.
 """
@@ -44,14 +44,7 @@ from sp_dagster.cluster.store.deployments import (
     remove_deployment,
     report_instance_status,
 )
-from sp_dagster.cluster.store.revisions import (
-    Revision,
-    delete_revisions,
-    latest_revision,
-    list_revisions,
-    prune_revisions,
-    save_revision,
-)
+from sp_dagster.cluster.store.revisions import Revision, RevisionStore
 
 __all__ = [
     "AssignedInstance",
@@ -73,22 +66,18 @@ __all__ = [
     "NodeStatus",
     "RecordResult",
     "Revision",
+    "RevisionStore",
     "assignments_for",
     "cluster_status",
     "current_leader",
-    "delete_revisions",
     "get_deployment",
     "instance_id_for",
-    "latest_revision",
     "list_deployments",
     "list_instances",
     "list_nodes",
-    "list_revisions",
     "load_algorithm",
-    "prune_revisions",
     "record_deployment",
     "remove_deployment",
     "report_instance_status",
     "request_rebalance",
-    "save_revision",
 ]

@@ -1,4 +1,5 @@
-"""The control-plane database: one SQLAlchemy engine per URL, the database's clock, and errors.
+"""The cluster's databases (the control plane, the persistence database): engines, the
+database's clock, locks and errors.
 
 SQLite (a file shared by processes on one host), MySQL/MariaDB (pymysql) and PostgreSQL
 (psycopg) are configured here so that the rest of the package can write portable SQL:
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import BigInteger, Connection, Engine, create_engine, event, select
+from sqlalchemy import BigInteger, Connection, Engine, create_engine, event, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.compiler import compiles
@@ -39,6 +40,8 @@ CONNECT_TIMEOUT_S = 5
 # A transaction left open this long by a stalled client is rolled back by the server.
 IDLE_IN_TRANSACTION_TIMEOUT_S = 10
 SQLITE_BUSY_TIMEOUT_S = 30
+# The lock that processes changing sp-dagster's tables in one database take turns on.
+SCHEMA_LOCK_NAME, SCHEMA_LOCK_KEY = "sp_dagster.schema", 7301450961
 
 
 class db_now_ms(FunctionElement):
@@ -174,41 +177,35 @@ def insert_ignore(conn: Connection, table, values: dict) -> int:
     return conn.execute(statement).rowcount
 
 
-class ControlPlane:
-    """A handle on the control-plane database: engine, schema upgrades and transactions."""
+class Database:
+    """A handle on one of the cluster's databases: engine, transactions and retries.
 
-    def __init__(self, url: str, *, pool_size: int | None = None, datasource_name: str | None = None):
+    `role` and `setting` name the database and the configuration key behind it in the one-line
+    error for an unreachable database.
+    """
+
+    role = "database"
+    setting = "its datasource"
+
+    def __init__(self, url: str, *, pool_size: int | None = None, datasource_name: str | None = None, role: str | None = None, setting: str | None = None):
         self.url = url
         self.datasource_name = datasource_name
+        self.role = role or self.role
+        self.setting = setting or self.setting
         self.engine = create_control_plane_engine(url, pool_size)
         self.dialect = self.engine.dialect.name
-
-    @classmethod
-    def from_config(cls, config, *, migrate: bool = True) -> "ControlPlane":
-        """Open the control plane named by a Config (`deployment.config.datasource`), upgrading its schema."""
-        source = config.control_plane
-        plane = cls(source.url, pool_size=source.max_pool_size, datasource_name=source.name)
-        if migrate:
-            plane.migrate()
-        return plane
 
     @property
     def safe_url(self) -> str:
         """The URL with its password hidden."""
         return self.engine.url.render_as_string(hide_password=True)
 
-    def migrate(self) -> int:
-        """Create or upgrade the schema to this version's; returns the schema version."""
-        from sp_dagster.cluster.schema import migrate
-
-        return self.run(lambda: migrate(self))
-
     def unavailable(self, error: BaseException) -> DatabaseUnavailable:
-        """The one-line error for an unreachable control plane."""
+        """The one-line error for an unreachable database."""
         where = f" (datasource {self.datasource_name})" if self.datasource_name else ""
         return DatabaseUnavailable(
-            f"control-plane database {self.safe_url}{where} is unreachable: {short_reason(error)}; "
-            "check that the database server is running and that deployment.config.datasource points at it"
+            f"{self.role} {self.safe_url}{where} is unreachable: {short_reason(error)}; "
+            f"check that the database server is running and that {self.setting} points at it"
         )
 
     @contextlib.contextmanager
@@ -218,6 +215,33 @@ class ControlPlane:
             with self.engine.begin() as conn:
                 yield conn
         except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DBAPIError) as error:
+            if is_unavailable(error):
+                raise self.unavailable(error) from error
+            raise
+
+    @contextlib.contextmanager
+    def schema_transaction(self) -> Iterator[Connection]:
+        """A transaction that holds this database's schema lock until it has committed, so that
+        processes changing sp-dagster's tables at the same moment take turns."""
+        if self.dialect not in ("mysql", "mariadb"):
+            with self.transaction() as conn:
+                if self.dialect == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})  # until the commit
+                # SQLite: BEGIN IMMEDIATE already makes the transaction the only writer.
+                yield conn
+            return
+        # MySQL/MariaDB: a session lock on a connection of its own (DDL commits implicitly,
+        # which would drop a row lock), released once the work has committed.
+        try:
+            with self.engine.connect() as holder:
+                if holder.execute(text("SELECT GET_LOCK(:name, 60)"), {"name": SCHEMA_LOCK_NAME}).scalar() != 1:
+                    raise ControlPlaneError(f"timed out waiting for another process to finish changing the schema of {self.safe_url}")
+                try:
+                    with self.transaction() as conn:
+                        yield conn
+                finally:
+                    holder.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK_NAME})
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as error:
             if is_unavailable(error):
                 raise self.unavailable(error) from error
             raise
@@ -245,11 +269,33 @@ class ControlPlane:
         """Close every pooled connection."""
         self.engine.dispose()
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class ControlPlane(Database):
+    """The control-plane database: a Database whose schema this package creates and upgrades."""
+
+    role = "control-plane database"
+    setting = "deployment.config.datasource"
+
+    @classmethod
+    def from_config(cls, config, *, migrate: bool = True) -> "ControlPlane":
+        """Open the control plane named by a Config (`deployment.config.datasource`), upgrading its schema."""
+        source = config.control_plane
+        plane = cls(source.url, pool_size=source.max_pool_size, datasource_name=source.name)
+        if migrate:
+            plane.migrate()
+        return plane
+
+    def migrate(self) -> int:
+        """Create or upgrade the schema to this version's; returns the schema version."""
+        from sp_dagster.cluster.schema import migrate
+
+        return self.run(lambda: migrate(self))
 
 
 class Connectivity:
@@ -300,6 +346,7 @@ __all__ = [
     "Connectivity",
     "ControlPlane",
     "ControlPlaneError",
+    "Database",
     "DatabaseUnavailable",
     "create_control_plane_engine",
     "db_now_ms",

@@ -14,9 +14,8 @@ so a fresh database and an upgraded one end up identical.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from sqlalchemy import (
     BigInteger,
@@ -32,7 +31,6 @@ from sqlalchemy import (
     Text,
     inspect,
     select,
-    text,
 )
 from sqlalchemy.dialects import mysql
 
@@ -168,9 +166,14 @@ assignments = Table(
     Index("ix_sp_assignments_node", "node_id"),
 )
 
+# Tables that a later migration removed: kept here so that the migrations that created them
+# still do, and a fresh database passes through the same shapes as an upgraded one.
+retired = MetaData()
+
+# Version 3 moved its rows into the revision store's table (sp_dagster.cluster.store.revisions).
 state_revisions = Table(
     "sp_state_revisions",
-    metadata,
+    retired,
     Column("instance_id", String(ID), primary_key=True),
     Column("revision", BigInteger, primary_key=True, autoincrement=False),
     Column("created_at", BigInteger, nullable=False),
@@ -181,37 +184,28 @@ state_revisions = Table(
 
 def _create(*tables: Table) -> Callable[[Connection], None]:
     def apply(conn: Connection) -> None:
-        metadata.create_all(conn, tables=list(tables), checkfirst=True)
+        for table in tables:  # no foreign keys: any order will do
+            table.create(conn, checkfirst=True)
 
     return apply
+
+
+def _move_state_revisions(conn: Connection) -> None:
+    """Version 3: state revisions live in the revision store's table (the seeds' PERSISTENCE_TABLE)."""
+    from sp_dagster.cluster.store.revisions import adopt_retired_revisions
+
+    if inspect(conn).has_table(state_revisions.name):
+        adopt_retired_revisions(conn, state_revisions)
+        state_revisions.drop(conn)
 
 
 # MIGRATIONS[i] takes a database from version i to version i + 1.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create(leader_lease, terms, managers, nodes, events),
     _create(deployments, instances, assignments, state_revisions),
+    _move_state_revisions,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-@contextlib.contextmanager
-def _schema_lock(conn: Connection) -> Iterator[None]:
-    """Hold a database-wide lock while migrating (SQLite: the BEGIN IMMEDIATE transaction)."""
-    name = conn.dialect.name
-    if name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(7301450961)"))
-        yield
-    elif name in ("mysql", "mariadb"):
-        # A session lock: MySQL's DDL commits implicitly, which would drop a row lock.
-        got = conn.execute(text("SELECT GET_LOCK('sp_dagster.schema', 60)")).scalar()
-        if got != 1:
-            raise ControlPlaneError("timed out waiting for another process to finish upgrading the control-plane schema")
-        try:
-            yield
-        finally:
-            conn.execute(text("SELECT RELEASE_LOCK('sp_dagster.schema')"))
-    else:
-        yield
 
 
 def current_version(conn: Connection) -> int:
@@ -223,7 +217,7 @@ def current_version(conn: Connection) -> int:
 
 def migrate(plane, target: int = SCHEMA_VERSION) -> int:
     """Apply the missing migrations up to `target` under a lock; returns the resulting version."""
-    with plane.transaction() as conn, _schema_lock(conn):
+    with plane.schema_transaction() as conn:
         version = current_version(conn)
         _refuse_newer(plane, version)
         if version == 0:

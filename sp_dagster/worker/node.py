@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.config.yamlsource import default_home
+from sp_dagster.errors import NotOwnerError
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.persistence import store_for
 from sp_dagster.worker.spark_query import ROCKSDB, QuerySettings, start_query
@@ -71,7 +72,7 @@ class Worker:
         self.config = config
         self.plane = plane or ControlPlane.from_config(config)
         self.session = NodeSession.from_config(config, self.plane)
-        self.store = store_for(config, default_home())
+        self.store = store_for(config, default_home(), self.plane)
         self.checkpoints = self.store.checkpoint_root(config.node_id)
         self.spark = spark
         self.running: dict[str, RunningInstance] = {}
@@ -199,7 +200,9 @@ class Worker:
 
     def _save(self, running: RunningInstance) -> None:
         try:
-            self.store.save(running.instance_id, running.checkpoint)
+            self.store.save(running.instance_id, running.checkpoint, owner=(self.config.node_id, self.session.incarnation))
+        except NotOwnerError as exc:  # moved or fenced: the state is its new owner's to save
+            log.info("worker %s: %s", self.config.node_id, exc)
         except Exception as exc:
             log.error("worker %s: cannot save the state of %s: %s", self.config.node_id, running.instance_id, exc)
 

@@ -43,3 +43,12 @@ def plane(request, _shared_planes, tmp_path_factory):
             else:
                 conn.execute(table.delete())
     return control_plane
+
+
+@pytest.fixture
+def other_database_url(plane, request, tmp_path) -> str:
+    """A fresh empty database on the same backend as `plane` (a persistence datasource of its own)."""
+    if plane.dialect == "sqlite":
+        return f"sqlite:///{tmp_path / 'persistence.db'}"
+    server = "postgres_server" if plane.dialect == "postgresql" else "mariadb_server"
+    return request.getfixturevalue(server).create_database()

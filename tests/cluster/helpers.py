@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sqlalchemy import select
+from sqlalchemy import BigInteger, Column, Integer, LargeBinary, MetaData, String, Table, select
 
 from sp_dagster.cluster.election import current_leader
 from sp_dagster.cluster.fencing import NodeSession
@@ -100,3 +100,16 @@ class Workers:
     def instances(self, node_id: str) -> list[str]:
         """The instance ids the node currently sees assigned to it."""
         return [i.instance_id for i in self.sessions[node_id].assignments().instances]
+
+
+def first_revision_layout(name: str = "PERSISTENCE_TABLE") -> Table:
+    """The revision table as the worker's first database store created it (gzip'd snapshots, no numbers)."""
+    return Table(
+        name,
+        MetaData(),
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("siddhiAppName", String(100), nullable=False, index=True),
+        Column("revision", String(300), nullable=False),
+        Column("snapshot", LargeBinary(length=2**31 - 1), nullable=False),
+        Column("savedAt", BigInteger, nullable=False),
+    )

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import time
+import zlib
 
 import pytest
 from sqlalchemy import inspect, select
 
 from sp_dagster.cluster import schema
 from sp_dagster.cluster.db import ControlPlane
+from sp_dagster.cluster.store.revisions import RevisionStore
 from sp_dagster.embedded.broker import free_port
 from sp_dagster.errors import ControlPlaneError, DatabaseUnavailable
-from tests.cluster.helpers import all_at_once
+from tests.cluster.helpers import all_at_once, first_revision_layout
 
 
 def table_names(plane: ControlPlane) -> set[str]:
@@ -38,6 +41,30 @@ def test_older_database_is_upgraded_with_its_data_kept(database_url):
     with plane.transaction() as conn:
         assert conn.execute(select(schema.nodes.c.incarnation)).scalar_one() == 3
     assert "sp_deployments" in table_names(plane)
+    plane.close()
+
+
+def test_version_2_state_revisions_move_to_the_persistence_table(database_url):
+    plane = ControlPlane(database_url)
+    assert schema.migrate(plane, target=2) == 2
+    version_2 = [("a-g-1", 1, 1000, b"a1" * 500), ("a-g-1", 2, 3000, b"a2" * 500), ("b-g-1", 7, 1500, b"b7")]
+    first_layout = first_revision_layout()
+    with plane.transaction() as conn:
+        conn.execute(schema.state_revisions.insert(), [
+            dict(instance_id=i, revision=n, created_at=at, raw_size=len(data), data=zlib.compress(data)) for i, n, at, data in version_2
+        ])
+        # The worker's store kept its revisions in the same database: they are merged in save order.
+        first_layout.create(conn)
+        conn.execute(first_layout.insert().values(siddhiAppName="a-g-1", revision="2000__a-g-1", snapshot=gzip.compress(b"worker"), savedAt=2000))
+
+    assert plane.migrate() == schema.SCHEMA_VERSION
+    assert "sp_state_revisions" not in table_names(plane)
+    store = RevisionStore(plane, plane, keep=10)
+    assert [(r.revision, r.created_at, r.raw_size) for r in store.revisions("a-g-1")] == [(1, 1000, 1000), (2, 2000, 6), (3, 3000, 1000)]
+    assert store.latest("a-g-1").data == b"a2" * 500
+    only = store.latest("b-g-1")
+    assert (only.revision, only.data, only.saved_by) == (1, b"b7", None)
+    assert store.save("a-g-1", b"a4") == 4
     plane.close()
 
 

@@ -292,16 +292,16 @@ def report_instance_status(
     return plane.run(work)
 
 
-def owns_instance(conn: Connection, node_id: str, incarnation: int, instance_id: str) -> bool:
-    """True when the instance is assigned to this incarnation and that incarnation is the node's live one."""
+def owns_instance(conn: Connection, node_id: str, incarnation: int, instance_id: str, *, lock: bool = False) -> bool:
+    """True when the instance is assigned to this incarnation and that incarnation is the node's live one.
+
+    `lock` holds the assignment row until the transaction ends: every change of owner rewrites
+    that row, so the answer stays true until then.
+    """
+    query = select(assignments.c.node_id, assignments.c.node_incarnation).where(assignments.c.instance_id == instance_id)
+    placed = conn.execute(query.with_for_update() if lock else query).first()
+    if placed is None or (placed.node_id, placed.node_incarnation) != (node_id, incarnation):
+        return False
     return conn.execute(
-        select(assignments.c.instance_id)
-        .select_from(assignments.join(nodes, nodes.c.node_id == assignments.c.node_id))
-        .where(
-            assignments.c.instance_id == instance_id,
-            assignments.c.node_id == node_id,
-            assignments.c.node_incarnation == incarnation,
-            nodes.c.incarnation == incarnation,
-            nodes.c.state == ALIVE,
-        )
+        select(nodes.c.node_id).where(nodes.c.node_id == node_id, nodes.c.incarnation == incarnation, nodes.c.state == ALIVE)
     ).first() is not None
