@@ -34,17 +34,18 @@ def failure_message(result, step: str) -> str:
 
 def test_deploy_job_records_places_and_runs_the_sample_app(cluster, manager, plane, kafka):
     path = cluster.add_app()
+    # Checked while the workers are up: once they leave, the leader re-marks the deployment waiting.
     with StandInWorker(plane, "worker-1"), StandInWorker(plane, "worker-2"):
         result = deploy(cluster, path)
         assert result.success, result.all_events
+        record = get_deployment(plane, "StockAlerts")
+        instances = list_instances(plane, "StockAlerts")
         again = deploy(cluster, path)
     assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"] == DEPLOY_STEPS
     topics = kafka.list_topics()
     for name in ("StockAlerts.TradeStream", "StockAlerts.LargeTradeStream.symbol", "StockAlerts.AveragePriceStream", "StockAlerts.deadletter"):
         assert name in topics
-    record = get_deployment(plane, "StockAlerts")
     assert record.status == "placed" and record.generation == 1
-    instances = list_instances(plane, "StockAlerts")
     assert len(instances) == 5 and {i.node_id for i in instances} == {"worker-1", "worker-2"}
     assert result.output_for_node("record_deployment") == "StockAlerts"
     # The same file again changes nothing: same generation, every instance kept where it was.
