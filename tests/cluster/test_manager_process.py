@@ -19,8 +19,11 @@ from sp_dagster.embedded.broker import free_port
 from tests.cluster.helpers import Workers, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+# Workers fence themselves after about interval x retry without a renewed heartbeat: on a loaded
+# machine a SQLite write can wait a few hundred milliseconds, so they get most of a second.
 FAST = dict(heartbeat_interval_ms=150, heartbeat_max_retry=3, event_polling_interval_ms=150,
-            worker_heartbeat_interval_ms=100, worker_heartbeat_max_retry=3)
+            worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=6)
+WORKER_TIMING = dict(interval_ms=150, max_retry=6)
 
 
 def cli(*args, timeout=60):
@@ -40,18 +43,23 @@ def managers(tmp_path, conf, count):
     ]
 
 
+def seen(workers) -> list[str]:
+    """Every instance the workers see assigned to them, sorted."""
+    return sorted(workers.instances("w1") + workers.instances("w2"))
+
+
 def test_managers_elect_place_and_hand_over_on_sigterm(tmp_path, database_url):
     plane = ControlPlane(database_url)
     plane.migrate()
     conf = write_conf(tmp_path, database_url)
     procs = managers(tmp_path, conf, 2)
     try:
-        with Workers(plane, ["w1", "w2"]) as workers:
+        with Workers(plane, ["w1", "w2"], **WORKER_TIMING) as workers:
             record_deployment(plane, "app", content_hash="h", source="s", plan={},
                               instances=[InstanceSpec(f"app-g-{i}", "g", i, "x") for i in (1, 2)])
             first = wait_until(lambda: (current_leader(plane) or None) and current_leader(plane).alive and current_leader(plane), what="a leader")
             wait_until(lambda: get_deployment(plane, "app").status == "placed", what="placement")
-            assert sorted(workers.instances("w1") + workers.instances("w2")) == ["app-g-1", "app-g-2"]
+            wait_until(lambda: seen(workers) == ["app-g-1", "app-g-2"], what="the workers to see their instances")
             leader_proc = next(p for p in procs if p.node_id == first.holder)
             started = time.monotonic()
             assert leader_proc.stop() == 0  # SIGTERM: resigns the lease
@@ -59,8 +67,8 @@ def test_managers_elect_place_and_hand_over_on_sigterm(tmp_path, database_url):
             # Resigning hands over within a heartbeat or two, not after the lease runs out.
             assert time.monotonic() - started < 3
             assert second.holder != first.holder
-            assert {i.term for i in list_instances(plane)} == {second.term}
-            assert sorted(workers.instances("w1") + workers.instances("w2")) == ["app-g-1", "app-g-2"]
+            wait_until(lambda: {i.term for i in list_instances(plane)} == {second.term}, what="placements in the new term")
+            wait_until(lambda: seen(workers) == ["app-g-1", "app-g-2"], what="the workers to see their instances")
     finally:
         for p in procs:
             p.stop()
@@ -76,7 +84,7 @@ def test_status_command_shows_leader_nodes_and_placements(tmp_path):
     conf = write_conf(tmp_path, url)
     procs = managers(tmp_path, conf, 1)
     try:
-        with Workers(plane, ["w1"]):
+        with Workers(plane, ["w1"], **WORKER_TIMING):
             record_deployment(plane, "orders", content_hash="h", source="s", plan={},
                               instances=[InstanceSpec("orders-g-1", "g", 1, "x")])
             wait_until(lambda: get_deployment(plane, "orders").status == "placed", what="placement")
