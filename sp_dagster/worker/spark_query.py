@@ -1,6 +1,6 @@
 """Start one partial-app instance as a Spark Structured Streaming query.
 
-    sources (sp-kafka, raw form, exactly the instance's partitions, unioned)
+    sources (sp-kafka or Spark's Kafka connector, raw form, exactly the instance's partitions, unioned)
       -> the engine: transformWithStateInPandas keyed by the partition key (one engine per
          key; a constant key when the instance cannot be split by key), or mapInArrow when
          the partial app is stateless
@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from sp_dagster.worker.instance_plan import InstancePlan, InstancePlanError
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, needs_wakeups
+from sp_dagster.worker.native_kafka import kafka_source_kind, read_native
 
 OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint, _origin binary"
 OUTPUT_SCHEMA = pa.schema(
@@ -50,6 +51,7 @@ class QuerySettings:
     kafka_properties: tuple[tuple[str, str], ...] = ()
     trigger_interval: str = "500 milliseconds"
     max_events_per_trigger: int | None = None
+    kafka_source: str = "auto"  # the worker config's spark.kafkaSource: auto | native | python
 
 
 def _messages(columns) -> list[Message]:
@@ -198,8 +200,17 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
         if output.bootstrap and output.bootstrap != settings.bootstrap:
             raise InstancePlanError(f"{plan.name}: publishing {output.stream} to another Kafka cluster ({output.bootstrap}) is not supported yet")
     kafka = {f"kafka.{k}": v for k, v in settings.kafka_properties}
+    native = kafka_source_kind(spark, settings.kafka_source) == "native"
     frames = []
     for source in plan.inputs:
+        if native:
+            frames.append(
+                read_native(
+                    spark, source.bootstrap or settings.bootstrap, source.topic, source.partitions,
+                    kafka_properties=settings.kafka_properties, max_events=settings.max_events_per_trigger,
+                )
+            )
+            continue
         options = {
             "bootstrap.servers": source.bootstrap or settings.bootstrap,
             "topic": source.topic,
