@@ -52,6 +52,8 @@ def spark_session(config):
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        # each batch writes a small changelog, not a state snapshot (one now and then)
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         **config.spark.conf,
     }
     for key, value in settings.items():

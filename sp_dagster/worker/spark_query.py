@@ -107,12 +107,18 @@ def _keep(cache_key: tuple, cached: _Cached) -> None:
         old.runtime.close()
 
 
-def _output_frame(messages: list[Message]):
+def _output_frames(messages: list[Message]) -> Iterator:
+    """The messages as one pandas frame (none when there are none) for transformWithStateInPandas."""
+    import numpy as np
     import pandas as pd
 
-    # Plain object columns: an Arrow-backed column (pandas may infer one for strings)
-    # reaches Spark's converter as a ChunkedArray, which it cannot take.
-    return pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in _output_columns(messages).items()})
+    if not messages:
+        return
+    # Plain object columns, built in one step (a frame per key and batch: its cost counts): an
+    # Arrow-backed column (pandas may infer one for strings) reaches Spark's converter as a
+    # ChunkedArray, which it cannot take.
+    rows = np.array([(m.topic, m.partition, m.key, m.value, m.timestamp, m.origin) for m in messages], dtype=object)
+    yield pd.DataFrame(rows, columns=OUTPUT_SCHEMA.names)
 
 
 def _processing_time(timer_values) -> int:
@@ -134,9 +140,10 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
 
         def _engine(self, key, now: int, *, create: bool) -> tuple[tuple, _Cached | None]:
             cache_key = (plan.name, plan.siddhi, tuple(key))
-            if not self.state.exists() and not create:
+            saved = self.state.get()  # None when the key has no state: one round trip to the state store
+            if saved is None and not create:
                 return cache_key, None
-            token, snapshot = tuple(self.state.get()) if self.state.exists() else (None, None)
+            token, snapshot = saved or (None, None)
             return cache_key, _cached(cache_key, token, snapshot, lambda: InstanceRuntime(plan, dead_letters, key="|".join(map(str, key)), now=now))
 
         def _save(self, cache_key: tuple, cached: _Cached, now: int, changed: bool = True) -> None:
@@ -156,10 +163,10 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
             now = _processing_time(timerValues)
             cache_key, cached = self._engine(key, now, create=True)
             # Spark hands the columns over positionally (named _0, _1, ...), in the source's order.
-            messages = [m for frame in rows for m in _messages([frame.iloc[:, i].tolist() for i in range(7)])]
+            messages = [m for frame in rows for m in _messages([column.tolist() for _name, column in frame.items()])]
             out = cached.runtime.process(messages, now)
             self._save(cache_key, cached, now)
-            yield _output_frame(out)
+            yield from _output_frames(out)
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator["pd.DataFrame"]:
             now = max(_processing_time(timerValues), expiredTimerInfo.getExpiryTimeInMs())
@@ -170,8 +177,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
             due = wakeup is not None and wakeup <= now
             out = cached.runtime.advance(now) if due else []
             self._save(cache_key, cached, now, changed=due)
-            if out:
-                yield _output_frame(out)
+            yield from _output_frames(out)
 
         def close(self) -> None:
             pass
