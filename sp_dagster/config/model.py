@@ -154,6 +154,11 @@ class SparkConfig:
     master: str = setting("master", "local[*]", doc="the Spark master URL")
     app_name: str | None = setting("appName", None, shown="sp-dagster-worker-<id>", doc="the Spark application name")
     conf: dict[str, str] = setting("conf", factory=dict, doc="any `spark.*` settings")
+    kafka_source: str = setting(
+        "kafkaSource", "auto", choices=("auto", "native", "python"),
+        doc="how instances read Kafka: Spark's connector (`native`, needs spark-sql-kafka-0-10 in `spark.jars.packages`), "
+        "the built-in Python source (`python`), or the connector when its jar is loadable (`auto`); the two keep offsets apart, so keep one choice while instances have checkpoints",
+    )
 
 
 def _interval_minutes(value: Any, ctx: Context) -> int:

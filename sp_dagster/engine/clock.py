@@ -7,7 +7,9 @@ time moves, due timers run query by query, each query all of its own before the 
 within a query the partition instances with the earliest due time first: Siddhi's rules.
 
 In playback time moves only when an event with a larger timestamp is sent; timers that are
-not yet due never fire. With the wall clock a background thread fires timers when due.
+not yet due never fire. With the wall clock a background thread fires timers when due. A
+driven clock is the wall clock for a host that has no room for that thread (a Spark task):
+the host asks next_due() when to come back and moves time with advance().
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class Clock:
         for scheduler in self.schedulers:
             scheduler.fire_due()
 
+    def next_due(self) -> int | None:
+        """The earliest time any timer is armed for, or None."""
+        times = [t for t in (s.next_due() for s in self.schedulers) if t is not None]
+        return min(times) if times else None
+
     def wake(self, when: int) -> None:
         """A timer was armed for `when` (the wall clock reschedules its thread)."""
 
@@ -59,10 +66,8 @@ class Clock:
         """Inverse of snapshot()."""
 
 
-class PlaybackClock(Clock):
-    """Event time: the largest event timestamp sent so far (starts at 0)."""
-
-    playback = True
+class ManualClock(Clock):
+    """Time that moves only when its owner calls advance(); timers fire then, never on their own."""
 
     def __init__(self, start: int = 0) -> None:
         super().__init__()
@@ -82,6 +87,25 @@ class PlaybackClock(Clock):
 
     def restore(self, state) -> None:
         self.current = state
+
+
+class PlaybackClock(ManualClock):
+    """Event time: the largest event timestamp sent so far (starts at 0)."""
+
+    playback = True
+
+
+class DrivenClock(ManualClock):
+    """The wall clock moved by a host: starts at the system time; advance() fires every due timer."""
+
+    def __init__(self, start: int | None = None) -> None:
+        super().__init__(int(time.time() * 1000) if start is None else start)
+
+    def advance(self, timestamp: int) -> None:
+        """Move time forward to `timestamp` (never back) and fire every timer due, even ones armed
+        in the past since the last call (the wall clock's thread would have fired them at once)."""
+        self.current = max(self.current, timestamp)
+        self.fire_due()
 
 
 class WallClock(Clock):
@@ -117,16 +141,12 @@ class WallClock(Clock):
             self._thread.join(timeout=5)
         self._thread = None
 
-    def _next_due(self) -> int | None:
-        times = [t for t in (s.next_due() for s in self.schedulers) if t is not None]
-        return min(times) if times else None
-
     def _run(self) -> None:
         # the runtime lock and the condition are never held together, so send() (which holds
         # the lock and wakes this thread) cannot deadlock with it
         while True:
             with self.lock:
-                due = self._next_due()
+                due = self.next_due()
                 if due is not None and due <= self.now():
                     self.fire_due()
                     continue

@@ -10,7 +10,9 @@
     runtime.shutdown()
 
 With `@app:playback` the clock follows event timestamps; otherwise it is the wall clock and
-a background thread fires time windows and rate limits when they fall due.
+a background thread fires time windows and rate limits when they fall due. A host that runs
+the engine where no such thread may emit (a Spark task) passes `clock=DrivenClock()`, asks
+`next_wakeup()` when to come back and calls `advance_time(now)` then.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
-from sp_dagster.engine.clock import Clock, PlaybackClock, WallClock
+from sp_dagster.engine.clock import Clock, ManualClock, PlaybackClock, WallClock
 from sp_dagster.engine.context import AppContext
 from sp_dagster.engine.errors import EngineError, app_error
 from sp_dagster.engine.events import ArrowChunk, Event, StreamEvent
@@ -77,6 +79,12 @@ class AppRuntime:
     def playback(self) -> bool:
         """True when time follows event timestamps."""
         return self.clock.playback
+
+    @property
+    def uses_timers(self) -> bool:
+        """True when some operator acts on timers (time windows, time rate limits): its output
+        may come when time passes, not only when an event arrives."""
+        return bool(self.clock.schedulers)
 
     # -- building
 
@@ -224,9 +232,9 @@ class AppRuntime:
                 junction.send(events[start:end])
 
     def advance_time(self, timestamp: int) -> None:
-        """Playback only: move the clock to `timestamp`, firing timers due by then."""
-        if not self.playback:
-            raise EngineError("advance_time() needs @app:playback")
+        """Move a playback or driven clock to `timestamp`, firing timers due by then."""
+        if not isinstance(self.clock, ManualClock):
+            raise EngineError("advance_time() needs @app:playback or a DrivenClock (the wall clock moves by itself)")
         with self.lock:
             if not self.started:
                 self.start()
@@ -239,6 +247,11 @@ class AppRuntime:
                 self.started = True
                 for trigger in self.triggers.values():
                     trigger.start()
+
+    def next_wakeup(self) -> int | None:
+        """The earliest time (ms) a timer is armed for, or None: when a host should call advance_time()."""
+        with self.lock:
+            return self.clock.next_due()
 
     # -- state
 

@@ -14,6 +14,12 @@ after its own input (`group@topic:partition`, sequence `(offset, n)`); a statele
 its input's origin on, extended. Replays produce the same origins, so each instance keeps the
 highest sequence seen per (input partition, origin key) in its state and drops what it has
 already seen: duplicates never reach a window or an aggregate.
+
+Time. An app with `@app:playback` runs on event time, as in process. Any other runs on the
+wall clock as its host tells it (a DrivenClock): each `process(messages, now)` first moves
+time to `now`, firing what fell due, and the host comes back at `next_wakeup()` to call
+`advance(now)` when no event arrives. Outputs fired by time name the clock of their engine
+key (`group@clock:key`, sequence `(time, n)`), as replays of them do.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ import functools
 import heapq
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from sp_dagster.engine import AppRuntime
-from sp_dagster.engine.clock import PlaybackClock
+from sp_dagster.engine.clock import DrivenClock, PlaybackClock
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.codecs import codec_for
 from sp_dagster.messaging.strategies import strategy_for
@@ -68,6 +75,19 @@ def _parsed(name: str, siddhi: str) -> ast.App:
     return parse(siddhi, name)
 
 
+def needs_wakeups(plan: InstancePlan) -> bool:
+    """True when the instance's outputs may come from wall-clock time passing, not only from
+    its input: its host must wake it at next_wakeup() (no @app:playback, and timers in use)."""
+    app = _parsed(plan.name, plan.siddhi)
+    if app.playback:
+        return False
+    engine = AppRuntime(app, clock=DrivenClock())
+    try:
+        return engine.uses_timers
+    finally:
+        engine.shutdown()
+
+
 def dead_letter(instance: str, message: Message, reason: str) -> dict:
     """The JSON body of a dead-letter message: where the bad message was, why, and its bytes."""
     return {
@@ -84,10 +104,11 @@ def dead_letter(instance: str, message: Message, reason: str) -> dict:
 class InstanceRuntime:
     """The engine of one instance (or of one key of it), with codecs and strategies around it."""
 
-    def __init__(self, plan: InstancePlan, dead_letter_topic: str | None = None):
+    def __init__(self, plan: InstancePlan, dead_letter_topic: str | None = None, *, key: str = "", now: int | None = None):
         self.plan = plan
         self.dead_letter_topic = dead_letter_topic
-        self.engine = AppRuntime(_parsed(plan.name, plan.siddhi), clock=PlaybackClock())
+        app = _parsed(plan.name, plan.siddhi)
+        self.engine = AppRuntime(app, clock=PlaybackClock() if app.playback else DrivenClock(now))
         self._inputs = {i.topic: (i.stream, codec_for(i.codec, i.attributes)) for i in plan.inputs}
         self._out: list[Message] = []
         self.rows_in = self.rows_out = self.rejected = self.duplicates = 0
@@ -95,6 +116,8 @@ class InstanceRuntime:
         self.seen: dict[tuple[str, int, str], tuple[int, ...]] = {}
         self._origin: tuple[str, tuple[int, ...]] = ("", ())
         self._emitted = 0
+        self._clock_origin = f"{self.group}@clock:{key}"
+        self._tick = [0, 0]  # the time of the last advance and how many outputs it has named
         for output in plan.outputs:
             self.engine.add_callback(output.stream, self._publisher(output))
         for stream in plan.log_streams:
@@ -125,8 +148,43 @@ class InstanceRuntime:
         for event in events:
             log.info("%s: %s %s @%s", self.plan.name, stream, event.data, event.timestamp)
 
-    def process(self, messages: Iterable[Message]) -> list[Message]:
-        """Run messages through the engine; return the messages to publish (outputs and dead letters)."""
+    @property
+    def on_wall_clock(self) -> bool:
+        """True when the host drives the engine's time (the app has no @app:playback)."""
+        return not self.engine.playback
+
+    def next_wakeup(self) -> int | None:
+        """When the host should call advance() even if no message arrives (ms), or None."""
+        return self.engine.next_wakeup() if self.on_wall_clock else None
+
+    def advance(self, now: int) -> list[Message]:
+        """Move the wall clock to `now`; return what the timers due by then publish."""
+        self._advance(now)
+        out, self._out = self._out, []
+        return out
+
+    def _advance(self, now: int) -> None:
+        # Timers fire one due time after another, each seeing its own time as now, as the
+        # wall clock's thread would have fired them had it run then.
+        while (due := self.engine.next_wakeup()) is not None and due < now:
+            self._advance_to(max(due, self.engine.clock.now()))
+        self._advance_to(max(now, self.engine.clock.now()))
+
+    def _advance_to(self, now: int) -> None:
+        if self._tick[0] != now:
+            self._tick = [now, 0]
+        self._origin, self._emitted = (self._clock_origin, (now,)), self._tick[1]
+        self.engine.advance_time(now)
+        self._tick[1] = self._emitted
+
+    def process(self, messages: Iterable[Message], now: int | None = None) -> list[Message]:
+        """Run messages through the engine; return the messages to publish (outputs and dead letters).
+
+        On the wall clock, time moves to `now` (default: the system time) before the messages go in,
+        and timers their events armed in the past fire after them."""
+        if self.on_wall_clock:
+            now = int(time.time() * 1000) if now is None else now
+            self._advance(now)
         for message in _in_order(messages):
             key, sequence = origin_of(message)
             place = (message.topic, message.partition, key)
@@ -148,6 +206,8 @@ class InstanceRuntime:
             self.rows_in += len(rows)
             stamp = message.timestamp if message.timestamp is not None and message.timestamp >= 0 else self.engine.clock.now()
             self.engine.send(stream, rows, [stamp] * len(rows))
+        if self.on_wall_clock:
+            self._advance(now)
         out, self._out = self._out, []
         return out
 
@@ -159,15 +219,19 @@ class InstanceRuntime:
             self._out.append(Message(self.dead_letter_topic, 0, -1, message.timestamp, None, body))
 
     def snapshot(self) -> bytes:
-        """The engine's state and the origins seen, as bytes."""
+        """The engine's state, the origins seen and the clock's naming, as bytes."""
         seen = [[topic, partition, key, list(sequence)] for (topic, partition, key), sequence in self.seen.items()]
-        head = json.dumps(seen).encode("utf-8")
+        head = json.dumps({"seen": seen, "tick": self._tick}).encode("utf-8")
         return len(head).to_bytes(4, "big") + head + self.engine.snapshot()
 
     def restore(self, snapshot: bytes) -> None:
-        """Put the engine and the origins seen back as snapshot() saved them."""
+        """Put the engine, the origins seen and the clock's naming back as snapshot() saved them."""
         size = int.from_bytes(snapshot[:4], "big")
-        self.seen = {(t, p, k): tuple(q) for t, p, k, q in json.loads(snapshot[4 : 4 + size])}
+        head = json.loads(snapshot[4 : 4 + size])
+        if isinstance(head, list):  # saved before the head had the clock's naming
+            head = {"seen": head, "tick": [0, 0]}
+        self.seen = {(t, p, k): tuple(q) for t, p, k, q in head["seen"]}
+        self._tick = list(head["tick"])
         self.engine.restore(snapshot[4 + size :])
 
     def close(self) -> None:

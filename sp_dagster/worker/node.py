@@ -21,6 +21,7 @@ from pathlib import Path
 from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
+from sp_dagster.worker.native_kafka import kafka_source_kind
 from sp_dagster.worker.persistence import store_for
 from sp_dagster.worker.spark_query import ROCKSDB, QuerySettings, start_query
 
@@ -52,6 +53,8 @@ def spark_session(config):
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        # each batch writes a small changelog, not a state snapshot (one now and then)
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         **config.spark.conf,
     }
     for key, value in settings.items():
@@ -59,6 +62,7 @@ def spark_session(config):
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SP_SPARK_LOG_LEVEL", "ERROR"))
     session.dataSource.register(KafkaPartitionsSource)
+    log.info("worker %s: instances read Kafka with the %s source", config.node_id, kafka_source_kind(session, config.spark.kafka_source))
     return session
 
 
@@ -162,6 +166,7 @@ class Worker:
                 assignment.extra.get("dead_letter_topic"),
                 self.kafka_properties,
                 os.environ.get("SP_TRIGGER_INTERVAL", "500 milliseconds"),
+                kafka_source=self.config.spark.kafka_source,
             )
             query = start_query(self.spark, plan, settings)
         except Exception as exc:  # a bad instance must not take the worker down

@@ -1,6 +1,6 @@
 """Start one partial-app instance as a Spark Structured Streaming query.
 
-    sources (sp-kafka, raw form, exactly the instance's partitions, unioned)
+    sources (sp-kafka or Spark's Kafka connector, raw form, exactly the instance's partitions, unioned)
       -> the engine: transformWithStateInPandas keyed by the partition key (one engine per
          key; a constant key when the instance cannot be split by key), or mapInArrow when
          the partial app is stateless
@@ -8,10 +8,17 @@
 
 The engine's state lives in Spark's state store (RocksDB) next to the offsets in the query's
 checkpoint, so a restarted query resumes exactly where its last committed batch ended.
+
+Wall-clock time: an instance whose app has no @app:playback and uses timers (time windows,
+time rate limits, ...) runs with timeMode="ProcessingTime". Its engines take the batch's
+processing time as now, and after each call the key registers a Spark timer for its engine's
+next wake-up; handleExpiredTimer moves the engine to that time and emits what it produces, so
+expired events and timer-driven outputs come when their time comes, with no new input.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,7 +27,8 @@ from typing import Iterator
 import pyarrow as pa
 
 from sp_dagster.worker.instance_plan import InstancePlan, InstancePlanError
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, needs_wakeups
+from sp_dagster.worker.native_kafka import kafka_source_kind, read_native
 
 OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint, _origin binary"
 OUTPUT_SCHEMA = pa.schema(
@@ -43,6 +51,7 @@ class QuerySettings:
     kafka_properties: tuple[tuple[str, str], ...] = ()
     trigger_interval: str = "500 milliseconds"
     max_events_per_trigger: int | None = None
+    kafka_source: str = "auto"  # the worker config's spark.kafkaSource: auto | native | python
 
 
 def _messages(columns) -> list[Message]:
@@ -64,32 +73,61 @@ def _output_columns(messages: list[Message]) -> dict:
     }
 
 
-# Engines kept between micro-batches in this Python worker process, with the token of the
-# state they hold: a batch reuses one only when the state store still holds that token (a
-# retried batch rolls the store back, and then the engine is rebuilt from the snapshot).
-_RUNTIMES: "OrderedDict[tuple, tuple[str, InstanceRuntime]]" = OrderedDict()
+@dataclass
+class _Cached:
+    """An engine kept between micro-batches, the token of the state it holds, the timer it armed."""
+
+    token: str
+    runtime: InstanceRuntime
+    armed: int | None = None
 
 
-def _runtime_for(cache_key: tuple, token: str | None, snapshot: bytes | None, plan: InstancePlan, dead_letters: str | None) -> InstanceRuntime:
+# Engines kept between micro-batches in this Python worker process: a batch reuses one only
+# when the state store still holds its token (a retried batch rolls the store back, and then
+# the engine is rebuilt from the snapshot, and its timer registered again).
+_RUNTIMES: "OrderedDict[tuple, _Cached]" = OrderedDict()
+
+
+def _cached(cache_key: tuple, token: str | None, snapshot: bytes | None, make) -> _Cached:
     cached = _RUNTIMES.pop(cache_key, None)
-    if cached is not None and token is not None and cached[0] == token:
-        return cached[1]
+    if cached is not None and token is not None and cached.token == token:
+        return cached
     if cached is not None:
-        cached[1].close()
-    runtime = InstanceRuntime(plan, dead_letters)
+        cached.runtime.close()
+    runtime = make()
     if snapshot:
         runtime.restore(snapshot)
-    return runtime
+    return _Cached("", runtime)
 
 
-def _keep(cache_key: tuple, token: str, runtime: InstanceRuntime) -> None:
-    _RUNTIMES[cache_key] = (token, runtime)
+def _keep(cache_key: tuple, cached: _Cached) -> None:
+    _RUNTIMES[cache_key] = cached
     while len(_RUNTIMES) > _CACHED_RUNTIMES:
-        _key, (_token, old) = _RUNTIMES.popitem(last=False)
-        old.close()
+        _key, old = _RUNTIMES.popitem(last=False)
+        old.runtime.close()
 
 
-def _stateful_processor(plan: InstancePlan, dead_letters: str | None):
+def _output_frames(messages: list[Message]) -> Iterator:
+    """The messages as one pandas frame (none when there are none) for transformWithStateInPandas."""
+    import numpy as np
+    import pandas as pd
+
+    if not messages:
+        return
+    # Plain object columns, built in one step (a frame per key and batch: its cost counts): an
+    # Arrow-backed column (pandas may infer one for strings) reaches Spark's converter as a
+    # ChunkedArray, which it cannot take.
+    rows = np.array([(m.topic, m.partition, m.key, m.value, m.timestamp, m.origin) for m in messages], dtype=object)
+    yield pd.DataFrame(rows, columns=OUTPUT_SCHEMA.names)
+
+
+def _processing_time(timer_values) -> int:
+    """The batch's processing time (ms); the system time when the query keeps no timers."""
+    now = timer_values.getCurrentProcessingTimeInMs()
+    return now if now >= 0 else int(time.time() * 1000)
+
+
+def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bool):
     import pandas as pd
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -97,21 +135,49 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None):
         """Runs the instance's engine for one key; its snapshot is the key's state."""
 
         def init(self, handle) -> None:
+            self.handle = handle
             self.state = handle.getValueState("engine", "token string, snapshot binary")
 
-        def handleInputRows(self, key, rows, timerValues) -> Iterator["pd.DataFrame"]:
-            token, snapshot = tuple(self.state.get()) if self.state.exists() else (None, None)
+        def _engine(self, key, now: int, *, create: bool) -> tuple[tuple, _Cached | None]:
             cache_key = (plan.name, plan.siddhi, tuple(key))
-            runtime = _runtime_for(cache_key, token, snapshot, plan, dead_letters)
+            saved = self.state.get()  # None when the key has no state: one round trip to the state store
+            if saved is None and not create:
+                return cache_key, None
+            token, snapshot = saved or (None, None)
+            return cache_key, _cached(cache_key, token, snapshot, lambda: InstanceRuntime(plan, dead_letters, key="|".join(map(str, key)), now=now))
+
+        def _save(self, cache_key: tuple, cached: _Cached, now: int, changed: bool = True) -> None:
+            if changed:
+                cached.token = uuid.uuid4().hex
+                self.state.update((cached.token, cached.runtime.snapshot()))
+            wakeup = cached.runtime.next_wakeup()
+            if timers and wakeup is not None:
+                # Spark fires timers of later batches only: never arm one at or before now.
+                wakeup = max(wakeup, now + 1)
+                if wakeup != cached.armed:
+                    self.handle.registerTimer(wakeup)
+                    cached.armed = wakeup
+            _keep(cache_key, cached)
+
+        def handleInputRows(self, key, rows, timerValues) -> Iterator["pd.DataFrame"]:
+            now = _processing_time(timerValues)
+            cache_key, cached = self._engine(key, now, create=True)
             # Spark hands the columns over positionally (named _0, _1, ...), in the source's order.
-            messages = [m for frame in rows for m in _messages([frame.iloc[:, i].tolist() for i in range(7)])]
-            out = runtime.process(messages)
-            new_token = uuid.uuid4().hex
-            self.state.update((new_token, runtime.snapshot()))
-            _keep(cache_key, new_token, runtime)
-            # Plain object columns: an Arrow-backed column (pandas may infer one for strings)
-            # reaches Spark's converter as a ChunkedArray, which it cannot take.
-            yield pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in _output_columns(out).items()})
+            messages = [m for frame in rows for m in _messages([column.tolist() for _name, column in frame.items()])]
+            out = cached.runtime.process(messages, now)
+            self._save(cache_key, cached, now)
+            yield from _output_frames(out)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator["pd.DataFrame"]:
+            now = max(_processing_time(timerValues), expiredTimerInfo.getExpiryTimeInMs())
+            cache_key, cached = self._engine(key, now, create=False)
+            if cached is None:
+                return
+            wakeup = cached.runtime.next_wakeup()
+            due = wakeup is not None and wakeup <= now
+            out = cached.runtime.advance(now) if due else []
+            self._save(cache_key, cached, now, changed=due)
+            yield from _output_frames(out)
 
         def close(self) -> None:
             pass
@@ -122,9 +188,9 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None):
 def _stateless_function(plan: InstancePlan, dead_letters: str | None):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cache_key = (plan.name, plan.siddhi, "stateless")
-        cached = _RUNTIMES.get(cache_key)
-        runtime = cached[1] if cached else InstanceRuntime(plan, dead_letters)
-        _keep(cache_key, "stateless", runtime)
+        cached = _RUNTIMES.get(cache_key) or _Cached("stateless", InstanceRuntime(plan, dead_letters))
+        _keep(cache_key, cached)
+        runtime = cached.runtime
         for batch in batches:
             out = runtime.process(_messages([column.to_pylist() for column in batch.columns]))
             yield pa.RecordBatch.from_pydict(_output_columns(out), schema=OUTPUT_SCHEMA)
@@ -140,8 +206,17 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
         if output.bootstrap and output.bootstrap != settings.bootstrap:
             raise InstancePlanError(f"{plan.name}: publishing {output.stream} to another Kafka cluster ({output.bootstrap}) is not supported yet")
     kafka = {f"kafka.{k}": v for k, v in settings.kafka_properties}
+    native = kafka_source_kind(spark, settings.kafka_source) == "native"
     frames = []
     for source in plan.inputs:
+        if native:
+            frames.append(
+                read_native(
+                    spark, source.bootstrap or settings.bootstrap, source.topic, source.partitions,
+                    kafka_properties=settings.kafka_properties, max_events=settings.max_events_per_trigger,
+                )
+            )
+            continue
         options = {
             "bootstrap.servers": source.bootstrap or settings.bootstrap,
             "topic": source.topic,
@@ -159,11 +234,12 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
         out = frame.mapInArrow(_stateless_function(plan, settings.dead_letter_topic), OUTPUT_DDL)
     else:
         key = F.coalesce(F.col("_key").cast("string"), F.lit("")) if plan.partition_key else F.lit("")
+        timers = needs_wakeups(plan)
         out = frame.withColumn("_engine_key", key).groupBy("_engine_key").transformWithStateInPandas(
-            statefulProcessor=_stateful_processor(plan, settings.dead_letter_topic),
+            statefulProcessor=_stateful_processor(plan, settings.dead_letter_topic, timers),
             outputStructType=OUTPUT_DDL,
             outputMode="Append",
-            timeMode="None",
+            timeMode="ProcessingTime" if timers else "None",
         )
     return (
         out.writeStream.format("sp-kafka")

@@ -230,6 +230,16 @@ BAD_FILES = [
         "bad.yaml:2:9: deployment.config.type: expected one of 'distributed', got 'ha'",
     ),
     (
+        "unknown kafka source",
+        """
+        deployment.config:
+          type: distributed
+        spark:
+          kafkaSource: jvm
+        """,
+        "bad.yaml:4:16: spark.kafkaSource: expected one of 'auto', 'native', 'python', got 'jvm'",
+    ),
+    (
         "unknown section",
         """
         deployment.configs:

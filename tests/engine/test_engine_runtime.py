@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from sp_dagster.engine import AppRuntime, EngineError
+from sp_dagster.engine.clock import DrivenClock
 from sp_dagster.engine.values import f32
 from sp_dagster.siddhi import SiddhiQLError
 
@@ -123,6 +124,44 @@ def test_wall_clock_timers_fire_without_new_events():
         while not expired and time.monotonic() < deadline:
             time.sleep(0.02)
         assert expired == [("A",)]
+    finally:
+        runtime.shutdown()
+
+
+def test_a_driven_clock_fires_only_when_its_host_advances_it_and_says_when_to_come_back():
+    app = STOCKS + (
+        "@info(name='t') from S#window.time(1 sec) select symbol insert expired events into Gone;\n"
+        "@info(name='b') from S#window.timeBatch(500 milliseconds) select count() as n insert into Counts;\n"
+    )
+    runtime = AppRuntime(app, clock=DrivenClock(10_000))
+    gone, counts = collect(runtime, "Gone"), collect(runtime, "Counts")
+    assert runtime.uses_timers and not runtime.playback and runtime.next_wakeup() is None
+    runtime.send("S", [("A", 1.0, 1), ("B", 1.0, 1)], timestamps=[10_000, 10_200])
+    assert runtime.next_wakeup() == 10_500  # the batch's end comes before A's expiry at 11_000
+    time.sleep(0.6)  # real time passing does nothing: only the host moves this clock
+    assert (gone, counts) == ([], [])
+    runtime.advance_time(10_500)
+    assert counts == [(2,)] and gone == [] and runtime.next_wakeup() == 11_000
+    # a snapshot taken between wake-ups carries the armed timers into a fresh runtime
+    other = AppRuntime(app, clock=DrivenClock(0))
+    other_gone = collect(other, "Gone")
+    other.restore(runtime.snapshot())
+    assert other.next_wakeup() == 11_000
+    other.advance_time(11_300)
+    assert other_gone == [("A",), ("B",)] and other.next_wakeup() == 11_500  # timeBatch keeps its beat
+    # an event stamped in the past arms a timer already due: the next advance fires it, at the same time
+    other.send("S", [("C", 1.0, 1)], timestamps=[10_250])
+    assert other.next_wakeup() == 11_250
+    other.advance_time(11_300)
+    assert other_gone[-1] == ("C",) and other.next_wakeup() == 11_500
+    assert not AppRuntime(STOCKS + "from S#window.length(2) select symbol insert into O;", clock=DrivenClock()).uses_timers
+
+
+def test_advance_time_is_refused_on_the_wall_clock():
+    runtime = AppRuntime(STOCKS + "from S#window.time(1 sec) select symbol insert into O;")
+    try:
+        with pytest.raises(EngineError, match="DrivenClock"):
+            runtime.advance_time(5)
     finally:
         runtime.shutdown()
 

@@ -126,3 +126,107 @@ def test_stateless_instances_pass_origins_on():
     assert [m.origin for m in out] == [f"Trades-filter>{source.topic}:1|7.1".encode()]
     again = runtime.process([Message(source.topic, 1, 7, 5, None, codec.encode(("IBM", 1.0, 50)))])
     assert again == [] and runtime.duplicates == 1
+
+
+CLOCK_APP = """@App:name('{name}')
+define stream TradeStream (symbol string, price double, volume long);
+@sink(type = 'kafka', topic = '{name}.Batches', @map(type = 'json'))
+define stream BatchStream (symbol string, total long);
+@sink(type = 'kafka', topic = '{name}.Gone', @map(type = 'json'))
+define stream GoneStream (symbol string, price double);
+@dist(execGroup = 'clock')
+from TradeStream#window.timeBatch(1 sec) select symbol, sum(volume) as total group by symbol insert into BatchStream;
+@dist(execGroup = 'clock')
+from TradeStream#window.time(1 sec) select symbol, price insert expired events into GoneStream;
+"""
+BATCHES = [("symbol", "string"), ("total", "long")]
+GONE = [("symbol", "string"), ("price", "double")]
+
+
+def _clock_instance(name: str, playback: bool = False):
+    text = CLOCK_APP.format(name=name)
+    (instance,) = plan(parse(("@app:playback\n" if playback else "") + text)).partial_apps
+    return plan_instance(instance.name, instance.siddhi)
+
+
+def _decoded(messages, name: str) -> dict:
+    codecs = {f"{name}.Batches": codec_for("json", BATCHES), f"{name}.Gone": codec_for("json", GONE)}
+    out = collections.defaultdict(list)
+    for m in messages:
+        out[m.topic.rsplit(".", 1)[1]].extend(codecs[m.topic].decode(m.value))
+    return dict(out)
+
+
+def test_wall_clock_instances_emit_what_time_brings_when_their_host_advances_them():
+    clock = _clock_instance("Clock")
+    source = clock.inputs[0]
+    codec = codec_for(source.codec, source.attributes)
+    trade = lambda offset, ts, row: Message(source.topic, 0, offset, ts, None, codec.encode(row))  # noqa: E731
+    runtime = InstanceRuntime(clock, key="k", now=10_000)
+    assert runtime.on_wall_clock and runtime.next_wakeup() is None
+    assert runtime.process([trade(0, 10_000, ("IBM", 1.0, 5)), trade(1, 10_100, ("IBM", 2.0, 7))], now=10_100) == []
+    assert runtime.next_wakeup() == 11_000  # IBM@10_000 leaves the time window before the batch closes at 11_100
+    first = runtime.advance(11_000)
+    assert _decoded(first, "Clock") == {"Gone": [("IBM", 1.0)]}
+    assert [m.origin for m in first] == [b"Clock-clock@clock:k|11000.1"]
+    # a takeover between wake-ups carries the armed timers and the clock's naming over
+    second = InstanceRuntime(clock, key="k", now=0)
+    second.restore(runtime.snapshot())
+    assert second.next_wakeup() == 11_100
+    later = second.advance(11_250)
+    assert _decoded(later, "Clock") == {"Batches": [("IBM", 12)], "Gone": [("IBM", 2.0)]}
+    # both fell due at 11_100 and fire at that time, not at 11_250
+    assert sorted(m.origin for m in later) == [b"Clock-clock@clock:k|11100.1", b"Clock-clock@clock:k|11100.2"]
+    assert [m.timestamp for m in later if m.topic == "Clock.Gone"] == [11_100]
+    assert second.advance(11_250) == [] and second.next_wakeup() == 12_100  # timeBatch keeps its beat
+    # with @app:playback time stays the events' own: no wake-ups, nothing moves without input
+    playback = InstanceRuntime(_clock_instance("Clock", playback=True))
+    assert playback.process([trade(0, 10_000, ("IBM", 1.0, 5))], now=99_000) == [] and playback.next_wakeup() is None
+
+
+@pytest.mark.slow
+@pytest.mark.broker
+def test_wall_clock_windows_on_spark_emit_when_time_comes_without_new_input(spark, kafka, tmp_path):
+    name = f"Clock{uuid.uuid4().hex[:8]}"
+    clock = _clock_instance(name)
+    for topic in (clock.inputs[0].topic, f"{name}.Batches", f"{name}.Gone"):
+        kafka.ensure_topic(topic, 1)
+    settings = QuerySettings(kafka.bootstrap_servers, str(tmp_path / clock.name), trigger_interval="200 milliseconds")
+    query = start_query(spark, clock, settings)
+    readers = {out: kafka.reader(f"{name}.{out}", {0: EARLIEST}, codec_for("json", schema)) for out, schema in (("Batches", BATCHES), ("Gone", GONE))}
+    got: dict = {"Batches": [], "Gone": []}  # (row, its timestamp, wall-clock ms it was read at)
+    try:
+        # With processing-time timers every trigger runs a batch, so processAllAvailable() would
+        # never return: wait for the first batch instead, so the events go in while it runs.
+        deadline = time.monotonic() + 120
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        source = clock.inputs[0]
+        publisher = kafka.publisher(source.topic, codec_for(source.codec, source.attributes), Partitioned(0, "symbol"))
+        rows = [("IBM", 10.0, 5), ("WSO2", 20.0, 7), ("IBM", 30.0, 11)]
+        sent = []
+        for row in rows:
+            sent.append(int(time.time() * 1000))
+            publisher.send([row], [sent[-1]])
+            publisher.flush()
+            time.sleep(0.15)
+        # nothing else is sent: only time passing can bring the outputs
+        deadline = time.monotonic() + 60
+        while (len(got["Gone"]) < len(rows) or not got["Batches"]) and time.monotonic() < deadline:
+            for out, reader in readers.items():
+                got[out].extend((e.row, e.timestamp, int(time.time() * 1000)) for e in reader.poll(timeout=0.2).events)
+    finally:
+        query.stop()
+        for reader in readers.values():
+            reader.close()
+    assert sorted(row for row, _, _ in got["Gone"]) == sorted((s, p) for s, p, _v in rows)
+    for (symbol, price), stamp, read_at in got["Gone"]:
+        # each expires a second after its own timestamp (later only if the engine got it later:
+        # a loaded machine), and is read after that: a timer brought it, not a later event
+        sent_at = sent[[(s, p) for s, p, _v in rows].index((symbol, price))]
+        assert sent_at + 1000 <= stamp <= read_at, (symbol, stamp - sent_at, read_at - sent_at)
+    totals = collections.Counter()
+    for (symbol, total), _, _ in got["Batches"]:  # one batch, or two if a slow micro-batch straddled its end
+        totals[symbol] += total
+    assert dict(totals) == {"IBM": 16, "WSO2": 7}
+    assert all(read_at >= sent[0] + 1000 for _, _, read_at in got["Batches"])
