@@ -202,7 +202,7 @@ def compile_expression(node: ast.Expression, scope: Scope) -> Executor:
 
         return compile_in(node, scope)
     if isinstance(node, ast.StreamRef):
-        raise app_error("event references are only valid in patterns and sequences (issue 9)", node)
+        raise app_error("event references are only valid in patterns and sequences", node)
     raise app_error(f"unsupported expression {type(node).__name__}", node)
 
 

@@ -261,7 +261,7 @@ def _current_time(node, args, kind, scope):
 @function("eventTimestamp")
 def _event_timestamp(node, args, kind, scope):
     if args:
-        raise app_error("eventTimestamp(event) is only valid in patterns and sequences (issue 9)", node)
+        raise app_error("eventTimestamp(event) is only valid in patterns and sequences", node)
     return Executor(kind, lambda e: e.timestamp)
 
 
