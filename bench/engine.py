@@ -49,7 +49,7 @@ WORKLOADS = {
 TARGETS = {"length_window_join": ("Trades", "Quotes")}
 SLICE = 100
 #: Workloads run on a fraction of --events (Python's per-partial-match work is slow).
-SCALE: dict[str, float] = {"length_window_join": 0.1, "pattern_within": 0.1}
+SCALE: dict[str, float] = {"pattern_within": 0.1}
 
 
 def batches(events: int, size: int, symbols: int = 100):

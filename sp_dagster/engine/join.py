@@ -6,6 +6,11 @@ the other side's window (or table) and hands the joined events of that one event
 selector as a chunk (all chunks of one window output go on as one selector call); outer sides emit unmatched events with the other side null, and only
 `unidirectional` sides (or every stream side when there is none) trigger. A joined event's
 data is the left attributes followed by the right ones.
+
+Where the `on` condition requires `L.a == R.b` (a conjunct comparing one attribute of each
+side, of the same type), a side indexes what the other holds by that attribute once per
+chunk, so each event is tested only against the held events with its key (in held order);
+the whole condition is still applied to them.
 """
 
 from __future__ import annotations
@@ -36,12 +41,14 @@ class EmptyWindow(Processor):
 class JoinSide(Processor):
     """Matches each event of one side with what the other side holds, and emits the results."""
 
-    def __init__(self, left: bool, outer: bool, trigger: bool, width: tuple[int, int], condition):
+    def __init__(self, left: bool, outer: bool, trigger: bool, width: tuple[int, int], condition, keys=None):
         self.left = left
         self.outer = outer
         self.trigger = trigger
         self.nulls = ((None,) * width[1], (None,) * width[0])[not left]  # the other side, absent
         self.condition = condition
+        # (index of the key in this side's data, index in the other side's data), or None
+        self.keys = keys
         self.other = None  # the other side's window (held()) or table view (held_for(event))
 
     def process(self, chunk):
@@ -50,6 +57,8 @@ class JoinSide(Processor):
         condition = self.condition
         # a table side gives the rows that may match each event (held_for); a window, all it holds
         lookup = getattr(self.other, "held_for", None)
+        if lookup is None and self.keys is not None:
+            lookup = self._keyed_lookup()
         chunks = []
         for event in chunk:
             kind = event.type
@@ -72,6 +81,24 @@ class JoinSide(Processor):
         if chunks:
             self.next.process_chunks(chunks)
 
+    def _keyed_lookup(self):
+        """A function from an event to the held events with its key, indexed on first use."""
+        mine, theirs = self.keys
+        index: dict | None = None
+
+        def lookup(event):
+            nonlocal index
+            if index is None:
+                index = {}
+                for found in self.other.held():
+                    key = found.data[theirs]
+                    if key is not None:  # null never equals anything
+                        index.setdefault(key, []).append(found)
+            key = event.data[mine]
+            return () if key is None else index.get(key, ())
+
+        return lookup
+
 
 def join_scope(join: ast.JoinInput, left: Schema, right: Schema, context) -> JoinedScope:
     """The scope of a join: left attributes, then right ones, each named by stream and alias."""
@@ -82,13 +109,39 @@ def join_sides(join: ast.JoinInput, scope: JoinedScope, left_schema: Schema, rig
     """The two JoinSides of `join` (left, right), without their `other` yet."""
     condition = compile_expression(join.on, scope).row if join.on is not None else None
     width = (len(left_schema), len(right_schema))
+    pair = _equality_key(join.on, scope, len(left_schema)) if join.on is not None else None
     sides = []
     for is_left, source in ((True, join.left), (False, join.right)):
         name = "left" if is_left else "right"
         outer = join.join_type in ("full_outer", f"{name}_outer")
         trigger = source.stream.stream not in tables and join.unidirectional in (None, name)
-        sides.append(JoinSide(is_left, outer, trigger, width, condition))
+        keys = None if pair is None else (pair if is_left else (pair[1], pair[0]))
+        sides.append(JoinSide(is_left, outer, trigger, width, condition, keys))
     return sides
+
+
+def _equality_key(on: ast.Expression, scope: JoinedScope, left_width: int) -> tuple[int, int] | None:
+    """(left index, right index) of a required `L.a == R.b` conjunct of `on`, if there is one."""
+    if isinstance(on, ast.BinaryOp) and on.op == "and":
+        return _equality_key(on.left, scope, left_width) or _equality_key(on.right, scope, left_width)
+    if not (isinstance(on, ast.BinaryOp) and on.op == "==" and isinstance(on.left, ast.Variable) and isinstance(on.right, ast.Variable)):
+        return None
+    places = []
+    for variable in (on.left, on.right):
+        for names, schema, offset in scope.sides:  # resolved as JoinedScope.variable resolves it
+            if variable.stream is not None and variable.stream not in names:
+                continue
+            index = schema.index(variable.name)
+            if index is not None:
+                places.append((offset + index, schema.types[index]))
+                break
+    if len(places) != 2:
+        return None
+    (a, a_type), (b, b_type) = sorted(places)
+    # one attribute of each side, compared as the same type (so == is Python's == on the values)
+    if not (a < left_width <= b) or a_type != b_type or a_type == "object":
+        return None
+    return a, b - left_width
 
 
 def side_scope(source: ast.JoinSource, schema: Schema, context) -> StreamScope:
