@@ -1,14 +1,12 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
-Incremental
-aggregations, script functions, playback tuning, fault streams and the few functions and
-windows the parser knows but the engine does not implement are not planned yet. Every such use in
-an app is reported (all of them at once, with line and column), never silently ignored.
+Incremental aggregations, script functions, playback tuning, fault streams and the few
+functions and windows the parser knows but the engine does not implement are not planned yet.
+Every such use in an app is reported (all of them at once, with line and column), never
+silently ignored.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from sp_dagster.engine.aggregators import AGGREGATORS
 from sp_dagster.engine.errors import app_error
@@ -49,7 +47,7 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
                 found.append(("fault stream", stream))
         if isinstance(query.output, ast.Return):
             found.append(("return output", query.output))
-        for node in _walk(query):
+        for node in ast.walk(query):
             if isinstance(node, ast.FunctionCall) and not _implemented_call(node):
                 found.append((f"function {node.qualified_name}()", node))
             elif isinstance(node, ast.Window) and (node.namespace is not None or node.name not in WINDOWS):
@@ -64,14 +62,6 @@ def _implemented_call(node: ast.FunctionCall) -> bool:
         return node.name in AGGREGATORS
     return node.qualified_name in FUNCTIONS
 
-
-def _walk(node):
-    yield node
-    for field in dataclasses.fields(node):
-        value = getattr(node, field.name)
-        for item in value if isinstance(value, tuple) else (value,):
-            if isinstance(item, ast.Node):
-                yield from _walk(item)
 
 
 def check_supported(app: ast.App) -> None:

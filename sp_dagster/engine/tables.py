@@ -15,7 +15,6 @@ tables live in `sp_dagster.engine.store`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -199,19 +198,10 @@ def side_of(node: ast.Variable, sides: Sides) -> int | None:
     return None
 
 
-def walk(node: ast.Node) -> Iterator[ast.Node]:
-    """`node` and every node below it."""
-    yield node
-    for field in dataclasses.fields(node):
-        value = getattr(node, field.name)
-        for item in value if isinstance(value, tuple) else (value,):
-            if isinstance(item, ast.Node):
-                yield from walk(item)
-
 
 def reads_side(expression: ast.Node, sides: Sides, side: int) -> bool:
     """True when some attribute in `expression` is one of side `side`'s."""
-    return any(isinstance(n, ast.Variable) and n.index is None and side_of(n, sides) == side for n in walk(expression))
+    return any(isinstance(n, ast.Variable) and n.index is None and side_of(n, sides) == side for n in ast.walk(expression))
 
 
 def table_side(scope: JoinedScope, offset: int) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Union
 
@@ -30,16 +29,6 @@ _KINDS = {
 
 Executable = Union[ast.Query, ast.Partition, ast.AggregationDefinition]
 
-
-def walk(node: ast.Node) -> Iterator[ast.Node]:
-    """`node` and every node below it, depth first, in field order."""
-    yield node
-    for item in dataclasses.fields(node):
-        value = getattr(node, item.name)
-        children = value if isinstance(value, tuple) else (value,)
-        for child in children:
-            if isinstance(child, ast.Node):
-                yield from walk(child)
 
 
 def is_aggregate_call(node: ast.Node) -> bool:
@@ -175,7 +164,7 @@ def _describe_executable(element: ast.Query | ast.Partition, index: int) -> Elem
         output = query.output
         if not isinstance(output, ast.Return) and not getattr(output, "inner", False):
             writes.append(Write(output.target, output, query))
-        for node in walk(query):
+        for node in ast.walk(query):
             if isinstance(node, ast.In):
                 tables.append(Read(node.table, node, query))
     return ElementInfo(element, index, tuple(reads), tuple(writes), tuple(tables), _functions(element))
@@ -190,7 +179,7 @@ def _partition_key(partition: ast.Partition | None, stream: str) -> tuple[str | 
 
 
 def _functions(element: ast.Node) -> tuple[str, ...]:
-    names = {node.name: None for node in walk(element) if isinstance(node, ast.FunctionCall) and node.namespace is None}
+    names = {node.name: None for node in ast.walk(element) if isinstance(node, ast.FunctionCall) and node.namespace is None}
     return tuple(names)
 
 

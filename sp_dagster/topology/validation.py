@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from sp_dagster.siddhi import ast
-from sp_dagster.topology.analysis import AGGREGATION, TABLE, WINDOW, Catalog, ElementInfo, is_aggregate_call, is_persisted, walk
+from sp_dagster.topology.analysis import AGGREGATION, TABLE, WINDOW, Catalog, ElementInfo, is_aggregate_call, is_persisted
 from sp_dagster.topology.errors import TopologyError, error_at
 from sp_dagster.topology.grouping import GroupSpec
 from sp_dagster.topology.model import FIELD_GROUPING
@@ -93,7 +93,7 @@ def _stateful_node(selector: ast.Selector) -> ast.Node | None:
     """The first aggregate call or `group by` attribute of a selector, or None when stateless."""
     for part in (*selector.attributes, selector.having):
         if part is not None:
-            call = next((node for node in walk(part) if is_aggregate_call(node)), None)
+            call = next((node for node in ast.walk(part) if is_aggregate_call(node)), None)
             if call is not None:
                 return call
     return selector.group_by[0] if selector.group_by else None
