@@ -217,7 +217,10 @@ def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.
     loaded = load_app(path)
     topology = plan_app(loaded)
     transport = transport_for(config.messaging)
-    topics = create_topics(topology, transport)
+    try:
+        topics = create_topics(topology, transport)
+    finally:
+        transport.close()
     plane = ControlPlane.from_config(config)
     try:
         result = record(plane, loaded, topology)
