@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sp_dagster.deploy import create_topics, load_app, plan_app, record, wait_until_running  # noqa: E402
+from sp_dagster.deploy import load_app, plan_app  # noqa: E402
 from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
 from sp_dagster.embedded.local_cluster import LocalCluster  # noqa: E402
 from sp_dagster.messaging import EARLIEST, LATEST, Partitioned, codec_for  # noqa: E402
@@ -146,22 +146,17 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
 
 def pipeline(transport, events: int, rate: float, seconds: float) -> None:
     """The two-group app on a local cluster."""
-    loaded = load_app(APP)
-    topology = plan_app(loaded)
+    topology = plan_app(load_app(APP))
     with tempfile.TemporaryDirectory() as home:
         cluster = LocalCluster(Path(home), transport.bootstrap_servers, persist_every_min=1).start()
-        plane = cluster.plane()
         try:
-            create_topics(topology, transport)
-            record(plane, loaded, topology)
-            wait_until_running(plane, topology.app, timeout=300)
+            cluster.deploy(APP, timeout=300)
             first = topology.group("filter").instances[0]
             (entry,) = plan_instance(first.name, first.siddhi).inputs
             in_codec = codec_for(entry.codec, entry.attributes)
             # volume >= 10 always holds here, so every input gives one output
             measure("app", transport, entry.topic, "Trades.Averages", in_codec, codec_for("json", OUTPUT), events, events, rate, seconds)
         finally:
-            plane.close()
             cluster.stop()
 
 

@@ -89,12 +89,23 @@ class LocalCluster:
         process.send_signal(signal.SIGKILL)
         process.wait()
 
+    def config(self):
+        """The cluster's manager Config."""
+        from sp_dagster.config.loader import load_config
+
+        return load_config(self.manager_conf, role="manager")
+
     def plane(self):
         """A handle on the cluster's control plane."""
         from sp_dagster.cluster.db import ControlPlane
-        from sp_dagster.config.loader import load_config
 
-        return ControlPlane.from_config(load_config(self.manager_conf, role="manager"))
+        return ControlPlane.from_config(self.config())
+
+    def deploy(self, path: str | Path, timeout: float = 240.0):
+        """Deploy an app file on this cluster as `sp-dagster deploy` does; its DeployResult once every instance runs."""
+        from sp_dagster.deploy import deploy
+
+        return deploy(path, self.config(), timeout=timeout)
 
     def logs(self, lines: int = 40) -> str:
         """The tail of every process's log, for failure messages."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sp_dagster.deploy import create_topics, load_app, plan_app, record, wait_until_running
+from sp_dagster.deploy import load_app, plan_app
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
@@ -61,13 +61,10 @@ def deployed(broker, tmp_path_factory):
 
     kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
     cluster = LocalCluster(tmp_path_factory.mktemp("e2e") / "cluster", kafka.bootstrap_servers).start()
-    plane = cluster.plane()
     loaded = load_app(APP_PATH)
     topology = plan_app(loaded)
     try:
-        create_topics(topology, kafka)
-        record(plane, loaded, topology)
-        wait_until_running(plane, topology.app, timeout=240)
+        cluster.deploy(APP_PATH, timeout=240)
         first = topology.group("filter").instances[0]
         (entry,) = plan_instance(first.name, first.siddhi).inputs
         yield cluster, loaded, entry, History()
@@ -75,7 +72,6 @@ def deployed(broker, tmp_path_factory):
         print(cluster.logs())
         raise
     finally:
-        plane.close()
         cluster.stop()
 
 
