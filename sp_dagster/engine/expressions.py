@@ -109,14 +109,24 @@ class JoinedScope(Scope):
     def variable(self, node: ast.Variable) -> Executor:
         if node.index is not None:
             raise app_error("indexed event references (e[0].x) are only valid in patterns and sequences", node)
-        for names, schema, offset in self.sides:
-            if node.stream is not None and node.stream not in names:
-                continue
-            index = schema.index(node.name)
-            if index is not None:
-                return attribute(offset + index, schema.types[index])
-        where = node.stream or "the inputs of this query"
-        raise app_error(f"{where} has no attribute '{node.name}'", node)
+        found = locate(node, self.sides)
+        if found is None:
+            where = node.stream or "the inputs of this query"
+            raise app_error(f"{where} has no attribute '{node.name}'", node)
+        side, index = found
+        _names, schema, offset = self.sides[side]
+        return attribute(offset + index, schema.types[index])
+
+
+def locate(node: ast.Variable, sides: list[tuple[tuple[str, ...], Schema, int]]) -> tuple[int, int] | None:
+    """(side, attribute index in that side) a variable reads: the first side that has it, or None."""
+    for side, (names, schema, _offset) in enumerate(sides):
+        if node.stream is not None and node.stream not in names:
+            continue
+        index = schema.index(node.name)
+        if index is not None:
+            return side, index
+    return None
 
 
 def sides_of(scope: Scope) -> list[tuple[tuple[str, ...], Schema, int]]:

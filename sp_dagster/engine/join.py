@@ -16,7 +16,7 @@ the whole condition is still applied to them.
 from __future__ import annotations
 
 from sp_dagster.engine.events import CURRENT, EXPIRED, RESET, TIMER, StreamEvent
-from sp_dagster.engine.expressions import JoinedScope, StreamScope, compile_expression
+from sp_dagster.engine.expressions import JoinedScope, StreamScope, compile_expression, locate
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.schema import Schema
 from sp_dagster.siddhi import ast
@@ -109,7 +109,7 @@ def join_sides(join: ast.JoinInput, scope: JoinedScope, left_schema: Schema, rig
     """The two JoinSides of `join` (left, right), without their `other` yet."""
     condition = compile_expression(join.on, scope).row if join.on is not None else None
     width = (len(left_schema), len(right_schema))
-    pair = _equality_key(join.on, scope, len(left_schema)) if join.on is not None else None
+    pair = _equality_key(join.on, scope) if join.on is not None else None
     sides = []
     for is_left, source in ((True, join.left), (False, join.right)):
         name = "left" if is_left else "right"
@@ -120,28 +120,21 @@ def join_sides(join: ast.JoinInput, scope: JoinedScope, left_schema: Schema, rig
     return sides
 
 
-def _equality_key(on: ast.Expression, scope: JoinedScope, left_width: int) -> tuple[int, int] | None:
+def _equality_key(on: ast.Expression, scope: JoinedScope) -> tuple[int, int] | None:
     """(left index, right index) of a required `L.a == R.b` conjunct of `on`, if there is one."""
     if isinstance(on, ast.BinaryOp) and on.op == "and":
-        return _equality_key(on.left, scope, left_width) or _equality_key(on.right, scope, left_width)
+        return _equality_key(on.left, scope) or _equality_key(on.right, scope)
     if not (isinstance(on, ast.BinaryOp) and on.op == "==" and isinstance(on.left, ast.Variable) and isinstance(on.right, ast.Variable)):
         return None
-    places = []
-    for variable in (on.left, on.right):
-        for names, schema, offset in scope.sides:  # resolved as JoinedScope.variable resolves it
-            if variable.stream is not None and variable.stream not in names:
-                continue
-            index = schema.index(variable.name)
-            if index is not None:
-                places.append((offset + index, schema.types[index]))
-                break
-    if len(places) != 2:
+    places = [locate(variable, scope.sides) for variable in (on.left, on.right)]
+    if None in places or places[0][0] == places[1][0]:  # one attribute of each side
         return None
-    (a, a_type), (b, b_type) = sorted(places)
-    # one attribute of each side, compared as the same type (so == is Python's == on the values)
-    if not (a < left_width <= b) or a_type != b_type or a_type == "object":
+    (_, left), (_, right) = sorted(places)
+    kind = scope.sides[0][1].types[left]
+    # compared as the same type, so == is Python's == on the values (and they hash)
+    if kind != scope.sides[1][1].types[right] or kind == "object":
         return None
-    return a, b - left_width
+    return left, right
 
 
 def side_scope(source: ast.JoinSource, schema: Schema, context) -> StreamScope:

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent
-from sp_dagster.engine.expressions import Executor, JoinedScope, compile_expression, sides_of
+from sp_dagster.engine.expressions import Executor, JoinedScope, compile_expression, locate, sides_of
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.values import f32
 from sp_dagster.siddhi import ast
@@ -190,13 +190,8 @@ def build_table(definition: ast.TableDefinition, context) -> Table:
 
 def side_of(node: ast.Variable, sides: Sides) -> int | None:
     """Which side a variable reads, by JoinedScope's rule (the first side that has it)."""
-    for position, (names, schema, _) in enumerate(sides):
-        if node.stream is not None and node.stream not in names:
-            continue
-        if schema.index(node.name) is not None:
-            return position
-    return None
-
+    found = locate(node, sides)
+    return None if found is None else found[0]
 
 
 def reads_side(expression: ast.Node, sides: Sides, side: int) -> bool:
