@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except SpDagsterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        if exc.filename is None:  # not about a file the user named: a real failure, keep its traceback
+            raise
+        print(f"error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -96,3 +96,11 @@ def test_broker_command_refuses_a_busy_port():
         result = run_cli("broker", "--port", str(port))
     assert result.returncode == 1
     assert f"error: port {port} on 127.0.0.1 is already in use" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["run", "{path}", "--input", "-"], ["query", "{path}", "from T select a"]])
+def test_a_missing_app_file_is_one_line_naming_it(tmp_path, command):
+    path = tmp_path / "missing.siddhi"
+    result = run_cli(*[part.format(path=path) for part in command])
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: {path}: No such file or directory"
