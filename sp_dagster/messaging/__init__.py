@@ -2,7 +2,7 @@
 
 from sp_dagster.messaging.codecs import Attribute, BinaryCodec, Codec, JsonCodec, codec_for
 from sp_dagster.messaging.strategies import Broadcast, Partitioned, RoundRobin, Strategy, partition_for_key, strategy_for
-from sp_dagster.messaging.transport import EARLIEST, LATEST, Batch, Event, Publisher, Reader, Reject, TopicInfo, Transport
+from sp_dagster.messaging.transport import EARLIEST, LATEST, Batch, Event, Publisher, RawPublisher, Reader, Reject, TopicInfo, Transport
 
 
 def transport_for(settings, timeout: float = 10.0) -> Transport:
@@ -20,6 +20,6 @@ def transport_for(settings, timeout: float = 10.0) -> Transport:
 
 __all__ = [
     "EARLIEST", "LATEST", "Attribute", "Batch", "BinaryCodec", "Broadcast", "Codec", "Event", "JsonCodec",
-    "Partitioned", "Publisher", "Reader", "Reject", "RoundRobin", "Strategy", "TopicInfo", "Transport",
+    "Partitioned", "Publisher", "RawPublisher", "Reader", "Reject", "RoundRobin", "Strategy", "TopicInfo", "Transport",
     "codec_for", "partition_for_key", "strategy_for", "transport_for",
 ]

@@ -21,6 +21,7 @@ from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.strategies import Strategy
 from sp_dagster.messaging.transport import EARLIEST, LATEST, Batch, Event, Publisher, Reader, Reject, TopicInfo, Transport
+from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +228,9 @@ class KafkaTransport(Transport):
     def publisher(self, topic: str, codec: Codec, strategy: Strategy) -> "KafkaPublisher":
         return KafkaPublisher(self, self.require_topic(topic), codec, strategy)
 
+    def raw_publisher(self) -> "RawPublisher":
+        return RawPublisher(self)
+
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> "KafkaReader":
         info = self.require_topic(topic)
         unknown = sorted(p for p in assignments if not 0 <= p < info.partitions)
@@ -245,8 +249,8 @@ class KafkaTransport(Transport):
             self._probe = None
 
 
-class RawPublisher:
-    """Publishes ready-encoded messages to any topic and partition; the base of every publisher."""
+class RawPublisher(RawPublisherBase):
+    """Publishes ready-encoded messages to any topic and partition; the base of every Kafka publisher."""
 
     def __init__(self, transport: KafkaTransport):
         self.transport = transport

@@ -73,6 +73,22 @@ class Publisher(ABC):
         self.flush()
 
 
+class RawPublisher(ABC):
+    """Publishes ready-encoded messages to any topic and partition of one messaging layer."""
+
+    @abstractmethod
+    def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
+        """Queue one message (timestamp in ms; None: the broker's time; headers: [(name, bytes)])."""
+
+    @abstractmethod
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every queued message is acknowledged; raise MessagingError on any failure."""
+
+    def close(self) -> None:
+        """Flush and release the client."""
+        self.flush()
+
+
 class Reader(ABC):
     """Reads given partitions of one topic from given offsets, without consumer-group rebalancing."""
 
@@ -121,6 +137,10 @@ class Transport(ABC):
     @abstractmethod
     def publisher(self, topic: str, codec: Codec, strategy: Strategy) -> Publisher:
         """A publisher of one stream's rows to a topic."""
+
+    @abstractmethod
+    def raw_publisher(self) -> RawPublisher:
+        """A publisher of ready-encoded messages (the workers' output path)."""
 
     @abstractmethod
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> Reader:
