@@ -1,5 +1,7 @@
 """A local cluster of real processes (one manager, N workers) on a given broker, for tests and benchmarks.
 
+`mode` is the workers' spark.executionMode (continuous: `slots` task slots each).
+
 The processes share a SQLite control plane and a SQLite persistence table under `home`, and
 run with short timings so failover takes seconds.
 """
@@ -50,7 +52,9 @@ state.persistence:
   persistenceStore: database
   config: {{datasource: WSO2_PERSISTENCE_DB, table: PERSISTENCE_TABLE}}
 spark:
-  master: local[1]
+  master: local[{slots}]
+  executionMode: {mode}
+  checkpointInterval: 1000
   conf: {{spark.sql.shuffle.partitions: "1", spark.driver.memory: 768m}}
 """
 
@@ -58,14 +62,19 @@ spark:
 class LocalCluster:
     """One manager and N worker processes sharing a SQLite control plane under `home`."""
 
-    def __init__(self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds"):
+    def __init__(
+        self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds",
+        mode: str = "continuous", slots: int = 6,
+    ):
         self.home = home
         self.bootstrap = bootstrap
         home.mkdir(parents=True, exist_ok=True)
         self.manager_conf = home / "manager.yaml"
         self.worker_conf = home / "worker.yaml"
         self.manager_conf.write_text(MANAGER_CONF.format(bootstrap=bootstrap, home=home))
-        self.worker_conf.write_text(WORKER_CONF.format(bootstrap=bootstrap, home=home, interval=persist_every_min))
+        # Continuous instances hold a task slot each; micro-batch queries share one (as before).
+        worker_slots = slots if mode == "continuous" else 1
+        self.worker_conf.write_text(WORKER_CONF.format(bootstrap=bootstrap, home=home, interval=persist_every_min, mode=mode, slots=worker_slots))
         self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": trigger, "PYTHONUNBUFFERED": "1"}
         self.processes: dict[str, subprocess.Popen] = {}
         self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]
