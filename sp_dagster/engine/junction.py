@@ -59,6 +59,8 @@ class StreamCallback:
 class OutputBuffer:
     """Collects what a stream receives until drained as one Arrow batch (for batch consumers)."""
 
+    blind = True  # how chunks were cut cannot be seen in what drain() returns
+
     def __init__(self, schema: Schema):
         self.schema = schema
         self.arrow_schema = schema.arrow_schema()
