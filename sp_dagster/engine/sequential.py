@@ -32,6 +32,7 @@ class Run:
 
     def __init__(self, rows: list[tuple] | None, batch: pa.RecordBatch | None, times: np.ndarray, sizes: np.ndarray, playback: bool, schema: pa.Schema | None):
         self.arrow_schema = schema
+        self.cache: dict = {}  # what kernels work out once per run
         self._rows = rows
         self._batch = batch
         self.times = times

@@ -1,13 +1,225 @@
-"""length(n) windows under sum/count/avg selectors (with or without group by), over a whole segment."""
+"""length(n) windows under sum/count/avg selectors (with or without group by), over a whole segment.
+
+Per arrival the event path expires the oldest event when the window is full, then adds the
+new one; the selector (batch mode) emits per chunk one row per group (the group's last
+current event, groups in first-seen order), or one row per chunk without group by. Here the
+adds and removes of a segment are laid out in that order once, the aggregates computed per
+group at once (kernels.aggregates), and the winners of every chunk picked out.
+"""
 
 from __future__ import annotations
 
-from sp_dagster.engine.kernels.base import Kernel
+from collections import deque
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sp_dagster.engine.events import EXPIRED, ArrowChunk, StreamEvent
+from sp_dagster.engine.kernels.aggregates import EXACT, SUPPORTED, Ops, compute, integer_sum
+from sp_dagster.engine.kernels.base import Kernel, Output
+from sp_dagster.engine.kernels.eligibility import plain_query
+from sp_dagster.engine.processors import FilterProcessor
+from sp_dagster.engine.windows.length import LengthWindow
+from sp_dagster.siddhi import ast
+
+#: Attribute types a group-by key may have here (their Python values are the keys).
+KEY_TYPES = ("string", "int", "long", "bool")
+NUMERIC = ("int", "long", "float", "double")
 
 
 class LengthAggregateKernel(Kernel):
-    """`from S[...]#window.length(n) select <attributes, sum/count/avg> [group by ...]`."""
+    """`from S[...]#window.length(n) select <attributes, sum/count/avg> [group by a]`."""
 
     @classmethod
     def build(cls, receiver, runtime):
-        return None
+        query = plain_query(receiver)
+        if query is None or not query.processors or not isinstance(query.processors[-1], LengthWindow):
+            return None
+        filters, window = query.processors[:-1], query.processors[-1]
+        if window.length < 1 or not all(isinstance(p, FilterProcessor) and p.vector is not None for p in filters):
+            return None
+        selector, node = query.selector, query.query.selector
+        if not selector.batching or not selector.current_on or selector.expired_on or node.star:
+            return None
+        if selector.having is not None or selector.order_by or selector.limit is not None or selector.offset is not None:
+            return None
+        schema = window.context.schema
+        if not schema.arrow_capable:
+            return None
+        aggregators = selector.aggregation.aggregators
+        if not aggregators or not all(type(a) in SUPPORTED for a in aggregators):
+            return None
+        arguments = []
+        for aggregator in aggregators:
+            index = _attribute(aggregator.node.args[0], schema) if aggregator.node.args else None
+            if aggregator.node.args and (index is None or schema.types[index] not in NUMERIC):
+                return None
+            arguments.append(index)
+        columns = []  # per output attribute: ("input", index) or ("aggregate", index)
+        for attribute, executor in zip(node.attributes, selector.executors):
+            expression = attribute.expression
+            if isinstance(expression, ast.Variable) and (index := _attribute(expression, schema)) is not None:
+                columns.append(("input", index))
+            elif isinstance(expression, ast.FunctionCall) and len(executor.aggregators) == 1:
+                columns.append(("aggregate", aggregators.index(executor.aggregators[0])))
+            else:
+                return None
+        group = None
+        if node.group_by:
+            if len(node.group_by) != 1:
+                return None
+            group = _attribute(node.group_by[0], schema)
+            if group is None or schema.types[group] not in KEY_TYPES:
+                return None
+        return cls(query, filters, window, arguments, columns, group)
+
+    def __init__(self, query, filters, window, arguments, columns, group):
+        super().__init__(query)
+        self.filters = filters
+        self.window = window
+        self.arguments = arguments
+        self.columns = columns
+        self.group = group
+        self.aggregators = query.selector.aggregation.aggregators
+
+    # -- what the event path would do differently
+
+    def extent(self, run, start, end):
+        checked = run.cache.get(id(self))
+        if checked is None:
+            checked = run.cache[id(self)] = self._run_fits(run)
+        return end if checked and self._window_fits() else start
+
+    def _run_fits(self, run) -> bool:
+        """No nulls where aggregates read, no -0.0, integer sums far from overflowing."""
+        batch = run.batch()
+        for aggregator, index in zip(self.aggregators, self.arguments):
+            if index is None:
+                continue
+            column = batch.column(index)
+            if column.null_count:
+                return False
+            values = column.to_numpy()
+            if values.dtype.kind == "f" and np.any((values == 0) & np.signbit(values)):
+                return False
+            if integer_sum(aggregator) and len(values) and int(np.abs(values).max()) * (self.window.length + 1) >= EXACT:
+                return False
+        return True
+
+    def _window_fits(self) -> bool:
+        for aggregator, index in zip(self.aggregators, self.arguments):
+            if index is None:
+                continue
+            for event in self.window.queue:
+                value = event.data[index]
+                if value is None or (value == 0 and isinstance(value, float) and np.signbit(value)):
+                    return False
+            if integer_sum(aggregator) and any(abs(s.sum) >= EXACT // 2 for s in aggregator.states.values()):
+                return False
+        return True
+
+    # -- the segment
+
+    def run(self, run, start, end):
+        lo, hi = int(run.bounds[start]), int(run.bounds[end])
+        batch = run.batch().slice(lo, hi - lo)
+        times = run.times[lo:hi]
+        owner = np.repeat(np.arange(start, end), np.diff(run.bounds[start : end + 1]))
+        rows = np.arange(lo, hi)
+        chunk = ArrowChunk(batch, pa.array(times, pa.int64()))
+        for processor in self.filters:
+            mask = processor.vector(chunk)
+            if isinstance(mask, pa.Scalar):
+                if mask.as_py() is True:
+                    continue
+                mask = pa.array(np.zeros(chunk.batch.num_rows, bool))
+            keep = np.asarray(mask.fill_null(False).to_numpy(zero_copy_only=False), bool)
+            chunk = ArrowChunk(chunk.batch.filter(keep), chunk.timestamps.filter(keep))
+            times, owner, rows = times[keep], owner[keep], rows[keep]
+        arrivals = chunk.batch.num_rows
+        out_schema = self.query.selector.output_schema.arrow_schema()
+        if arrivals == 0:
+            return Output(self.query, pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0])
+        window = self.window
+        held = list(window.queue)
+        length, q = window.length, len(held)
+        # adds of every arrival; a remove before each arrival that finds the window full
+        full_from = max(0, min(arrivals, length - q))
+        expiring = np.arange(full_from, arrivals) + q - length  # positions in held+arrivals
+        adds = np.arange(arrivals) + q
+        ops_at = np.concatenate((adds[:full_from], np.column_stack((expiring, adds[full_from:])).ravel()))
+        signs = np.concatenate((np.ones(full_from, np.int64), np.tile(np.array([-1, 1], np.int64), arrivals - full_from)))
+        add_ops = np.flatnonzero(signs > 0)
+        keys, codes = self._groups(held, chunk.batch)
+        groups = codes[ops_at]
+        values = []
+        for index in self.arguments:
+            if index is None:
+                values.append(None)
+                continue
+            column = np.concatenate((np.array([e.data[index] for e in held], dtype=_dtype(chunk.batch.column(index))), chunk.batch.column(index).to_numpy()))
+            values.append(column[ops_at])
+        ops = Ops(groups, signs, keys, values)
+        results, appliers = [], []
+        for aggregator, value in zip(self.aggregators, values):
+            result, apply = compute(aggregator, ops, value)
+            results.append(result[add_ops])
+            appliers.append(apply)
+        winners = self._winners(owner, codes[q:])
+        columns = []
+        for (kind, index), field in zip(self.columns, out_schema):
+            if kind == "input":
+                columns.append(chunk.batch.column(index).take(pa.array(winners)))
+            else:
+                columns.append(pa.array(results[index][winners], field.type))
+        out = pa.RecordBatch.from_arrays(columns, schema=out_schema)
+        # the state the event path leaves: the window's last n events, every group's aggregates
+        for apply in appliers:
+            apply()
+        kept = min(length, arrivals)
+        tail = chunk.batch.slice(arrivals - kept, kept)
+        tail_rows = list(zip(*[c.to_pylist() for c in tail.columns])) if tail.num_columns else [()] * kept
+        queue = deque(held[max(0, q + arrivals - length) :])
+        queue.extend(StreamEvent(int(t), r, EXPIRED) for t, r in zip(times[arrivals - kept :].tolist(), tail_rows))
+        window.queue = queue
+        window.count = min(length, window.count + arrivals)
+        return Output(self.query, out, times[winners], owner[winners])
+
+    def _groups(self, held, batch) -> tuple[list, np.ndarray]:
+        """Group keys, and the group code of every held event then every arrival."""
+        if self.group is None:
+            return [None], np.zeros(len(held) + batch.num_rows, np.int64)
+        code_of: dict = {}
+        held_codes = [code_of.setdefault(e.data[self.group], len(code_of)) for e in held]
+        encoded = pc.dictionary_encode(batch.column(self.group))
+        mapping = np.array([code_of.setdefault(v, len(code_of)) for v in encoded.dictionary.to_pylist()] or [0], np.int64)
+        indices = encoded.indices
+        if indices.null_count:
+            none_code = code_of.setdefault(None, len(code_of))
+            arrival_codes = np.where(indices.is_null().to_numpy(zero_copy_only=False), none_code, mapping[indices.fill_null(0).to_numpy()])
+        else:
+            arrival_codes = mapping[indices.to_numpy()]
+        return list(code_of), np.concatenate((np.array(held_codes, np.int64), arrival_codes.astype(np.int64)))
+
+    def _winners(self, owner: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Arrivals that yield a row: per chunk, each group's last (in order of the group's first)."""
+        count = len(owner)
+        if self.group is None:
+            last = np.flatnonzero(np.append(owner[1:] != owner[:-1], True))
+            return last
+        if np.all(owner[1:] != owner[:-1]):  # every chunk one arrival: every arrival wins
+            return np.arange(count)
+        combined = owner.astype(np.int64) * (int(codes.max(initial=0)) + 1) + codes
+        _, first = np.unique(combined, return_index=True)
+        _, last_reversed = np.unique(combined[::-1], return_index=True)
+        last = count - 1 - last_reversed
+        return last[np.argsort(first, kind="stable")]
+
+
+def _attribute(node, schema) -> int | None:
+    return schema.index(node.name) if isinstance(node, ast.Variable) and node.index is None else None
+
+
+def _dtype(column: pa.Array):
+    return np.float64 if pa.types.is_floating(column.type) else np.int64
