@@ -44,6 +44,26 @@ class Output:
             self.query.output.send_arrow(ArrowChunk(self.batch, pa.array(self.timestamps, pa.int64())))
 
 
+def segment(run, start: int, end: int, filters) -> tuple[ArrowChunk, np.ndarray, np.ndarray]:
+    """Chunks start..end-1 of `run` as one ArrowChunk through vectorised `filters`, with the
+    timestamps and owning chunk of every row kept."""
+    lo, hi = int(run.bounds[start]), int(run.bounds[end])
+    times = run.times[lo:hi]
+    owner = np.repeat(np.arange(start, end), np.diff(run.bounds[start : end + 1]))
+    chunk = ArrowChunk(run.batch().slice(lo, hi - lo), pa.array(times, pa.int64()))
+    for processor in filters:
+        mask = processor.vector(chunk)
+        if isinstance(mask, pa.Scalar):
+            if mask.as_py() is True:
+                continue
+            keep = np.zeros(len(times), bool)
+        else:
+            keep = np.asarray(mask.fill_null(False).to_numpy(zero_copy_only=False), bool)
+        chunk = ArrowChunk(chunk.batch.filter(keep), chunk.timestamps.filter(keep))
+        times, owner = times[keep], owner[keep]
+    return chunk, times, owner
+
+
 class Kernel:
     """Computes one query's outputs over a segment of a run (see the package docstring)."""
 

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sp_dagster.engine.events import EXPIRED, ArrowChunk, StreamEvent
+from sp_dagster.engine.events import EXPIRED, StreamEvent
 from sp_dagster.engine.kernels.aggregates import EXACT, SUPPORTED, Ops, compute, integer_sum
-from sp_dagster.engine.kernels.base import Kernel, Output
+from sp_dagster.engine.kernels.base import Kernel, Output, segment
 from sp_dagster.engine.kernels.eligibility import plain_query
 from sp_dagster.engine.processors import FilterProcessor
 from sp_dagster.engine.windows.length import LengthWindow
@@ -122,21 +122,7 @@ class LengthAggregateKernel(Kernel):
     # -- the segment
 
     def run(self, run, start, end):
-        lo, hi = int(run.bounds[start]), int(run.bounds[end])
-        batch = run.batch().slice(lo, hi - lo)
-        times = run.times[lo:hi]
-        owner = np.repeat(np.arange(start, end), np.diff(run.bounds[start : end + 1]))
-        rows = np.arange(lo, hi)
-        chunk = ArrowChunk(batch, pa.array(times, pa.int64()))
-        for processor in self.filters:
-            mask = processor.vector(chunk)
-            if isinstance(mask, pa.Scalar):
-                if mask.as_py() is True:
-                    continue
-                mask = pa.array(np.zeros(chunk.batch.num_rows, bool))
-            keep = np.asarray(mask.fill_null(False).to_numpy(zero_copy_only=False), bool)
-            chunk = ArrowChunk(chunk.batch.filter(keep), chunk.timestamps.filter(keep))
-            times, owner, rows = times[keep], owner[keep], rows[keep]
+        chunk, times, owner = segment(run, start, end, self.filters)
         arrivals = chunk.batch.num_rows
         out_schema = self.query.selector.output_schema.arrow_schema()
         if arrivals == 0:

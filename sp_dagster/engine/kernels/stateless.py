@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
-from sp_dagster.engine.events import ArrowChunk
 from sp_dagster.engine.expressions import materialize
-from sp_dagster.engine.kernels.base import Kernel, Output
+from sp_dagster.engine.kernels.base import Kernel, Output, segment
 from sp_dagster.engine.kernels.eligibility import plain_query
 from sp_dagster.engine.processors import FilterProcessor
 
@@ -25,21 +23,7 @@ class StatelessKernel(Kernel):
         return cls(query)
 
     def run(self, run, start, end):
-        lo, hi = int(run.bounds[start]), int(run.bounds[end])
-        batch = run.batch().slice(lo, hi - lo)
-        times = run.times[lo:hi]
-        owner = np.repeat(np.arange(start, end), np.diff(run.bounds[start : end + 1]))
-        chunk = ArrowChunk(batch, pa.array(times, pa.int64()))
-        for processor in self.query.processors:
-            mask = processor.vector(chunk)
-            if isinstance(mask, pa.Scalar):
-                if mask.as_py() is True:
-                    continue
-                mask = pa.array(np.zeros(chunk.batch.num_rows, bool))
-            keep = mask.to_numpy(zero_copy_only=False)
-            keep = np.where(mask.is_null().to_numpy(zero_copy_only=False), False, keep) if mask.null_count else keep.astype(bool)
-            chunk = ArrowChunk(chunk.batch.filter(keep), chunk.timestamps.filter(keep))
-            times, owner = times[keep], owner[keep]
+        chunk, times, owner = segment(run, start, end, self.query.processors)
         selector = self.query.selector
         rows = chunk.batch.num_rows
         columns = [materialize(v(chunk), rows, e.type) for v, e in zip(selector.vectors, selector.executors)]
