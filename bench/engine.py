@@ -127,7 +127,7 @@ def _figures(name: str, form: str, events: int, size: int, seconds: float, outpu
     return figures
 
 
-def run(name: str, events: int, size: int, form: str = "chunks") -> dict:
+def run(name: str, events: int, size: int, form: str = "chunks", profile=None) -> dict:
     """Send `events` events (scaled down for some workloads) through `name` in one form; its figures.
 
     Forms: `single` = one send() per event (rows, as a worker sends a decoded message), the
@@ -142,6 +142,8 @@ def run(name: str, events: int, size: int, form: str = "chunks") -> dict:
     if form == "single":
         data = [(stream, list(zip(*[c.to_pylist() for c in batch.columns])), timestamps.to_pylist()) for stream, batch, timestamps in data]
     outputs = 0
+    if profile is not None:
+        profile.enable()
     start = time.perf_counter()
     if form == "single":
         for stream, rows, stamps in data:
@@ -158,6 +160,8 @@ def run(name: str, events: int, size: int, form: str = "chunks") -> dict:
             runtime.send(stream, batch, timestamps)
             outputs += output.drain()[0].num_rows  # as a worker does after each input batch
     seconds = time.perf_counter() - start
+    if profile is not None:
+        profile.disable()
     runtime.shutdown()
     return _figures(name, form, events, size, seconds, outputs)
 
@@ -168,9 +172,7 @@ def breakdown(name: str, events: int, form: str = "sequential", size: int = 1000
     import pstats
 
     profile = cProfile.Profile()
-    profile.enable()
-    figures = run(name, events, size, form)
-    profile.disable()
+    figures = run(name, events, size, form, profile)
     stats = pstats.Stats(profile).stats
     rows = sorted(((own, f"{path.rsplit('/', 1)[-1]}:{line}:{fn}") for (path, line, fn), (_, _, own, _, _) in stats.items()), reverse=True)
     counted = figures["events"]

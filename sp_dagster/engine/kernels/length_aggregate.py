@@ -10,6 +10,7 @@ group at once (kernels.aggregates), and the winners of every chunk picked out.
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -137,15 +138,10 @@ class LengthAggregateKernel(Kernel):
         ops_at = np.concatenate((adds[:full_from], np.column_stack((expiring, adds[full_from:])).ravel()))
         signs = np.concatenate((np.ones(full_from, np.int64), np.tile(np.array([-1, 1], np.int64), arrivals - full_from)))
         add_ops = np.flatnonzero(signs > 0)
-        keys, codes = self._groups(held, chunk.batch)
+        columns_now = self._held_columns(window.queue, chunk.batch)  # held events then arrivals
+        keys, codes = self._groups(columns_now, q + arrivals)
         groups = codes[ops_at]
-        values = []
-        for index in self.arguments:
-            if index is None:
-                values.append(None)
-                continue
-            column = np.concatenate((np.array([e.data[index] for e in held], dtype=_dtype(chunk.batch.column(index))), chunk.batch.column(index).to_numpy()))
-            values.append(column[ops_at])
+        values = [None if index is None else columns_now[index].to_numpy()[ops_at] for index in self.arguments]
         ops = Ops(groups, signs, keys, values)
         results, appliers = [], []
         for aggregator, value in zip(self.aggregators, values):
@@ -165,28 +161,39 @@ class LengthAggregateKernel(Kernel):
             apply()
         kept = min(length, arrivals)
         tail = chunk.batch.slice(arrivals - kept, kept)
-        tail_rows = list(zip(*[c.to_pylist() for c in tail.columns])) if tail.num_columns else [()] * kept
+        tail_rows = zip(*[c.to_pylist() for c in tail.columns]) if tail.num_columns else [()] * kept
         queue = deque(held[max(0, q + arrivals - length) :])
-        queue.extend(StreamEvent(int(t), r, EXPIRED) for t, r in zip(times[arrivals - kept :].tolist(), tail_rows))
+        queue.extend(map(StreamEvent, times[arrivals - kept :].tolist(), tail_rows, repeat(EXPIRED, kept)))
         window.queue = queue
+        self._held = (queue, queue[0], queue[-1], {i: c.slice(len(c) - len(queue)) for i, c in columns_now.items()})
         window.count = min(length, window.count + arrivals)
         return Output(self.query, out, times[winners], owner[winners])
 
-    def _groups(self, held, batch) -> tuple[list, np.ndarray]:
-        """Group keys, and the group code of every held event then every arrival."""
+    def _held_columns(self, queue, batch) -> dict[int, pa.Array]:
+        """The group and argument columns of the held events followed by the arrivals'.
+
+        The held part is kept from the last segment while the window still holds exactly what
+        that segment left (the event path appends new event objects, so identity tells)."""
+        wanted = {i for i in (self.group, *self.arguments) if i is not None}
+        cached = getattr(self, "_held", None)
+        if cached is not None and cached[0] is queue and queue and queue[0] is cached[1] and queue[-1] is cached[2]:
+            held = cached[3]
+        else:
+            types = batch.schema.types
+            held = {i: pa.array([e.data[i] for e in queue], types[i]) for i in wanted}
+        return {i: pa.concat_arrays([held[i], batch.column(i)]) for i in wanted}
+
+    def _groups(self, columns: dict[int, pa.Array], size: int) -> tuple[list, np.ndarray]:
+        """Group keys, and the group code of every held event then every arrival (`size` in all)."""
         if self.group is None:
-            return [None], np.zeros(len(held) + batch.num_rows, np.int64)
-        code_of: dict = {}
-        held_codes = [code_of.setdefault(e.data[self.group], len(code_of)) for e in held]
-        encoded = pc.dictionary_encode(batch.column(self.group))
-        mapping = np.array([code_of.setdefault(v, len(code_of)) for v in encoded.dictionary.to_pylist()] or [0], np.int64)
+            return [None], np.zeros(size, np.int64)
+        encoded = pc.dictionary_encode(columns[self.group])
+        keys = encoded.dictionary.to_pylist()
         indices = encoded.indices
         if indices.null_count:
-            none_code = code_of.setdefault(None, len(code_of))
-            arrival_codes = np.where(indices.is_null().to_numpy(zero_copy_only=False), none_code, mapping[indices.fill_null(0).to_numpy()])
-        else:
-            arrival_codes = mapping[indices.to_numpy()]
-        return list(code_of), np.concatenate((np.array(held_codes, np.int64), arrival_codes.astype(np.int64)))
+            keys.append(None)
+            return keys, indices.fill_null(len(keys) - 1).to_numpy().astype(np.int64)
+        return keys, indices.to_numpy().astype(np.int64)
 
     def _winners(self, owner: np.ndarray, codes: np.ndarray) -> np.ndarray:
         """Arrivals that yield a row: per chunk, each group's last (in order of the group's first)."""
@@ -207,5 +214,3 @@ def _attribute(node, schema) -> int | None:
     return schema.index(node.name) if isinstance(node, ast.Variable) and node.index is None else None
 
 
-def _dtype(column: pa.Array):
-    return np.float64 if pa.types.is_floating(column.type) else np.int64
