@@ -162,3 +162,24 @@ def test_windowed_aggregates_give_the_same_both_ways(seed):
     rng = np.random.default_rng(1000 + seed)
     app = _windowed_aggregate_app(rng)
     _assert_same_on_random_runs(app, rng, sends=4, events=150, nulls=(0.0, 0.0, 0.0, 0.02)[seed % 4])
+
+
+def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path():
+    app = "@app:playback\n" + STREAM + "from S#window.length(5) select symbol, sum(volume) as v, avg(price) as p group by symbol insert into Out;"
+    rng = np.random.default_rng(5)
+    rows, times = _random_events(rng, 40, 0.0)
+    fast, slow = AppRuntime(app), AppRuntime(app)
+    fast.send_each("S", rows[:20], times[:20])
+    for row, time in zip(rows[:20], times[:20]):
+        slow.send("S", [row], [time])
+    restored = AppRuntime(app)
+    restored.restore(fast.snapshot())
+    seen = {"restored": [], "slow": []}
+    restored.add_callback("Out", lambda events: seen["restored"].append([(e.timestamp, e.data) for e in events]))
+    slow.add_callback("Out", lambda events: seen["slow"].append([(e.timestamp, e.data) for e in events]))
+    restored.send_each("S", rows[20:], times[20:])
+    for row, time in zip(rows[20:], times[20:]):
+        slow.send("S", [row], [time])
+    assert seen["restored"] == seen["slow"] and len(seen["slow"]) == 20
+    for runtime in (fast, slow, restored):
+        runtime.shutdown()
