@@ -231,6 +231,9 @@ class KafkaTransport(Transport):
     def raw_publisher(self) -> "RawPublisher":
         return RawPublisher(self)
 
+    def transactional_publisher(self, transactional_id: str, group_id: str) -> "TransactionalPublisher":
+        return TransactionalPublisher(self, transactional_id, group_id, self.timeout)
+
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> "KafkaReader":
         info = self.require_topic(topic)
         unknown = sorted(p for p in assignments if not 0 <= p < info.partitions)
@@ -290,6 +293,87 @@ class RawPublisher(RawPublisherBase):
             )
         if failures:
             raise MessagingError(f"{len(failures)} event(s) could not be published to {topics}: {failures[0]}")
+
+
+class TransactionalPublisher(RawPublisher):
+    """Publishes in Kafka transactions, each also committing the input offsets its messages follow from.
+
+    Readers with `isolation.level=read_committed` (librdkafka's default, and every reader here)
+    see a transaction's messages only once it commits, together with the offsets: a restarted
+    owner of the same `transactional_id` aborts what its predecessor left open (and fences it),
+    reads the committed offsets, and knows which outputs were published (exactly-once)."""
+
+    def __init__(self, transport: KafkaTransport, transactional_id: str, group_id: str, timeout: float = 30.0):
+        self.transport = transport
+        self.timeout = timeout
+        self.producer = Producer(
+            transport.client_config(
+                **{"transactional.id": transactional_id, "enable.idempotence": True, "linger.ms": 1, "acks": "all", "allow.auto.create.topics": False}
+            )
+        )
+        self._failures: list[str] = []
+        self._topics: set[str] = set()
+        self._open = False
+        try:
+            self.producer.init_transactions(timeout)
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, f"starting transactions as '{transactional_id}'") from None
+        self._group = Consumer(transport._reader_config(**{"group.id": group_id}))
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
+        """Queue one message in the open transaction (opening one if needed)."""
+        self._begin()
+        super().produce(topic, value, key, partition, timestamp, headers)
+
+    def _begin(self) -> None:
+        if not self._open:
+            self.producer.begin_transaction()
+            self._open = True
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+        """Commit the open transaction with the input offsets (next to read, per (topic, partition))."""
+        self._begin()
+        try:
+            if offsets:
+                positions = [TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(offsets.items())]
+                self.producer.send_offsets_to_transaction(positions, self._group.consumer_group_metadata(), self.timeout)
+            self.producer.commit_transaction(self.timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and error.txn_requires_abort():
+                self.producer.abort_transaction(self.timeout)
+            raise self.transport.unreachable(exc, "committing a transaction") from None
+        finally:
+            self._open = False
+        failures, self._failures = self._failures, []
+        if failures:
+            raise MessagingError(f"{len(failures)} event(s) could not be published: {failures[0]}")
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Commit what is open, without offsets."""
+        if self._open:
+            self.commit({})
+
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str]]:
+        """(offset, metadata) committed by earlier transactions, per (topic, partition) that has one."""
+        wanted = [TopicPartition(t, p) for t, p in partitions]
+        if not wanted:
+            return {}
+        try:
+            found = self._group.committed(wanted, timeout=self.timeout)
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, "reading committed offsets") from None
+        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in found if tp.offset >= 0}
+
+    def close(self) -> None:
+        """Abort what is open and release the clients."""
+        if self._open:
+            try:
+                self.producer.abort_transaction(self.timeout)
+            except KafkaException as exc:
+                log.debug("aborting on close: %s", exc)
+            self._open = False
+        self._group.close()
 
 
 class KafkaPublisher(Publisher):

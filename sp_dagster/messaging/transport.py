@@ -146,6 +146,12 @@ class Transport(ABC):
     def raw_publisher(self) -> RawPublisher:
         """A publisher of ready-encoded messages (the workers' output path)."""
 
+    def transactional_publisher(self, transactional_id: str, group_id: str) -> RawPublisher | None:
+        """A publisher whose commit(offsets, metadata) publishes its messages and records the input
+        offsets atomically, and whose committed(partitions) reads them back; None when the layer has
+        no transactions (workers then deliver at-least-once, replays dropped by origin)."""
+        return None
+
     @abstractmethod
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> Reader:
         """A reader of the given partitions, each from its offset (or EARLIEST / LATEST)."""

@@ -88,6 +88,7 @@ class LoopSettings:
     """How an instance's loop runs."""
 
     dead_letter_topic: str | None = None
+    transactions: bool = True  # exactly-once through Kafka transactions where the messaging layer has them
     checkpoint_interval_s: float = 5.0
     metrics_interval_s: float = 1.0
     max_events: int = 5_000  # messages taken per poll
@@ -99,6 +100,7 @@ class LoopSettings:
 class _Stats:
     rows_in_total: int = 0
     rows_out_total: int = 0
+    replayed: int = 0
     latencies: list[tuple[float, int]] = field(default_factory=list)  # (ms, messages) per turn, since the last report
     window_start: float = field(default_factory=time.monotonic)
     window_in: int = 0
@@ -136,6 +138,10 @@ class InstanceLoop:
             log.info("%s: resumed from a checkpoint of %d input partition(s)", plan.name, len(self.positions))
         self.readers: list[tuple[str, Reader]] = []
         self._publishers: dict[str, object] = {}
+        self._txn = None  # the transactional publisher (exactly-once), when the layer has transactions
+        self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
+        self.replay_until: dict[tuple[str, int], int] = {}  # inputs whose outputs up to here are already published
+        self.replay_clock: int | None = None
         self._output_cluster = {o.topic: o.bootstrap for o in plan.outputs if o.bootstrap}
         self.stats = _Stats()
         self._last_checkpoint = self._last_metrics = time.monotonic()
@@ -153,9 +159,42 @@ class InstanceLoop:
         raw = RawCodec()
         for source in self.plan.inputs:
             transport = self._transport(source.bootstrap)
-            partitions = source.partitions or tuple(range(transport.require_topic(source.topic).partitions))
+            partitions = self._partitions(source)
             start = {p: self.positions.get((source.topic, p), EARLIEST) for p in partitions}
             self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
+        if self.settings.transactions:
+            self._start_transactions()
+
+    def _start_transactions(self) -> None:
+        """Publish in transactions with the input offsets; replay silently up to what the last owner committed."""
+        from sp_dagster.errors import MessagingError
+
+        try:
+            self._txn = self.transport.transactional_publisher(f"sp-dagster.{self.plan.name}", f"sp-dagster.{self.plan.name}")
+        except MessagingError as exc:
+            log.warning("%s: no transactions on this broker (%s): outputs are at-least-once, replays dropped by origin", self.plan.name, exc)
+            return
+        if self._txn is None:
+            return
+        self._publishers[""] = self._txn
+        inputs = [(s.topic, p) for s in self.plan.inputs if not s.bootstrap for p in self._partitions(s)]
+        self._txn_topics = {topic for topic, _p in inputs}
+        for place, (offset, metadata) in self._txn.committed(inputs).items():
+            if offset > self.positions.get(place, 0):
+                self.replay_until[place] = offset
+            if metadata.isdigit():
+                self.replay_clock = max(self.replay_clock or 0, int(metadata))
+        if self.replay_until:
+            log.info("%s: replaying %s without publishing: their outputs were committed before", self.plan.name, self.replay_until)
+
+    def _partitions(self, source) -> tuple[int, ...]:
+        """The partitions of an input the instance reads (all of them when the plan names none)."""
+        return source.partitions or tuple(range(self._transport(source.bootstrap).require_topic(source.topic).partitions))
+
+    @property
+    def delivery(self) -> str:
+        """exactly-once (transactions) or at-least-once (origins let the next group drop replays)."""
+        return "exactly-once" if self._txn is not None else "at-least-once"
 
     def _publisher(self, topic: str):
         bootstrap = self._output_cluster.get(topic) or ""
@@ -198,17 +237,16 @@ class InstanceLoop:
         messages = self._poll(self._wait_s())
         received = time.monotonic()
         now = _now_ms()
+        if self.replay_until:
+            messages = self._replay(messages, now)
         if messages:
             out = self.runtime.process(messages, now)
-        elif self.runtime.on_wall_clock and (wakeup := self.runtime.next_wakeup()) is not None and wakeup <= now:
+        elif not self.replay_until and self.runtime.on_wall_clock and (wakeup := self.runtime.next_wakeup()) is not None and wakeup <= now:
             out = self.runtime.advance(now)
         else:
             return 0
-        self._publish(out)
-        for message in messages:
-            place = (message.topic, message.partition)
-            if message.offset + 1 > self.positions.get(place, -1):
-                self.positions[place] = message.offset + 1
+        self._advance_positions(messages)
+        self._publish(out, now)
         if messages:
             self.stats.latencies.append(((time.monotonic() - received) * 1000, len(messages)))
             del self.stats.latencies[:-_LATENCY_WINDOW]
@@ -216,6 +254,35 @@ class InstanceLoop:
             self.stats.window_in += len(messages)
         self.stats.rows_out_total += len(out)
         return len(messages)
+
+    def _advance_positions(self, messages: list[Message]) -> None:
+        for message in messages:
+            place = (message.topic, message.partition)
+            if message.offset + 1 > self.positions.get(place, -1):
+                self.positions[place] = message.offset + 1
+
+    def _replay(self, messages: list[Message], now: int) -> list[Message]:
+        """Run the messages whose outputs the last owner already committed, dropping those outputs; return the rest.
+
+        Wall-clock time moves only as far as the last committed turn had seen, so what timers
+        fired by then is dropped too and what they fire later is published."""
+        bounds = dict(self.replay_until)
+        replayed = [m for m in messages if m.offset < bounds.get((m.topic, m.partition), -1)]
+        if replayed:
+            self.runtime.process(replayed, min(now, self.replay_clock or now))
+            self._advance_positions(replayed)
+            self.stats.replayed += len(replayed)
+        for place, end in list(self.replay_until.items()):
+            if self.positions.get(place, 0) >= end:
+                del self.replay_until[place]
+        if not messages and self.replay_until:
+            # A committed offset the topic no longer reaches (the topic was recreated): nothing to replay there.
+            behind = {(t, p): n for t, r in self.readers for p, n in (r.backlog() or {}).items()}
+            for place in [p for p in self.replay_until if behind.get(p) == 0]:
+                log.warning("%s: %s:%d ends before its committed offset %d; replay there is over", self.plan.name, *place, self.replay_until.pop(place))
+        if bounds and not self.replay_until:
+            log.info("%s: replay done (%d messages); publishing again", self.plan.name, self.stats.replayed)
+        return [m for m in messages if m.offset >= bounds.get((m.topic, m.partition), -1)] if replayed else messages
 
     def _wait_s(self) -> float:
         wait = self.settings.idle_wait_s
@@ -241,9 +308,8 @@ class InstanceLoop:
         batch = reader.poll(max_events=self.settings.max_events, timeout=wait)
         return [Message(topic, e.partition, e.offset, e.timestamp, e.key, e.row[0], e.header(ORIGIN_HEADER)) for e in batch.events]
 
-    def _publish(self, out: list[Message]) -> None:
-        if not out:
-            return
+    def _publish(self, out: list[Message], now: int) -> None:
+        """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed."""
         used = set()
         for message in out:
             publisher = self._publisher(message.topic)
@@ -251,7 +317,9 @@ class InstanceLoop:
             headers = [(ORIGIN_HEADER, message.origin)] if message.origin else None
             publisher.produce(message.topic, message.value, message.key, message.partition, message.timestamp, headers)
         for publisher in self._publishers.values():
-            if id(publisher) in used:
+            if publisher is self._txn:
+                self._txn.commit({place: o for place, o in self.positions.items() if place[0] in self._txn_topics}, str(now))
+            elif id(publisher) in used:
                 publisher.flush(self.settings.flush_timeout_s)
 
     def _checkpoint(self) -> None:
@@ -276,6 +344,8 @@ class InstanceLoop:
             "latency_ms_p99": _percentile(self.stats.latencies, 0.99),
             "lag": sum(lag.values()),
             "lag_by_partition": lag,
+            "delivery": self.delivery,
+            "replayed": self.stats.replayed,
             "duplicates_dropped": self.runtime.duplicates,
             "rejected": self.runtime.rejected,
         }
@@ -292,6 +362,12 @@ class InstanceLoop:
             except Exception as exc:  # closing after a broker outage
                 log.debug("%s: closing a reader: %s", self.plan.name, exc)
         self.readers = []
+        for publisher in self._publishers.values():
+            try:
+                publisher.close()
+            except Exception as exc:  # closing after a broker outage
+                log.debug("%s: closing a publisher: %s", self.plan.name, exc)
+        self._publishers = {}
         for transport in self.transports.values():
             transport.close()
         self.runtime.close()
