@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from sp_dagster.engine.aggregation.settings import property_settings
 from sp_dagster.engine.errors import EngineError
 from sp_dagster.engine.runtime import AppRuntime
 from sp_dagster.engine.values import coerce, f32, java_class
@@ -125,17 +126,6 @@ class _Recorder:
             self.in_events.append(list(event.data))
 
 
-def runtime_options(config: dict | None) -> dict:
-    """AppRuntime keyword arguments for a case's `siddhi_config` (system configs and properties)."""
-    config = config or {}
-    properties = {**(config.get("system_configs") or {}), **(config.get("properties") or {})}
-    return {
-        "shard_id": properties.get("shardId"),
-        "partition_by_id": str(properties.get("partitionById", "false")).lower() == "true",
-        "agg_time_zone": properties.get("aggTimeZone"),
-    }
-
-
 @dataclass
 class _Replay:
     """The runtimes of one case while it is replayed."""
@@ -154,8 +144,9 @@ class _Replay:
         runtimes = {}
         try:
             for spec in self.specs():
-                config = spec.get("siddhi_config", self.case.siddhi_config)
-                runtimes[spec["name"]] = AppRuntime(spec.get("app") or self.case.app, connections=self.connections, **runtime_options(config))
+                config = spec.get("siddhi_config", self.case.siddhi_config) or {}
+                properties = {**(config.get("system_configs") or {}), **(config.get("properties") or {})}
+                runtimes[spec["name"]] = AppRuntime(spec.get("app") or self.case.app, connections=self.connections, **property_settings(properties))
         except BaseException:
             for runtime in runtimes.values():
                 runtime.shutdown()

@@ -176,6 +176,8 @@ class IncrementalAggregation:
                 f"The aggregate values for {per} granularity cannot be provided since aggregation definition "
                 f"{self.name} does not contain {per} duration"
             )
+        if not self.distributed and not self.initialised:
+            self._initialise()  # a runtime that has seen no event yet reads what a database store holds
         column = EVENT_TS if self.external else AGG_TS
         records = self.store.read(per, column, start, end)
         oldest = self._oldest(per)
