@@ -6,7 +6,9 @@ filter; projection with arithmetic; length(1000) sum/count group by symbol; time
 avg group by symbol in playback; partitioned length(10) avg; a length(100) stream-stream
 join on symbol (Trades and Quotes, each batch sent in slices of 100 rows taking turns); a
 pattern `every e1 -> e2 ... within 1 sec` on one stream; an absent pattern (`every e1 -> not
-... for 100 ms`) in playback. Events carry one of 100 symbols and timestamps 1 ms apart.
+... for 100 ms`) in playback; an incremental aggregation `every sec ... year` with group by
+in playback (events/s into it; its Out query passes nothing). Events carry one of 100
+symbols and timestamps 1 ms apart.
 Workloads with a SCALE below 1 run on that fraction of the events (said in their line).
 """
 
@@ -44,6 +46,10 @@ WORKLOADS = {
     + STREAM
     + "from every e1=Trades[price > 198.0] -> not Trades[symbol == e1.symbol and price > e1.price] for 100 milliseconds "
     "select e1.symbol as symbol, e1.price as price insert into Out;",
+    "aggregation_sec_to_year_playback": "@app:playback\n"
+    + STREAM
+    + "define aggregation TradeAgg from Trades select symbol, sum(volume) as total, avg(price) as average, count() as trades "
+    "group by symbol aggregate every sec ... year;\nfrom Trades[volume < 0] select symbol insert into Out;",
 }
 #: Streams a workload's events go to, taking turns in slices of SLICE rows (default: Trades).
 TARGETS = {"length_window_join": ("Trades", "Quotes")}

@@ -14,6 +14,7 @@ restore is not counted twice. A distinct-count set is stored as a JSON list.
 
 from __future__ import annotations
 
+import bisect
 import json
 
 from sp_dagster.engine.errors import EngineError
@@ -34,24 +35,37 @@ def _within(record: tuple, column: int, start, end, since) -> bool:
 
 
 class MemoryStore:
-    """The granularity tables of an aggregation without @store: rows in this runtime (snapshotted)."""
+    """The granularity tables of an aggregation without @store: rows in this runtime (snapshotted),
+    indexed by AGG_TIMESTAMP and AGG_EVENT_TIMESTAMP so a `within` range reads only its rows."""
 
     persistent = False
 
     def __init__(self, durations: tuple[str, ...]):
+        self.durations = durations
         self.tables: dict[str, dict[tuple, tuple]] = {d: {} for d in durations}
+        self.indexes: dict[tuple[str, int], _TimeIndex] = {(d, c): _TimeIndex() for d in durations for c in (AGG_TS, EVENT_TS)}
 
     def write(self, duration: str, records: list[tuple]) -> None:
         """Store closed buckets of `duration` (a row with the same key is replaced)."""
         table = self.tables[duration]
         for record in records:
-            table[record_key(record)] = record
+            key = record_key(record)
+            if key not in table:
+                for column in (AGG_TS, EVENT_TS):
+                    self.indexes[duration, column].add(record[column], key)
+            table[key] = record
 
     def read(self, duration: str, column: int, start=None, end=None, since=None, shard=None) -> list[tuple]:
         """Records with start <= record[column] < end (when given), AGG_TIMESTAMP >= since, of `shard`."""
-        return [
-            r for r in self.tables[duration].values() if _within(r, column, start, end, since) and (shard is None or r[SHARD] == shard)
-        ]
+        table = self.tables[duration]
+        if start is not None:
+            keys = self.indexes[duration, column].between(start, end)
+        elif since is not None:
+            keys = self.indexes[duration, AGG_TS].between(since, None)
+        else:
+            keys = list(table)
+        records = (table[k] for k in keys)
+        return [r for r in records if _within(r, column, start, end, since) and (shard is None or r[SHARD] == shard)]
 
     def counts(self) -> dict[str, int]:
         """Rows per granularity."""
@@ -61,7 +75,9 @@ class MemoryStore:
         """Drop rows whose AGG_TIMESTAMP is older than `before`."""
         table = self.tables[duration]
         for key in [k for k, r in table.items() if r[AGG_TS] < before]:
-            del table[key]
+            record = table.pop(key)
+            for column in (AGG_TS, EVENT_TS):
+                self.indexes[duration, column].remove(record[column], key)
 
     def snapshot(self):
         """Every row (plain data: tuples, lists and frozensets)."""
@@ -69,12 +85,45 @@ class MemoryStore:
 
     def restore(self, state) -> None:
         """Inverse of snapshot()."""
-        self.tables = {d: {} for d in self.tables}
+        self.__init__(self.durations)
         for duration, records in state.items():
             self.write(duration, records)
 
     def stop(self) -> None:
         """Nothing to release."""
+
+
+class _TimeIndex:
+    """Keys by a time column: sorted distinct times (None last-free) and the keys at each."""
+
+    def __init__(self):
+        self.times: list[int] = []
+        self.keys: dict[int, list[tuple]] = {}
+
+    def add(self, time, key: tuple) -> None:
+        if time is None:
+            return
+        if time not in self.keys:
+            self.keys[time] = []
+            if not self.times or time > self.times[-1]:
+                self.times.append(time)
+            else:
+                bisect.insort(self.times, time)
+        self.keys[time].append(key)
+
+    def remove(self, time, key: tuple) -> None:
+        keys = self.keys.get(time)
+        if keys is None:
+            return
+        keys.remove(key)
+        if not keys:
+            del self.keys[time]
+            self.times.pop(bisect.bisect_left(self.times, time))
+
+    def between(self, start: int, end: int | None) -> list[tuple]:
+        low = bisect.bisect_left(self.times, start)
+        high = len(self.times) if end is None else bisect.bisect_left(self.times, end)
+        return [key for time in self.times[low:high] for key in self.keys[time]]
 
 
 class RdbmsStore:
