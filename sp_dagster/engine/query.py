@@ -194,7 +194,7 @@ class QueryRuntime:
                 holders.append(TableJoinView(tables[name], join.on, scope, 0 if index == 0 else len(schemas[0])))
                 continue
             if name in aggregations:
-                holders.append(AggregationJoinView(aggregations[name], join, scope, index == 0))
+                holders.append(AggregationJoinView(aggregations[name], join, scope, index == 0, self.context.callbacks_for(self.name)))
                 continue
             if name in self.context.windows and not source.stream.inner:
                 # a named window: probe what it holds; what it emits triggers this side (its

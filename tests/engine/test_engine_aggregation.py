@@ -164,3 +164,25 @@ def test_purge_retention_must_name_kept_granularities_and_drops_old_rows():
         assert _rows(runtime, "from TradeAgg within '2017-**-** **:**:**' per 'minutes' select total") == [(1.0,)]
     finally:
         runtime.shutdown()
+
+
+def test_a_join_reads_within_and_per_from_the_event_and_an_unmatched_trigger_still_calls_back():
+    app = _app() + (
+        "define stream Ask (symbol string, start string, finish string, per string);\n"
+        "@info(name='q') from Ask as q join TradeAgg as a on a.symbol == q.symbol within q.start, q.finish per q.per "
+        "select a.AGG_TIMESTAMP as bucket, a.total as total insert into Out;\n"
+    )
+    runtime = AppRuntime(app)
+    calls = []
+    runtime.add_query_callback("q", lambda ts, current, expired: calls.append([e.data for e in current or ()]))
+    try:
+        runtime.send("Trades", [("IBM", 1.0, 1, BASE), ("IBM", 2.0, 1, BASE + 60_000)], [BASE, BASE + 60_000])
+        runtime.advance_time(BASE + 121_000)
+        runtime.send("Ask", [("IBM", "2017-06-01 04:00:00", "2017-06-01 05:00:00", "minutes")], [BASE + 121_000])
+        runtime.send("Ask", [("ORCL", "2017-06-01 04:00:00", "2017-06-01 05:00:00", "minutes")], [BASE + 121_000])
+        runtime.send("Ask", [("IBM", "2017-06-01 04:00:00", "2017-06-01 05:00:00", "fortnights")], [BASE + 121_000])
+        minute = BASE - BASE % 60_000
+        assert calls[0] == [(minute, 1.0), (minute + 60_000, 2.0)]
+        assert calls[1:] == [[], []]  # no match, and a bad `per` (logged): still one call each
+    finally:
+        runtime.shutdown()

@@ -14,7 +14,7 @@ import logging
 
 from sp_dagster.engine.aggregation.timing import normalize_per, within_range
 from sp_dagster.engine.errors import EngineError, app_error
-from sp_dagster.engine.events import StreamEvent
+from sp_dagster.engine.events import CURRENT, EXPIRED, StreamEvent
 from sp_dagster.engine.expressions import JoinedScope, compile_expression
 from sp_dagster.siddhi import ast
 
@@ -78,11 +78,12 @@ def on_demand_rows(context, store: ast.StoreInput, now: int):
 class AggregationJoinView:
     """An aggregation as one side of a join: its rows for each event of the other side."""
 
-    def __init__(self, aggregation, join: ast.JoinInput, scope: JoinedScope, left: bool):
+    def __init__(self, aggregation, join: ast.JoinInput, scope: JoinedScope, left: bool, callbacks: list):
         self.retrieval = Retrieval(aggregation, join.within, join.per, scope, join)
         self.nulls = (None,) * len(aggregation.schema)
         self.aggregation_left = left  # the aggregation is the left side
         self.name = aggregation.name
+        self.callbacks = callbacks  # the query's callbacks
 
     def held_for(self, event: StreamEvent) -> list[StreamEvent]:
         """The rows `event` may join (the join checks its condition on each)."""
@@ -93,3 +94,9 @@ class AggregationJoinView:
             log.error("aggregation %s: a joining event was dropped: %s", self.name, exc)
             return []
         return [StreamEvent(event.timestamp, row) for row in rows]
+
+    def unmatched(self, chunk) -> None:
+        """A triggering chunk joined no row: Siddhi still calls the query's callbacks, with no events."""
+        if any(event.type in (CURRENT, EXPIRED) for event in chunk):
+            for callback in self.callbacks:
+                callback.receive([])
