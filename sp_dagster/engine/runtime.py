@@ -349,6 +349,11 @@ class AppRuntime:
         with self.lock:
             return run_on_demand(self, text).events
 
+    def aggregations(self) -> dict[str, dict]:
+        """Each aggregation's observations: rows and newest bucket per granularity, its shard id."""
+        with self.lock:
+            return {name: aggregation.observations() for name, aggregation in self.context.aggregations.items()}
+
     def __enter__(self) -> AppRuntime:
         return self
 

@@ -268,3 +268,17 @@ def test_sp_dagster_query_reads_an_aggregation_from_its_store(tmp_path):
         {"symbol": "IBM", "total": 3.0, "n": 2},
         {"symbol": "ORCL", "total": 5.0, "n": 1},
     ]
+
+
+def test_observations_give_rows_and_the_newest_bucket_per_granularity(store):  # noqa: F811
+    runtime = AppRuntime(_app(store.annotation(), "@PartitionById"), shard_id="n1")
+    try:
+        runtime.send("Trades", [("IBM", 1.0, 1, BASE), ("ORCL", 1.0, 1, BASE + 1000)], [BASE, BASE + 1000])
+        runtime.advance_time(BASE + 61_000)
+        seen = runtime.aggregations()["TradeAgg"]
+        minute = BASE - BASE % 60_000
+        assert seen["rows"] == {"SECONDS": 2, "MINUTES": 2, "HOURS": 0, "DAYS": 0, "MONTHS": 0, "YEARS": 0}
+        assert seen["newest_bucket"] == {"SECONDS": BASE + 1000, "MINUTES": minute, "HOURS": None, "DAYS": None, "MONTHS": None, "YEARS": None}
+        assert seen["shard_id"] == "n1"
+    finally:
+        runtime.shutdown()

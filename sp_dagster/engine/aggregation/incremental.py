@@ -236,6 +236,10 @@ class IncrementalAggregation:
         """Rows stored per granularity."""
         return self.store.counts()
 
+    def observations(self) -> dict:
+        """What an asset observation reports: rows and the newest bucket written, per granularity."""
+        return {"rows": self.store.counts(), "newest_bucket": self.store.newest(), "shard_id": self.shard if self.distributed else None}
+
     def snapshot(self):
         """The executors, the timer, the in-memory tables (plain data)."""
         return {

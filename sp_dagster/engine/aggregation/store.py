@@ -71,6 +71,10 @@ class MemoryStore:
         """Rows per granularity."""
         return {d: len(t) for d, t in self.tables.items()}
 
+    def newest(self) -> dict[str, int | None]:
+        """The newest AGG_TIMESTAMP per granularity (None when a table is empty)."""
+        return {d: (self.indexes[d, AGG_TS].times or [None])[-1] for d in self.durations}
+
     def purge(self, duration: str, before: int) -> None:
         """Drop rows whose AGG_TIMESTAMP is older than `before`."""
         table = self.tables[duration]
@@ -268,6 +272,12 @@ class RdbmsStore:
         sa = self.sa
         with self.engine.connect() as conn:
             return {d: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for d, t in self.tables.items()}
+
+    def newest(self) -> dict[str, int | None]:
+        """The newest AGG_TIMESTAMP per granularity (None when a table is empty)."""
+        sa = self.sa
+        with self.engine.connect() as conn:
+            return {d: conn.execute(sa.select(sa.func.max(self._columns[d][0]))).scalar() for d in self.tables}
 
     def purge(self, duration: str, before: int) -> None:
         """Drop rows whose AGG_TIMESTAMP is older than `before`."""
