@@ -149,10 +149,10 @@ class IncrementalAggregation:
         if not self.store.persistent:
             return
         shard = self.shard if self.distributed else None
+        newest = self.store.newest(shard)
         for index in range(len(self.durations) - 1, 0, -1):
             duration, finer = self.durations[index], self.durations[index - 1]
-            done = self.store.read(duration, AGG_TS, shard=shard)
-            since = next_start(max(r[AGG_TS] for r in done), duration, self.tz) if done else None
+            since = next_start(newest[duration], duration, self.tz) if newest[duration] is not None else None
             rows = sorted(self.store.read(finer, AGG_TS, since=since, shard=shard), key=lambda r: r[AGG_TS])
             for record in rows:
                 self.executors[duration].execute(record)

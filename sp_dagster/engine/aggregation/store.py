@@ -273,11 +273,17 @@ class RdbmsStore:
         with self.engine.connect() as conn:
             return {d: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for d, t in self.tables.items()}
 
-    def newest(self) -> dict[str, int | None]:
-        """The newest AGG_TIMESTAMP per granularity (None when a table is empty)."""
+    def newest(self, shard: str | None = None) -> dict[str, int | None]:
+        """The newest AGG_TIMESTAMP per granularity (None when a table is empty), of `shard` if given."""
         sa = self.sa
+        result = {}
         with self.engine.connect() as conn:
-            return {d: conn.execute(sa.select(sa.func.max(self._columns[d][0]))).scalar() for d in self.tables}
+            for duration, columns in self._columns.items():
+                query = sa.select(sa.func.max(columns[0]))
+                if shard is not None and self.distributed:
+                    query = query.where(columns[1] == shard)
+                result[duration] = conn.execute(query).scalar()
+        return result
 
     def purge(self, duration: str, before: int) -> None:
         """Drop rows whose AGG_TIMESTAMP is older than `before`."""
