@@ -13,7 +13,9 @@ avg group by symbol in playback; partitioned length(10) avg; a length(100) strea
 join on symbol (Trades and Quotes, each batch sent in slices of 100 rows taking turns); a
 pattern `every e1 -> e2 ... within 1 sec` on one stream, and partitioned by symbol (the
 issue's `price > 500` is `price > 190.0` here: prices run 100..200); an absent pattern (`every e1 -> not
-... for 100 ms`) in playback. Events carry one of 100 symbols and timestamps 1 ms apart.
+... for 100 ms`) in playback; an incremental aggregation `every sec ... year` with group by
+in playback (events/s into it; its Out query passes nothing). Events carry one of 100
+symbols and timestamps 1 ms apart.
 Workloads with a SCALE below 1 run on that fraction of the events (said in their line).
 """
 
@@ -54,6 +56,10 @@ WORKLOADS = {
     + STREAM
     + "from every e1=Trades[price > 198.0] -> not Trades[symbol == e1.symbol and price > e1.price] for 100 milliseconds "
     "select e1.symbol as symbol, e1.price as price insert into Out;",
+    "aggregation_sec_to_year_playback": "@app:playback\n"
+    + STREAM
+    + "define aggregation TradeAgg from Trades select symbol, sum(volume) as total, avg(price) as average, count() as trades "
+    "group by symbol aggregate every sec ... year;\nfrom Trades[volume < 0] select symbol insert into Out;",
 }
 #: Siddhi 5.1.34 on this machine, one JVM, single-event sends (issue 13): events per second.
 SIDDHI: dict[str, float | None] = {
@@ -66,6 +72,7 @@ SIDDHI: dict[str, float | None] = {
     "length_window_join": None,  # not measured in Siddhi's terms yet
     "pattern_within": None,
     "absent_pattern_playback": None,
+    "aggregation_sec_to_year_playback": None,
 }
 #: How events are sent: one send() per event, send_each() runs, or multi-row chunks.
 FORMS = ("single", "sequential", "chunks")

@@ -134,7 +134,11 @@ def instance_specs(topology: Topology) -> list:
                     instance.index,
                     instance.siddhi,
                     receiver=group.receiver,
-                    extra={"group": group.name, "dead_letter_topic": dead_letter_topic(topology.app)},
+                    extra={
+                        "group": group.name,
+                        "dead_letter_topic": dead_letter_topic(topology.app),
+                        **({"shard_id": instance.shard_id} if instance.shard_id else {}),
+                    },
                 )
             )
     return specs

@@ -40,7 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "'from T [on cond] select ... [group by/having/order by/limit]' prints the rows found; "
         "'delete T on ...', 'update T set ... on ...' and 'select ... insert into T' change the table. "
         "Tables with @store(type='rdbms') are read from (and changed in) their database; in-memory "
-        "tables start empty, or hold what --events sends first.",
+        "tables start empty, or hold what --events sends first. Aggregations answer "
+        "'from A [on cond] within <start>, <end> | within '2017-06-** **:**:**' per 'hours' select ...' "
+        "from their tables (and what --events sent); --conf gives the shard id and partitionById.",
     )
     query.add_argument("app", metavar="APP.siddhi", help="the Siddhi app")
     query.add_argument("query", metavar="QUERY", help="the on-demand query, e.g. \"from StockTable on price > 10 select symbol, price\"")
@@ -98,7 +100,13 @@ def run_query(args: argparse.Namespace) -> int:
     from sp_dagster.engine.runtime import AppRuntime
 
     text = Path(args.app).read_text(encoding="utf-8")
-    runtime = AppRuntime(text, source=args.app, datasources=_datasources(args.conf))
+    settings = {}
+    if args.conf is not None:
+        from sp_dagster.config.loader import load_config
+        from sp_dagster.engine.aggregation.settings import runtime_settings
+
+        settings = runtime_settings(load_config(args.conf))
+    runtime = AppRuntime(text, source=args.app, **settings)
     try:
         if args.events:
             source = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")

@@ -5,6 +5,11 @@ runtime, attach the observer the case names (`query:<name>` or `stream:<name>`),
 inputs in order, then compare the delivered events with the expected ones by Java type:
 Float as 32-bit, Double exactly or within 1e-9 relative, integers, strings and booleans
 exactly, null only with null; as multisets where the case says the order is undefined.
+
+The aggregation cases (../shared/conformance/aggregation/README.md) add on-demand retrievals
+run between inputs (`ondemand`, each compared like the events), apps that must not build
+(`expected.app_error`), Siddhi properties (`siddhi_config`: shardId, partitionById,
+aggTimeZone) and several runtimes sharing one store (`runtimes`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from sp_dagster.engine.aggregation.settings import property_settings
 from sp_dagster.engine.errors import EngineError
 from sp_dagster.engine.runtime import AppRuntime
 from sp_dagster.engine.values import coerce, f32, java_class
@@ -32,11 +38,24 @@ class Case:
     inputs: list[dict]
     expected: dict
     notes: str = ""
+    ondemand: list[dict] = field(default_factory=list)
+    runtimes: list[dict] = field(default_factory=list)
+    siddhi_config: dict | None = None
 
     @classmethod
     def from_json(cls, data: dict) -> Case:
         """A case from one parsed JSON line."""
-        return cls(data["id"], data.get("category", ""), data["app"], data["inputs"], data["expected"], data.get("notes", ""))
+        return cls(
+            data["id"],
+            data.get("category", ""),
+            data["app"],
+            data["inputs"],
+            data["expected"],
+            data.get("notes", ""),
+            data.get("ondemand") or [],
+            data.get("runtimes") or [],
+            data.get("siddhi_config"),
+        )
 
 
 @dataclass
@@ -52,6 +71,8 @@ class Outcome:
     invocations: int = 0
     differences: list[str] = field(default_factory=list)
     error: str | None = None
+    ondemand: list[dict] = field(default_factory=list)
+    app_error: str | None = None
 
     def to_json(self) -> dict:
         """The `--json` form: id, passed, actual events and types, error."""
@@ -64,6 +85,8 @@ class Outcome:
                 "types": self.types,
                 "remove_types": self.remove_types,
                 "callback_invocations": self.invocations,
+                "ondemand": self.ondemand,
+                "app_error": self.app_error,
             },
             "error": self.error if self.error is not None else ("; ".join(self.differences) or None),
         }
@@ -103,38 +126,107 @@ class _Recorder:
             self.in_events.append(list(event.data))
 
 
-def replay(case: Case, restore_at: int | None = None) -> tuple[_Recorder, list[str]]:
-    """Run one case; return what the observer saw and the output attribute types.
+@dataclass
+class _Replay:
+    """The runtimes of one case while it is replayed."""
 
-    With `restore_at`, the runtime is snapshotted before input `restore_at` is sent, shut
-    down, and a fresh runtime restored from the snapshot receives the rest.
-    """
-    recorder = _Recorder()
-    kind, _, name = case.expected["callback"].partition(":")
+    case: Case
+    recorder: _Recorder
+    connections: Any
+    runtimes: dict = field(default_factory=dict)
+    types: list = field(default_factory=list)
 
-    def start() -> tuple[AppRuntime, list[str]]:
-        runtime = AppRuntime(case.app)
-        if kind == "query":
-            runtime.add_query_callback(name, recorder.query)
-            return runtime, list(runtime.query_schema(name).types)
-        runtime.add_callback(name, recorder.stream)
-        return runtime, list(runtime.schema(name).types)
+    def specs(self) -> list[dict]:
+        return self.case.runtimes or [{"name": None}]
 
-    runtime, types = start()
-    try:
-        for index, event in enumerate(case.inputs):
-            if index == restore_at:
-                state = runtime.snapshot()
+    def start(self) -> dict:
+        """Build every runtime of the case and attach the observer (SiddhiQLError when one does not build)."""
+        runtimes = {}
+        try:
+            for spec in self.specs():
+                config = spec.get("siddhi_config", self.case.siddhi_config) or {}
+                properties = {**(config.get("system_configs") or {}), **(config.get("properties") or {})}
+                runtimes[spec["name"]] = AppRuntime(spec.get("app") or self.case.app, connections=self.connections, **property_settings(properties))
+        except BaseException:
+            for runtime in runtimes.values():
                 runtime.shutdown()
-                runtime, types = start()
-                runtime.restore(state)
+            raise
+        callback = self.case.expected.get("callback")
+        if callback:
+            kind, _, name = callback.partition(":")
+            runtime = self.runtime(runtimes, self.case.expected.get("callback_runtime"))
+            if kind == "query":
+                runtime.add_query_callback(name, self.recorder.query)
+                self.types = list(runtime.query_schema(name).types)
+            else:
+                runtime.add_callback(name, self.recorder.stream)
+                self.types = list(runtime.schema(name).types)
+        return runtimes
+
+    def runtime(self, runtimes: dict, name: str | None) -> AppRuntime:
+        return runtimes[name] if name is not None else next(iter(runtimes.values()))
+
+    def restart(self) -> None:
+        """Snapshot every runtime, build fresh ones and restore them (the old ones stop last, so a
+        shared in-memory store outlives the swap)."""
+        states = {name: runtime.snapshot() for name, runtime in self.runtimes.items()}
+        fresh = self.start()
+        for name, runtime in fresh.items():
+            runtime.restore(states[name])
+        self.shutdown()
+        self.runtimes = fresh
+
+    def shutdown(self) -> None:
+        for runtime in self.runtimes.values():
+            runtime.shutdown()
+
+
+def replay(case: Case, restore_at: int | None = None) -> tuple[_Recorder, list[str], list[dict]]:
+    """Run one case; return what the observer saw, the output attribute types and the on-demand results.
+
+    With `restore_at`, the runtimes are snapshotted before input `restore_at` is sent, and fresh
+    runtimes restored from the snapshots receive the rest.
+    """
+    from sp_dagster.engine.store.rdbms import Connections
+
+    state = _Replay(case, _Recorder(), Connections())  # one shared store per jdbc URL for the whole case
+    state.runtimes = state.start()
+    retrievals = sorted(enumerate(case.ondemand), key=lambda item: (item[1].get("after_input", len(case.inputs)), item[0]))
+    results: list[dict] = [{} for _ in case.ondemand]
+    try:
+        for index in range(len(case.inputs) + 1):
+            if index == restore_at and index < len(case.inputs):
+                state.restart()
+            for number, retrieval in retrievals:
+                if retrieval.get("after_input", len(case.inputs)) == index:
+                    results[number] = _retrieve(state.runtime(state.runtimes, retrieval.get("runtime")), retrieval)
+            if index == len(case.inputs):
+                break
+            event = case.inputs[index]
+            runtime = state.runtime(state.runtimes, event.get("runtime"))
             schema = runtime.schema(event["stream"])
             row = [coerce(value, kind) for value, kind in zip(event["data"], schema.types)]
             timestamp = event.get("timestamp")
             runtime.send(event["stream"], [row], None if timestamp is None else [timestamp])
     finally:
-        runtime.shutdown()
-    return recorder, types
+        state.shutdown()
+    return state.recorder, state.types, results
+
+
+def _retrieve(runtime: AppRuntime, retrieval: dict) -> dict:
+    """Run one on-demand query of a case: its rows and types, or its error."""
+    from sp_dagster.engine.ondemand import run_on_demand
+
+    time = retrieval.get("time")
+    try:
+        if time is not None and time > runtime.clock.now():
+            runtime.advance_time(time)
+        with runtime.lock:
+            result = run_on_demand(runtime, retrieval["query"])
+    except (SiddhiQLError, SpDagsterError) as exc:
+        return {"rows": None, "types": None, "error": str(exc)}
+    rows = [list(event.data) for event in result.events]
+    return {"rows": rows, "types": column_types(rows, list(result.schema.types)), "error": None}
 
 
 def column_types(rows: list[list], kinds: list[str]) -> list[str] | None:
@@ -196,13 +288,20 @@ def _compare_rows(what: str, actual: list, expected: list, types: list | None, o
 
 def run_case(case: Case, restore_at: int | None = None) -> Outcome:
     """Replay and compare one case (optionally through a snapshot and restore, see replay)."""
-    try:
-        recorder, kinds = replay(case, restore_at)
-    except SiddhiQLError as exc:
-        return Outcome(case.id, False, error=f"app rejected: {exc}")
-    except SpDagsterError as exc:
-        return Outcome(case.id, False, error=str(exc))
     expected = case.expected
+    refused = expected.get("app_error")
+    try:
+        recorder, kinds, retrievals = replay(case, restore_at)
+    except SiddhiQLError as exc:
+        if refused:
+            return Outcome(case.id, True, app_error=str(exc))
+        return Outcome(case.id, False, error=f"app rejected: {exc}", app_error=str(exc))
+    except SpDagsterError as exc:
+        if refused:
+            return Outcome(case.id, True, app_error=str(exc))
+        return Outcome(case.id, False, error=str(exc))
+    if refused:
+        return Outcome(case.id, False, error=f"the app built, but Siddhi refuses it: {refused}")
     in_types = column_types(recorder.in_events, kinds)
     remove_types = column_types(recorder.remove_events, kinds)
     outcome = Outcome(
@@ -213,22 +312,40 @@ def run_case(case: Case, restore_at: int | None = None) -> Outcome:
         in_types,
         remove_types,
         recorder.invocations,
+        ondemand=[{**r, "rows": _plain(r["rows"]) if r.get("rows") is not None else None} for r in retrievals],
     )
-    ordered = expected.get("ordered", True)
-    diffs = _compare_rows("in_events", recorder.in_events, expected.get("in_events") or [], expected.get("types"), ordered)
-    diffs += _compare_rows(
-        "remove_events", recorder.remove_events, expected.get("remove_events") or [], expected.get("remove_types"), ordered
-    )
-    if expected.get("types") is not None and in_types != expected["types"]:
-        diffs.append(f"types: expected {expected['types']}, got {in_types}")
-    if expected.get("remove_types") is not None and remove_types != expected["remove_types"]:
-        diffs.append(f"remove_types: expected {expected['remove_types']}, got {remove_types}")
-    wanted_invocations = expected.get("callback_invocations")
-    if wanted_invocations is not None and recorder.invocations != wanted_invocations:
-        diffs.append(f"callback_invocations: expected {wanted_invocations}, got {recorder.invocations}")
+    diffs: list[str] = []
+    if expected.get("callback"):
+        ordered = expected.get("ordered", True)
+        diffs += _compare_rows("in_events", recorder.in_events, expected.get("in_events") or [], expected.get("types"), ordered)
+        diffs += _compare_rows(
+            "remove_events", recorder.remove_events, expected.get("remove_events") or [], expected.get("remove_types"), ordered
+        )
+        if expected.get("types") is not None and in_types != expected["types"]:
+            diffs.append(f"types: expected {expected['types']}, got {in_types}")
+        if expected.get("remove_types") is not None and remove_types != expected["remove_types"]:
+            diffs.append(f"remove_types: expected {expected['remove_types']}, got {remove_types}")
+        wanted_invocations = expected.get("callback_invocations")
+        if wanted_invocations is not None and recorder.invocations != wanted_invocations:
+            diffs.append(f"callback_invocations: expected {wanted_invocations}, got {recorder.invocations}")
+    for number, (wanted, got) in enumerate(zip(case.ondemand, retrievals)):
+        diffs += _compare_retrieval(f"ondemand[{number}]", wanted, got)
     outcome.differences = diffs
     outcome.passed = not diffs
     return outcome
+
+
+def _compare_retrieval(what: str, wanted: dict, got: dict) -> list[str]:
+    """Differences between one expected on-demand result and what the runtime returned."""
+    if wanted.get("expected_error"):
+        return [] if got.get("error") else [f"{what}: expected it to fail ({wanted['expected_error']}), got {got.get('rows')}"]
+    if got.get("error"):
+        return [f"{what}: {wanted['query']!r} failed: {got['error']}"]
+    expected_rows = wanted.get("expected_rows") or []
+    diffs = _compare_rows(what, got["rows"], expected_rows, wanted.get("types"), wanted.get("ordered", True))
+    if expected_rows and wanted.get("types") is not None and got["types"] != wanted["types"]:
+        diffs.append(f"{what} types: expected {wanted['types']}, got {got['types']}")
+    return diffs
 
 
 def _plain(rows: list[list]) -> list[list]:

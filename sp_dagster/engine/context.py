@@ -24,6 +24,8 @@ class AppContext:
         self.tables: dict = {}  # name -> Table (in memory, or in a database with @store)
         self.datasources: dict = {}  # deployment.yaml's datasources, for @store(datasource='NAME')
         self.connections = None  # the database engines of @store tables (engine.store.rdbms.Connections)
+        self.aggregations: dict = {}  # name -> IncrementalAggregation (`define aggregation`)
+        self.aggregation_options: dict = {}  # Siddhi properties: shardId, partitionById, aggTimeZone
 
     def callbacks_for(self, query_name: str) -> list:
         """The (shared, growing) list of callbacks of query `query_name`."""

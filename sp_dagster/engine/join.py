@@ -80,6 +80,8 @@ class JoinSide(Processor):
                 chunks.append(out)
         if chunks:
             self.next.process_chunks(chunks)
+        elif hasattr(self.other, "unmatched"):
+            self.other.unmatched(chunk)  # an aggregation side reports a trigger that matched nothing
 
     def _keyed_lookup(self):
         """A function from an event to the held events with its key, indexed on first use."""

@@ -61,11 +61,27 @@ def run_on_demand(runtime, text: str, source: str | None = None) -> OnDemandResu
         raise error.attach(text, source) from None
 
 
+def _run_aggregation(context, query: ast.OnDemandQuery, selection: ast.Selector, now: int) -> OnDemandResult:
+    """`from A [on c] within ... per ... [select ...]`: the aggregation's rows through the selector."""
+    from sp_dagster.engine.aggregation.retrieval import on_demand_rows
+
+    scope, rows = on_demand_rows(context, query.input, now)
+    schema = context.aggregations[query.input.store].schema
+    selector = Selector(selection, schema, scope, current_on=True, expired_on=False, track_future=False)
+    collect = _Collect()
+    selector.next = collect
+    if rows:
+        selector.process([StreamEvent(now, row) for row in rows])
+    return OnDemandResult(selector.output_schema, [Event(e.timestamp, e.output) for e in collect.events])
+
+
 def _run(context, query: ast.OnDemandQuery) -> OnDemandResult:
     now = context.clock.now()
     selection = query.selector or ast.Selector()
     if query.input is not None:
         store = query.input
+        if store.store in context.aggregations:
+            return _run_aggregation(context, query, selection, now)
         table = context.tables.get(store.store)
         if table is None:
             raise app_error(f"'{store.store}' is not a table; the engine runs on-demand queries on tables only", store)

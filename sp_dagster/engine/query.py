@@ -14,6 +14,7 @@ from sp_dagster.engine.clock import Scheduler
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent, as_events
 from sp_dagster.engine.expressions import StreamScope, compile_expression
+from sp_dagster.engine.aggregation.retrieval import AggregationJoinView
 from sp_dagster.engine.join import EmptyWindow, join_scope, join_sides, side_scope
 from sp_dagster.engine.junction import StreamJunction
 from sp_dagster.engine.named_window import EventByEvent, WindowOutput
@@ -178,18 +179,22 @@ class QueryRuntime:
         return processors
 
     def _join(self, join: ast.JoinInput, streams: Streams, schedulers, expired_on: bool):
-        tables = self.context.tables
+        tables, aggregations = self.context.tables, self.context.aggregations
         schemas, holders, chains = [], [], []
         for source in (join.left, join.right):
             name = source.stream.stream
-            schemas.append(tables[name].schema if name in tables else streams.source(name, source.stream.inner).schema)
+            stored = tables.get(name) or aggregations.get(name)
+            schemas.append(stored.schema if stored is not None else streams.source(name, source.stream.inner).schema)
         scope = join_scope(join, schemas[0], schemas[1], self.context)
-        self.join_sides = join_sides(join, scope, schemas[0], schemas[1], set(tables))
+        self.join_sides = join_sides(join, scope, schemas[0], schemas[1], set(tables) | set(aggregations))
         self.processors = []
         for index, (source, side) in enumerate(zip((join.left, join.right), self.join_sides)):
             name = source.stream.stream
             if name in tables:
                 holders.append(TableJoinView(tables[name], join.on, scope, 0 if index == 0 else len(schemas[0])))
+                continue
+            if name in aggregations:
+                holders.append(AggregationJoinView(aggregations[name], join, scope, index == 0, self.context.callbacks_for(self.name)))
                 continue
             if name in self.context.windows and not source.stream.inner:
                 # a named window: probe what it holds; what it emits triggers this side (its

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
+from sp_dagster.engine.aggregation import IncrementalAggregation
 from sp_dagster.engine.clock import Clock, ManualClock, PlaybackClock, WallClock
 from sp_dagster.engine.context import AppContext
 from sp_dagster.engine.errors import EngineError, app_error
@@ -48,7 +49,25 @@ SMALL_BATCH = 8
 class AppRuntime:
     """A running Siddhi app: send events in, get them out through callbacks."""
 
-    def __init__(self, app: ast.App | str, *, clock: Clock | None = None, source: str | None = None, datasources: dict | None = None):
+    def __init__(
+        self,
+        app: ast.App | str,
+        *,
+        clock: Clock | None = None,
+        source: str | None = None,
+        datasources: dict | None = None,
+        shard_id: str | None = None,
+        partition_by_id: bool = False,
+        agg_time_zone: str | None = None,
+        connections=None,
+    ):
+        """Parse, check and build `app`.
+
+        Incremental aggregations take Siddhi's properties from here: `shard_id` (siddhi.properties.shardId)
+        tags the rows this runtime writes, `partition_by_id` (siddhi.properties.partitionById) makes every
+        aggregation distributed, `agg_time_zone` (aggTimeZone) places day/month/year boundaries.
+        `connections` (engine.store.rdbms.Connections) shares database engines with other runtimes.
+        """
         text = app if isinstance(app, str) else None
         try:
             self.app = parse(app, source) if isinstance(app, str) else app
@@ -59,6 +78,12 @@ class AppRuntime:
             self.clock = clock or (PlaybackClock() if self.app.playback else WallClock())
             self.context = AppContext(self.app, self.clock, analysis)
             self.context.datasources = dict(datasources or {})  # for @store(datasource='NAME')
+            self.context.connections = connections
+            self.context.aggregation_options = {
+                "shardId": shard_id,
+                "partitionById": "true" if partition_by_id else "false",
+                "aggTimeZone": agg_time_zone,
+            }
             self.queries: dict[str, QueryRuntime] = {}
             self.partitions: list[PartitionRuntime] = []
             self.started = False
@@ -101,6 +126,9 @@ class AppRuntime:
         for definition in self.app.definitions:
             if isinstance(definition, ast.TableDefinition):
                 context.tables[definition.name] = build_table(definition, context)
+        for definition in self.app.definitions:
+            if isinstance(definition, ast.AggregationDefinition):
+                context.aggregations[definition.name] = IncrementalAggregation(definition, context)
         # named windows and triggers are streams too, and their timers fire before the queries'
         context.windows = named_windows(self.app, context)
         self.triggers = triggers(self.app, context)
@@ -303,6 +331,8 @@ class AppRuntime:
             yield f"partition:{index}", partition
         for name, table in self.context.tables.items():
             yield f"table:{name}", table
+        for name, aggregation in self.context.aggregations.items():
+            yield f"aggregation:{name}", aggregation
         for name, window in self.context.windows.items():
             yield f"window:{name}", window
         for name, trigger in self.triggers.items():
@@ -348,7 +378,7 @@ class AppRuntime:
             self._stop_tables()
 
     def _stop_tables(self) -> None:
-        for table in self.context.tables.values():
+        for table in (*self.context.tables.values(), *self.context.aggregations.values()):
             table.stop()
 
     # -- on-demand queries
@@ -359,6 +389,11 @@ class AppRuntime:
 
         with self.lock:
             return run_on_demand(self, text).events
+
+    def aggregations(self) -> dict[str, dict]:
+        """Each aggregation's observations: rows and newest bucket per granularity, its shard id."""
+        with self.lock:
+            return {name: aggregation.observations() for name, aggregation in self.context.aggregations.items()}
 
     def __enter__(self) -> AppRuntime:
         return self

@@ -10,6 +10,7 @@ are emitted; RESET events reset the aggregators.
 from __future__ import annotations
 
 import functools
+import operator
 
 import pyarrow as pa
 
@@ -20,7 +21,7 @@ from sp_dagster.engine.expressions import Executor, OutputScope, Scope, compile_
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.values import java_compare
-from sp_dagster.siddhi import ast
+from sp_dagster.siddhi import SiddhiQLError, ast
 
 
 class Selector(Processor):
@@ -60,9 +61,15 @@ class Selector(Processor):
         self.order_by = []
         for order in selector.order_by:
             index = self.output_schema.index(order.variable.name)
-            if index is None:
-                raise app_error(f"order by '{order.variable.name}': not an output attribute of this query", order)
-            self.order_by.append((index, -1 if order.order == "desc" else 1))
+            if index is not None:
+                read = operator.itemgetter(index)
+                self.order_by.append((lambda e, read=read: read(e.output), -1 if order.order == "desc" else 1))
+                continue
+            try:  # an input attribute that is not selected: Siddhi orders by the event's value
+                read = compile_expression(order.variable, scope).row
+            except SiddhiQLError:
+                raise app_error(f"order by '{order.variable.name}': not an output attribute of this query", order) from None
+            self.order_by.append((read, -1 if order.order == "desc" else 1))
         self.limit = _count(selector.limit, "limit")
         self.offset = _count(selector.offset, "offset")
         self.contains_aggregator = bool(self.aggregation.aggregators)
@@ -236,8 +243,8 @@ class Selector(Processor):
         return out
 
     def _compare(self, a: StreamEvent, b: StreamEvent) -> int:
-        for index, direction in self.order_by:
-            x, y = a.output[index], b.output[index]
+        for read, direction in self.order_by:
+            x, y = read(a), read(b)
             if x is None or y is None:
                 result = (x is not None) - (y is not None)
             else:

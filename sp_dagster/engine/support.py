@@ -1,6 +1,6 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
 
-Incremental aggregations, script functions, playback tuning, fault streams and the few
+Script functions, playback tuning, fault streams and the few
 functions and windows the parser knows but the engine does not implement are not planned yet.
 Every such use in an app is reported (all of them at once, with line and column), never
 silently ignored.
@@ -30,18 +30,12 @@ def unsupported_features(app: ast.App) -> list[tuple[str, ast.Node]]:
             window = definition.window
             if window.namespace is not None or window.name not in WINDOWS:
                 found.append((f"window '{window.qualified_name}'", window))
-        elif isinstance(definition, ast.AggregationDefinition):
-            found.append(("incremental aggregation", definition))
         elif isinstance(definition, ast.FunctionDefinition):
             found.append(("script function", definition))
     playback = app.annotation("app:playback")
     if playback is not None and playback.elements:
         found.append(("playback idle.time/increment", playback))
     for query, _ in app.queries():
-        source = query.input
-        if isinstance(source, ast.JoinInput):
-            if source.within or source.per is not None:
-                found.append(("incremental aggregation", source))
         for stream in query.input_streams():
             if stream.fault:
                 found.append(("fault stream", stream))

@@ -17,7 +17,7 @@ _STREAM, _TABLE, _WINDOW, _AGGREGATION = "stream", "table", "window", "aggregati
 _QUERY, _PARTITION, _PARTITION_QUERY = "query", "partition", "query inside a partition"
 # Where each element annotation may stand.
 _PLACES = {
-    "info": {_QUERY, _PARTITION_QUERY, _PARTITION},
+    "info": {_QUERY, _PARTITION_QUERY, _PARTITION, _AGGREGATION},
     "dist": {_QUERY, _PARTITION, _AGGREGATION},
     "source": {_STREAM},
     "sink": {_STREAM},
@@ -40,7 +40,7 @@ def check_annotations(app: ast.App, report: Report) -> None:
     for element, place, partition in _placed(app):
         for annotation in element.annotations:
             _element_annotation(annotation, element, place, report)
-        info = element.annotation("info") if place != _PARTITION else None
+        info = element.annotation("info") if place not in (_PARTITION, _AGGREGATION) else None
         name = info.get("name") if info else None
         if name is not None:
             if name in names:

@@ -1,4 +1,8 @@
-"""Execution groups from `@dist(execGroup=..., parallel=...)`, and one group per aggregation."""
+"""Execution groups from `@dist(execGroup=..., parallel=...)`, and one group per aggregation.
+
+An aggregation's group has the parallelism of its `@dist(parallel='N')` (1 by default): N > 1
+plans N active-active instances (shards) fed round robin, which needs a shared `@store`.
+"""
 
 from __future__ import annotations
 
@@ -72,6 +76,14 @@ def _dist(info: ElementInfo) -> tuple[str, int, ast.Node]:
     return dist.get("execGroup") or DEFAULT_GROUP, int(dist.get("parallel", "1").strip()), dist
 
 
+def aggregation_shards(info: ElementInfo) -> tuple[int, ast.Node]:
+    """How many active-active instances an aggregation asks for (`@dist(parallel='N')`, else 1)."""
+    dist = info.dist
+    if dist is None:
+        return 1, info.element
+    return int(dist.get("parallel", "1").strip()), dist
+
+
 def _check_range_partitions(info: ElementInfo, group: str) -> None:
     if not isinstance(info.element, ast.Partition):
         return
@@ -123,6 +135,15 @@ def _aggregation_groups(
             group = groups[top] = GroupSpec(f"{app_name}-{exec_group}", exec_group, AGGREGATION_GROUP, 1, position[top])
             group.declared_at = info.element
         group.elements.append(info)
+        shards, declared_at = aggregation_shards(info)
+        if shards > 1:
+            if not is_persisted(info.element):
+                raise error_at(
+                    declared_at,
+                    f"Aggregation {info.element.name} has @dist(parallel='{shards}') but no @store: its {shards} "
+                    "active-active instances must write to one shared store (add @store(type='rdbms', ...))",
+                )
+            group.parallelism, group.declared_at = shards, declared_at
     for info, aggregation in joining:
         group_of[info.index].elements.remove(info)
         groups[find(aggregation)].elements.append(info)

@@ -74,6 +74,9 @@ class PartialApp:
     app: ast.App
     siddhi: str
     assignments: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (topic, partitions), by topic
+    # the Siddhi shardId to run it with (AppRuntime(shard_id=...)) when it has a distributed
+    # aggregation (@PartitionById): its instance name, stable across restarts and moves
+    shard_id: str | None = None
 
     def partitions_of(self, topic: str) -> tuple[int, ...]:
         """The partitions of `topic` this instance reads (empty when it does not read it)."""

@@ -50,7 +50,8 @@ def partial_apps(group: GroupSpec, context: Context) -> tuple[PartialApp, ...]:
             elements = _group_elements(group, index, name, context)
         app = ast.App(elements=tuple(elements), annotations=_app_annotations(context.app, name))
         assignments = _assignments(group, index, context)
-        instances.append(PartialApp(name, index + 1, app, render(app), assignments))
+        sharded = any(isinstance(e, ast.AggregationDefinition) and _partitioned(e) for e in elements)
+        instances.append(PartialApp(name, index + 1, app, render(app), assignments, name if sharded else None))
     return tuple(instances)
 
 
@@ -87,7 +88,7 @@ def _group_elements(group: GroupSpec, index: int, instance: str, context: Contex
             definitions.append(element)
         elif kind == AGGREGATION:
             if element.name in own:
-                definitions.append(_without_dist(element))
+                definitions.append(_sharded(_without_dist(element), group.parallelism > 1))
             elif is_persisted(element):
                 definitions.extend(_aggregation_view(element, group, context))
         elif kind != FUNCTION:
@@ -132,7 +133,23 @@ def _aggregation_view(aggregation: ast.AggregationDefinition, group: GroupSpec, 
     renamed = f"{source}_{group.name.replace('-', '_')}"
     stream = ast.StreamDefinition(name=renamed, attributes=_attributes(source, group, context))
     copy = _rename_stream(_without_dist(aggregation), source, renamed)
-    return [stream, copy]
+    dist = aggregation.annotation("dist")
+    return [stream, _sharded(copy, dist is not None and int(dist.get("parallel", "1").strip()) > 1)]
+
+
+def _sharded(aggregation: ast.AggregationDefinition, shards: bool) -> ast.AggregationDefinition:
+    """An aggregation of N > 1 active-active instances (or a view of one): with @PartitionById, so
+    every instance tags its rows with its shard id and every read merges the shards."""
+    if not shards or _partitioned(aggregation):
+        return aggregation
+    marker = ast.Annotation("PartitionById", (ast.AnnotationElement("true", "enable"),))
+    others = tuple(a for a in aggregation.annotations if a.name.lower() != "partitionbyid")
+    return dataclasses.replace(aggregation, annotations=(*others, marker))
+
+
+def _partitioned(aggregation: ast.AggregationDefinition) -> bool:
+    annotation = aggregation.annotation("PartitionById")
+    return annotation is not None and (annotation.get("enable") or "true").lower() == "true"
 
 
 def _attributes(stream: str, group: GroupSpec, context: Context) -> tuple[ast.AttributeDef, ...]:

@@ -14,7 +14,7 @@ from sp_dagster.engine.conformance import load_cases, run_case
 from sp_dagster.siddhi import SiddhiQLError, parse
 
 SHARED = Path(os.environ.get("SP_DAGSTER_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-FILES = sorted((SHARED / "conformance").glob("*.jsonl")) if (SHARED / "conformance").is_dir() else []
+FILES = sorted((SHARED / "conformance").glob("**/*.jsonl")) if (SHARED / "conformance").is_dir() else []
 
 
 def _params(snapshot: bool):

@@ -82,13 +82,13 @@ def test_misuse_is_reported_as_engine_errors():
 
 def test_unsupported_features_are_rejected_at_load_with_positions():
     app = (
-        "define stream A (x int);\ndefine stream B (x int);\ndefine aggregation G from A select sum(x) as t aggregate every sec ... min;\n"
+        "define stream A (x int);\ndefine stream B (x int);\nfrom A#window.unique:length(x, 2) select x insert into C;\n"
         "from A select math:rand() as r insert into O;\n"
     )
     with pytest.raises(SiddhiQLError) as raised:
         AppRuntime(app)
     messages = [(e.line, e.message) for e in raised.value.errors]
-    assert (3, "incremental aggregations are not supported by the engine") in messages
+    assert (3, "window 'unique:length' is not supported by the engine") in messages
     assert (4, "function math:rand() is not supported by the engine") in messages
     assert "^" in str(raised.value)  # the parser's excerpt with a caret
 

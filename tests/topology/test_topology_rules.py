@@ -87,6 +87,30 @@ select A.symbol, A.total insert into TotalsStream;
         },
         topics={"Trades.QueryStream": 2, "Trades.TradeStream": 1},
     ),
+    "seed 002 active-active: an aggregation with parallel 2 is two shards fed round robin": Case(
+        "@App:name('Trades')\ndefine stream QueryStream (symbol string);\n"
+        + SEED_AGGREGATION.replace("define aggregation", "@dist(parallel='2')\ndefine aggregation")
+        + """
+@info(name='lookup') @dist(execGroup='lookup', parallel='2')
+from QueryStream as Q join TradeAggregation as A on Q.symbol == A.symbol within '2017-06-** **:**:**' per 'hours'
+select A.symbol, A.total insert into TotalsStream;
+""",
+        groups=(("Trades-lookup", 2, False), ("Trades-aggregation-TradeAggregation", 2, False)),
+        inputs={
+            "Trades-lookup": {"QueryStream": ("round_robin", None, "Trades.QueryStream")},
+            "Trades-aggregation-TradeAggregation": {"TradeStream": ("round_robin", None, "Trades.TradeStream")},
+        },
+        topics={"Trades.QueryStream": 2, "Trades.TradeStream": 2},
+    ),
+    "an aggregation with parallel > 1 needs a shared store": Case(
+        "@App:name('Mem')\ndefine stream Trades (symbol string, price double, ts long);\n"
+        "@dist(parallel='3') define aggregation A from Trades select symbol, sum(price) as total group by symbol aggregate by ts every sec ... min;\n",
+        error=(
+            "@dist(parallel='3')",
+            "Aggregation A has @dist(parallel='3') but no @store: its 3 active-active instances must write to one shared store "
+            "(add @store(type='rdbms', ...))",
+        ),
+    ),
     "seed 004: a distributed sink stays with the group producing the stream": Case(
         f"@App:name('Gateway')\ndefine stream RequestIn {REQUEST_ATTRIBUTES};\n" + SEED_DISTRIBUTED_SINK + """
 @dist(execGroup='throttle', parallel='2') from RequestIn[responseTime > 0] select * insert into Request;
@@ -410,3 +434,17 @@ def test_rule(name):
 def test_there_are_at_least_thirty_apps():
     assert len(CASES) >= 30
     assert sum(case.error is None for case in CASES.values()) >= 12 and sum(case.error is not None for case in CASES.values()) >= 12
+
+
+def test_aggregation_shards_get_partition_by_id_and_stable_shard_ids():
+    """Each shard instance runs its aggregation with @PartitionById and its own instance name as shard
+    id (stable across restarts and moves); the joining group's read-only view merges the shards too."""
+    topology = plan_text(CASES["seed 002 active-active: an aggregation with parallel 2 is two shards fed round robin"].app)
+    shards = topology.group("Trades-aggregation-TradeAggregation").instances
+    assert [i.shard_id for i in shards] == ["Trades-aggregation-TradeAggregation-1", "Trades-aggregation-TradeAggregation-2"]
+    lookups = topology.group("Trades-lookup").instances
+    assert [i.shard_id for i in lookups] == ["Trades-lookup-1", "Trades-lookup-2"]
+    for instance in (*shards, *lookups):
+        assert "@PartitionById(enable = 'true')" in instance.siddhi or "@PartitionById(enable='true')" in instance.siddhi
+    single = plan_text(CASES["seed 002: a persisted aggregation, joined by a parallel group"].app)
+    assert all(i.shard_id is None for i in single.partial_apps)
