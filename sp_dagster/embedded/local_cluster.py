@@ -1,4 +1,4 @@
-"""A local cluster of real processes (one manager, N workers) on a given broker, for tests and benchmarks.
+"""A local cluster of real processes (one manager, N workers) on a given broker or NATS server, for tests and benchmarks.
 
 The processes share a SQLite control plane and a SQLite persistence table under `home`, and
 run with short timings so failover takes seconds.
@@ -27,7 +27,7 @@ deployment.config:
   heartbeatMaxRetry: 4
   minResourceCount: 1
   datasource: SP_MGT_DB
-  bootstrapURLs: {bootstrap}
+  {messaging}
 datasources:
   SP_MGT_DB: sqlite:///{home}/sp_mgt.db
 """
@@ -39,7 +39,7 @@ deployment.config:
   heartbeatMaxRetry: 4
   leaderRetryInterval: 20000
   datasource: SP_MGT_DB
-  bootstrapURLs: {bootstrap}
+  {messaging}
 datasources:
   SP_MGT_DB: sqlite:///{home}/sp_mgt.db
   WSO2_PERSISTENCE_DB: sqlite:///{home}/persistence.db
@@ -55,17 +55,30 @@ spark:
 """
 
 
-class LocalCluster:
-    """One manager and N worker processes sharing a SQLite control plane under `home`."""
+def messaging_conf(kind: str, servers: str, cluster_id: str = "sp-dagster") -> str:
+    """The deployment.config lines naming a messaging layer: Kafka's bootstrapURLs, or NATS's natsServerUrl and clusterId."""
+    if kind == "nats":
+        from sp_dagster.config.model import NATS_APP_CREATOR
 
-    def __init__(self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds"):
+        return f"natsServerUrl: {servers}\n  clusterId: {cluster_id}\n  appCreatorClass: {NATS_APP_CREATOR}"
+    return f"bootstrapURLs: {servers}"
+
+
+class LocalCluster:
+    """One manager and N worker processes sharing a SQLite control plane under `home`, on Kafka or NATS."""
+
+    def __init__(
+        self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds",
+        messaging: str = "kafka", cluster_id: str = "sp-dagster",
+    ):
         self.home = home
-        self.bootstrap = bootstrap
+        self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)
         home.mkdir(parents=True, exist_ok=True)
         self.manager_conf = home / "manager.yaml"
         self.worker_conf = home / "worker.yaml"
-        self.manager_conf.write_text(MANAGER_CONF.format(bootstrap=bootstrap, home=home))
-        self.worker_conf.write_text(WORKER_CONF.format(bootstrap=bootstrap, home=home, interval=persist_every_min))
+        layer = messaging_conf(messaging, bootstrap, cluster_id)
+        self.manager_conf.write_text(MANAGER_CONF.format(messaging=layer, home=home))
+        self.worker_conf.write_text(WORKER_CONF.format(messaging=layer, home=home, interval=persist_every_min))
         self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": trigger, "PYTHONUNBUFFERED": "1"}
         self.processes: dict[str, subprocess.Popen] = {}
         self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]
