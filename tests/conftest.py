@@ -69,6 +69,7 @@ def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
     from sp_dagster.worker.kafka_source import KafkaPartitionsSource
+    from sp_dagster.worker.nats_source import NatsPartitionsSource
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
@@ -83,5 +84,6 @@ def spark(tmp_path_factory):
     )
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(KafkaPartitionsSource)
+    session.dataSource.register(NatsPartitionsSource)
     yield session
     session.stop()
