@@ -57,10 +57,13 @@ def message_headers(key: bytes | None, timestamp: int | None, headers: Iterable[
         result[KEY_HEADER] = base64.b64encode(key).decode()
     if timestamp:
         result[TIME_HEADER] = str(int(timestamp))
-    if headers:
-        pairs = [[name, base64.b64encode(value if isinstance(value, bytes) else str(value).encode()).decode()] for name, value in headers]
-        result[HEADERS_HEADER] = json.dumps(pairs, separators=(",", ":"))
+    if headers:  # name:value pairs, each side base64 (so any bytes survive), joined by ','
+        result[HEADERS_HEADER] = ",".join(f"{_b64(name)}:{_b64(value)}" for name, value in headers)
     return result or None
+
+
+def _b64(data: bytes | str) -> str:
+    return base64.b64encode(data if isinstance(data, bytes) else str(data).encode()).decode()
 
 
 def parse_headers(nats_headers: Mapping[str, str] | None) -> tuple[bytes | None, int | None, tuple[tuple[str, bytes], ...]]:
@@ -73,7 +76,7 @@ def parse_headers(nats_headers: Mapping[str, str] | None) -> tuple[bytes | None,
     return (
         base64.b64decode(key) if key is not None else None,
         int(stamp) if stamp else None,
-        tuple((name, base64.b64decode(value)) for name, value in json.loads(pairs)) if pairs else (),
+        tuple((base64.b64decode(name).decode(), base64.b64decode(value)) for name, _, value in (p.partition(":") for p in pairs.split(","))) if pairs else (),
     )
 
 
@@ -415,6 +418,7 @@ class NatsRawPublisher(RawPublisherBase):
         self._topics: set[str] = set()
         self._acked = threading.Condition()
         self._waiting = False  # a caller waits in _wait(): wake it on acknowledgements
+        self._producing = threading.Lock()  # the buffer, counter and topics, between calling threads
         self._inbox = self._nc.new_inbox() + "."
         self._counter = 0
         self._queue: asyncio.Queue | None = None
@@ -459,19 +463,23 @@ class NatsRawPublisher(RawPublisherBase):
                 self._acked.notify_all()
 
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
-        """Queue one message (timestamp in ms; None: the server's time)."""
-        self._topics.add(topic)
-        self._counter += 1
-        reply = f"{self._inbox}{self._counter}"
+        """Queue one message (timestamp in ms; None: the server's time). Safe to call from several threads."""
         subject = self.transport.subject(topic, partition)
-        self._pending[reply] = subject
-        self._buffer.append((reply, subject, value, message_headers(key, timestamp, headers)))
-        if len(self._buffer) >= CHUNK:
-            self._hand_over()
-            if len(self._pending) >= MAX_IN_FLIGHT:
-                self._wait(lambda: len(self._pending) < MAX_IN_FLIGHT, self.transport.timeout * 3)
+        encoded = message_headers(key, timestamp, headers)
+        with self._producing:
+            self._topics.add(topic)
+            self._counter += 1
+            reply = f"{self._inbox}{self._counter}"
+            self._pending[reply] = subject
+            self._buffer.append((reply, subject, value, encoded))
+            full = len(self._buffer) >= CHUNK
+            if full:
+                self._hand_over()
+        if full and len(self._pending) >= MAX_IN_FLIGHT:
+            self._wait(lambda: len(self._pending) < MAX_IN_FLIGHT, self.transport.timeout * 3)
 
     def _hand_over(self) -> None:
+        """Give the buffered messages to the sender task (under self._producing)."""
         chunk, self._buffer = self._buffer, []
         self._loop.loop.call_soon_threadsafe(self._queue.put_nowait, chunk)
 
@@ -493,8 +501,9 @@ class NatsRawPublisher(RawPublisherBase):
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued message's acknowledgement; raise on any failure."""
-        if self._buffer:
-            self._hand_over()
+        with self._producing:
+            if self._buffer:
+                self._hand_over()
         self._wait(lambda: not self._pending, timeout)
         failures, self._failures = self._failures, []
         if failures:

@@ -150,3 +150,26 @@ def test_server_going_away_fails_publishing_clearly_and_reading_survives(topic_n
     with pytest.raises(BrokerUnavailable, match=rf"not acknowledged within 3s by {server.url}; is the NATS server running"):
         publisher.flush(timeout=3)
     transport.close()
+
+
+def test_one_raw_publisher_serves_several_threads(nats, topic_name):
+    import threading
+
+    from sp_dagster.messaging.codecs import RawCodec
+
+    nats.ensure_topic(topic_name, 2)
+    raw = nats.raw_publisher()
+
+    def produce(partition):
+        for i in range(3000):
+            raw.produce(topic_name, str(i).encode(), None, partition, None)
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    raw.close()
+    events, _, _ = read_all(nats, topic_name, [0, 1], RawCodec(), 6000)
+    for partition in (0, 1):
+        assert [int(e.row[0]) for e in events if e.partition == partition] == list(range(3000))
