@@ -85,9 +85,6 @@ class KafkaTransport(Transport):
             )
         return MessagingError(f"Kafka at {self.bootstrap_servers} failed while {doing}: {_reason(exc)}")
 
-    def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
-        return ".".join(part for part in (app, stream, key) if part)
-
     def list_topics(self) -> dict[str, TopicInfo]:
         try:
             metadata = self.admin.list_topics(timeout=self.timeout)

@@ -252,9 +252,6 @@ class NatsTransport(Transport):
 
     # -- names --------------------------------------------------------------------------------
 
-    def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
-        return ".".join(part for part in (app, stream, key) if part)
-
     def stream_name(self, topic: str) -> str:
         """The JetStream stream that holds a topic."""
         return f"{self.cluster_id}_{topic.replace('.', '~')}"

@@ -145,9 +145,9 @@ class Transport(ABC):
     kind = "transport"
     address = "?"  # the servers, as error messages name them
 
-    @abstractmethod
     def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
         """The topic that carries a stream of an app (field-grouped topics carry the key too)."""
+        return ".".join(part for part in (app, stream, key) if part)
 
     @abstractmethod
     def list_topics(self) -> dict[str, TopicInfo]:
