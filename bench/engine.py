@@ -1,11 +1,18 @@
 """Engine throughput: events per second through AppRuntime, in process, one JSON line per workload.
 
-Run: python bench/engine.py [--events N] [--batch B] [--only NAME ...]
-Workloads (1,000,000 events each by default, sent as Arrow record batches of B rows):
+Run: python bench/engine.py [--events N] [--batch B] [--only NAME ...] [--forms single sequential chunks]
+Every workload runs in three forms, each its own line (`form`): `single` (one send() per event,
+what a worker does per Kafka message), `sequential` (send_each() of 1,000 events, per-event
+semantics at once) and `chunks` (send() of B-row record batches: Siddhi's send(Event[])
+semantics, a different workload). Each line has Siddhi's single-send figure on this machine
+(issue 13) and the ratio to it; a last line breaks down, per event, where the slowest
+workload's sequential form spends its time.
+Workloads (1,000,000 events each by default):
 filter; projection with arithmetic; length(1000) sum/count group by symbol; timeBatch(1 sec)
 avg group by symbol in playback; partitioned length(10) avg; a length(100) stream-stream
 join on symbol (Trades and Quotes, each batch sent in slices of 100 rows taking turns); a
-pattern `every e1 -> e2 ... within 1 sec` on one stream; an absent pattern (`every e1 -> not
+pattern `every e1 -> e2 ... within 1 sec` on one stream, and partitioned by symbol (the
+issue's `price > 500` is `price > 190.0` here: prices run 100..200); an absent pattern (`every e1 -> not
 ... for 100 ms`) in playback. Events carry one of 100 symbols and timestamps 1 ms apart.
 Workloads with a SCALE below 1 run on that fraction of the events (said in their line).
 """
@@ -37,6 +44,9 @@ WORKLOADS = {
     + QUOTES
     + "from Trades#window.length(100) join Quotes#window.length(100) on Trades.symbol == Quotes.symbol "
     "select Trades.symbol as symbol, Trades.price as price, Quotes.price as quote insert into Out;",
+    "partitioned_pattern_within": STREAM
+    + "partition with (symbol of Trades) begin from every e1=Trades[price > 190.0] -> e2=Trades[price > e1.price] within 1 sec "
+    "select e1.symbol as symbol, e1.price as first, e2.price as second insert into Out; end;",
     "pattern_within": STREAM
     + "from every e1=Trades[price > 190.0] -> e2=Trades[symbol == e1.symbol and price > e1.price] within 1 sec "
     "select e1.symbol as symbol, e1.price as first, e2.price as second insert into Out;",
@@ -45,11 +55,25 @@ WORKLOADS = {
     + "from every e1=Trades[price > 198.0] -> not Trades[symbol == e1.symbol and price > e1.price] for 100 milliseconds "
     "select e1.symbol as symbol, e1.price as price insert into Out;",
 }
+#: Siddhi 5.1.34 on this machine, one JVM, single-event sends (issue 13): events per second.
+SIDDHI: dict[str, float | None] = {
+    "filter": 8.6e6,
+    "projection": 5.0e6,
+    "length_window_group_by": 1.26e6,
+    "time_batch_avg_playback": 2.9e6,
+    "partitioned_length_avg": 1.5e6,
+    "partitioned_pattern_within": 0.62e6,
+    "length_window_join": None,  # not measured in Siddhi's terms yet
+    "pattern_within": None,
+    "absent_pattern_playback": None,
+}
+#: How events are sent: one send() per event, send_each() runs, or multi-row chunks.
+FORMS = ("single", "sequential", "chunks")
 #: Streams a workload's events go to, taking turns in slices of SLICE rows (default: Trades).
 TARGETS = {"length_window_join": ("Trades", "Quotes")}
 SLICE = 100
 #: Workloads run on a fraction of --events (Python's per-partial-match work is slow).
-SCALE: dict[str, float] = {"pattern_within": 0.1}
+SCALE: dict[str, float] = {"pattern_within": 0.1, "partitioned_pattern_within": 0.2}
 
 
 def batches(events: int, size: int, symbols: int = 100):
@@ -83,32 +107,83 @@ def sends(name: str, events: int, size: int):
             turn += 1
 
 
-def run(name: str, events: int, size: int) -> dict:
-    """Send `events` events (scaled down for some workloads) through `name`; return its figures."""
-    scale = SCALE.get(name, 1.0)
-    events = int(events * scale)
-    runtime = AppRuntime(WORKLOADS[name])
-    output = runtime.add_buffer("Out")
-    data = list(sends(name, events, size))
-    outputs = 0
-    start = time.perf_counter()
-    for stream, batch, timestamps in data:
-        runtime.send(stream, batch, timestamps)
-        outputs += output.drain()[0].num_rows  # as a worker does after each input batch
-    seconds = time.perf_counter() - start
-    runtime.shutdown()
+def _figures(name: str, form: str, events: int, size: int, seconds: float, outputs: int) -> dict:
+    rate = events / seconds
+    siddhi = SIDDHI.get(name)
     figures = {
         "bench": "engine",
         "workload": name,
+        "form": form,
         "events": events,
         "batch": size,
         "seconds": round(seconds, 3),
-        "events_per_s": round(events / seconds),
+        "events_per_s": round(rate),
         "outputs": outputs,
+        "siddhi_events_per_s": siddhi,
+        "ratio_to_siddhi": round(rate / siddhi, 4) if siddhi else None,
     }
-    if scale != 1.0:
-        figures["scaled"] = f"{scale:g} of --events: {name} is slow in pure Python"
+    if SCALE.get(name, 1.0) != 1.0:
+        figures["scaled"] = f"{SCALE[name]:g} of --events: {name} is slow in pure Python"
     return figures
+
+
+def run(name: str, events: int, size: int, form: str = "chunks", profile=None) -> dict:
+    """Send `events` events (scaled down for some workloads) through `name` in one form; its figures.
+
+    Forms: `single` = one send() per event (rows, as a worker sends a decoded message), the
+    buffer drained every `size` sends; `sequential` = send_each() of `size` events, each its
+    own send (per-event semantics), drained after each; `chunks` = one send() of `size` rows
+    (Siddhi's send(Event[]) semantics: a different workload, e.g. one row per group per chunk).
+    """
+    events = int(events * SCALE.get(name, 1.0))
+    runtime = AppRuntime(WORKLOADS[name])
+    output = runtime.add_buffer("Out")
+    data = list(sends(name, events, size))
+    if form == "single":
+        data = [(stream, list(zip(*[c.to_pylist() for c in batch.columns])), timestamps.to_pylist()) for stream, batch, timestamps in data]
+    outputs = 0
+    if profile is not None:
+        profile.enable()
+    start = time.perf_counter()
+    if form == "single":
+        for stream, rows, stamps in data:
+            send = runtime.send
+            for row, stamp in zip(rows, stamps):
+                send(stream, [row], [stamp])
+            outputs += output.drain()[0].num_rows
+    elif form == "sequential":
+        for stream, batch, timestamps in data:
+            runtime.send_each(stream, batch, timestamps)
+            outputs += output.drain()[0].num_rows
+    else:
+        for stream, batch, timestamps in data:
+            runtime.send(stream, batch, timestamps)
+            outputs += output.drain()[0].num_rows  # as a worker does after each input batch
+    seconds = time.perf_counter() - start
+    if profile is not None:
+        profile.disable()
+    runtime.shutdown()
+    return _figures(name, form, events, size, seconds, outputs)
+
+
+def breakdown(name: str, events: int, form: str = "sequential", size: int = 1000, top: int = 10) -> dict:
+    """Where the time of `name` goes, per event: the functions with the most own time (cProfile)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    figures = run(name, events, size, form, profile)
+    stats = pstats.Stats(profile).stats
+    rows = sorted(((own, f"{path.rsplit('/', 1)[-1]}:{line}:{fn}") for (path, line, fn), (_, _, own, _, _) in stats.items()), reverse=True)
+    counted = figures["events"]
+    return {
+        "bench": "engine",
+        "breakdown": name,
+        "form": form,
+        "events": counted,
+        "us_per_event_profiled": round(sum(own for own, _ in rows) / counted * 1e6, 3),
+        "top_us_per_event": {where: round(own / counted * 1e6, 3) for own, where in rows[:top]},
+    }
 
 
 def main() -> None:
@@ -117,9 +192,21 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000, help="events per workload (default 1,000,000)")
     parser.add_argument("--batch", type=int, default=10_000, help="rows per record batch sent (default 10,000)")
     parser.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="run only these workloads")
+    parser.add_argument("--forms", nargs="*", choices=FORMS, default=list(FORMS), help="send forms to run (default: all)")
+    parser.add_argument("--sequential-batch", type=int, default=1000, help="events per send_each in the sequential form (default 1,000)")
+    parser.add_argument("--no-breakdown", action="store_true", help="skip the per-event cost breakdown of the slowest workload")
     args = parser.parse_args()
+    slowest = None
     for name in args.only or WORKLOADS:
-        print(json.dumps(run(name, args.events, args.batch)), flush=True)
+        for form in args.forms:
+            size = args.batch if form == "chunks" else args.sequential_batch
+            figures = run(name, args.events, size, form)
+            print(json.dumps(figures), flush=True)
+            if form == "sequential" and figures["ratio_to_siddhi"] is not None:
+                if slowest is None or figures["ratio_to_siddhi"] < slowest[0]:
+                    slowest = (figures["ratio_to_siddhi"], name)
+    if slowest is not None and not args.no_breakdown:
+        print(json.dumps(breakdown(slowest[1], min(args.events, 50_000))), flush=True)
 
 
 if __name__ == "__main__":

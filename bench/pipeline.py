@@ -1,13 +1,17 @@
 """End-to-end throughput and latency of a deployed app, beside a raw passthrough on the same broker.
 
-Run: python bench/pipeline.py [--events N] [--rate R] [--seconds S]
+Run: python bench/pipeline.py [--events N] [--rate R] [--seconds S] [--modes continuous,microbatch] [--no-scaling]
 Starts the embedded broker, then measures, in one run:
   1. passthrough: a plain consume-and-produce loop (one process, confluent-kafka) between two
      topics: the floor any pipeline on this broker pays;
-  2. pipeline: tests' two-group app (filter, parallel 2 -> partitioned length-window average,
-     parallel 2) deployed on a local cluster (a manager, two Spark workers, SQLite).
+  2. app.<mode>: tests' two-group app (filter, parallel 2 -> partitioned length-window average,
+     parallel 2) deployed on a local cluster (a manager, two Spark workers, SQLite), once per
+     execution mode (continuous tasks, micro-batch queries);
+  3. scaling.<n>w: the same app with both groups at parallel 4 (4-partition topics), on one
+     worker and then on two (continuous mode; throughput only).
 For each: events/s with every event published at once, and latency p50/p99 (ms from an event's
-publication to the output it causes) at a paced rate. One JSON line per figure.
+publication to the output it causes) at a paced rate; `vs_passthrough` is the app's events/s as
+a fraction of the passthrough's in the same run. One JSON line per figure.
 """
 
 from __future__ import annotations
@@ -119,8 +123,11 @@ def passthrough(transport, events: int, rate: float, seconds: float) -> None:
     worker.join(10)
 
 
+FLOOR: dict[str, float] = {}  # the passthrough's events/s in this run
+
+
 def measure(name, transport, source, sink, in_codec, out_codec, events, expected_out, rate, seconds) -> None:
-    """Throughput (all at once) then latency (paced) from `source` to `sink`."""
+    """Throughput (all at once) then, when `seconds`, latency (paced) from `source` to `sink`."""
     info = transport.require_topic(sink)
     publisher = transport.publisher(source, in_codec, Partitioned(0, "symbol"))
     collector = Collector(transport, sink, out_codec, info.partitions)
@@ -129,8 +136,18 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
     started = publish_all(publisher, data)
     done = collector.wait_for(expected_out, timeout=600)
     elapsed = collector.last_at - started
-    emit({"bench": f"pipeline.{name}.throughput", "events": events, "outputs": collector.count, "complete": done,
-          "seconds": round(elapsed, 2), "events_per_s": round(events / elapsed) if elapsed > 0 else None})
+    per_s = round(events / elapsed) if elapsed > 0 else None
+    if name == "passthrough" and per_s:
+        FLOOR["events_per_s"] = per_s
+    figure = {"bench": f"pipeline.{name}.throughput", "events": events, "outputs": collector.count, "complete": done,
+              "seconds": round(elapsed, 2), "events_per_s": per_s}
+    if name != "passthrough" and per_s and FLOOR:
+        figure["vs_passthrough"] = round(per_s / FLOOR["events_per_s"], 3)
+    emit(figure)
+    if not seconds:
+        collector.stop_flag.set()
+        collector.join(5)
+        return
     collector.latencies.clear()
     before = collector.count
     paced = rows(int(rate * seconds), seed=4)
@@ -144,18 +161,24 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
               "p50_ms": round(statistics.median(lat), 1), "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 1)})
 
 
-def pipeline(transport, events: int, rate: float, seconds: float) -> None:
-    """The two-group app on a local cluster."""
-    topology = plan_app(load_app(APP))
+def pipeline(transport, name: str, text: str, events: int, rate: float, seconds: float, *, mode: str, workers: int = 2) -> None:
+    """An app on a local cluster of `workers` workers in `mode`; `name` names its figures."""
+    app = text.replace("Trades", f"Bench{name.replace('.', '').title()}")
     with tempfile.TemporaryDirectory() as home:
-        cluster = LocalCluster(Path(home), transport.bootstrap_servers, persist_every_min=1).start()
+        path = Path(home) / "app.siddhi"
+        path.write_text(app)
+        loaded = load_app(path)
+        topology = plan_app(loaded)
+        slots = sum(len(g.instances) for g in topology.groups) if mode == "continuous" else 1
+        cluster = LocalCluster(Path(home), transport.bootstrap_servers, workers=workers, persist_every_min=1, mode=mode, slots=slots).start()
         try:
-            cluster.deploy(APP, timeout=300)
+            cluster.deploy(path, timeout=300)
             first = topology.group("filter").instances[0]
             (entry,) = plan_instance(first.name, first.siddhi).inputs
             in_codec = codec_for(entry.codec, entry.attributes)
             # volume >= 10 always holds here, so every input gives one output
-            measure("app", transport, entry.topic, "Trades.Averages", in_codec, codec_for("json", OUTPUT), events, events, rate, seconds)
+            out = f"{loaded.name}.Averages"
+            measure(name, transport, entry.topic, out, in_codec, codec_for("json", OUTPUT), events, events, rate, seconds)
         finally:
             cluster.stop()
 
@@ -165,11 +188,19 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=50_000, help="events for the throughput figure")
     parser.add_argument("--rate", type=float, default=500.0, help="events/s for the latency figure")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the paced latency run lasts")
+    parser.add_argument("--modes", default="continuous,microbatch", help="execution modes to measure, separated by commas")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the 1 -> 2 workers figures")
     args = parser.parse_args()
+    text = APP.read_text()
     with EmbeddedBroker() as broker:
         transport = KafkaTransport(broker.bootstrap_servers, timeout=30)
         passthrough(transport, args.events, args.rate, args.seconds)
-        pipeline(transport, args.events, args.rate, args.seconds)
+        for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+            pipeline(transport, f"app.{mode}", text, args.events, args.rate, args.seconds, mode=mode)
+        if not args.no_scaling:
+            wide = text.replace("parallel = '2'", "parallel = '4'")
+            for workers in (1, 2):
+                pipeline(transport, f"scaling.{workers}w", wide, args.events, args.rate, 0, mode="continuous", workers=workers)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def spark(tmp_path_factory):
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[4]")
         .appName("sp-dagster-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -17,6 +17,8 @@ The default, `BalancedAllocation`:
   keeps running) and every unplaced instance carries the reason;
 - with `rebalance=True` (a node joined, or someone asked), it moves the fewest instances
   needed to spread each group and even out the load;
+- a node that says how many instances it can run (`slots` in its heartbeat metrics: a worker
+  in continuous mode, where every instance holds a Spark task slot) gets no more than that;
 - one instance that cannot be placed never affects the others.
 """
 
@@ -130,16 +132,28 @@ class BalancedAllocation(AllocationAlgorithm):
         for instance in instances:
             pools[tuple(n.node_id for n in eligible_nodes(instance, nodes))].append(instance)
         receivers_alive = any(n.receiver for n in nodes)
+        capacity = {n.node_id: node_slots(n) for n in nodes}
         for pool_nodes, pool_instances in pools.items():
-            _Pool(pool_nodes, pool_instances, request.current, receivers_alive).place(request.rebalance, placement, unplaced)
+            pool = _Pool(pool_nodes, pool_instances, request.current, receivers_alive, capacity)
+            pool.place(request.rebalance, placement, unplaced)
         return Allocation(placement, unplaced)
+
+
+def node_slots(node: NodeInfo) -> int | None:
+    """How many instances a node can run at once, when it says (None: no limit)."""
+    slots = node.metrics.get("slots")
+    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots >= 0 else None
 
 
 class _Pool:
     """One set of interchangeable nodes and the instances that may run on them."""
 
-    def __init__(self, nodes: tuple[str, ...], instances: list[InstanceInfo], current: Mapping[str, str], receivers_alive: bool):
+    def __init__(
+        self, nodes: tuple[str, ...], instances: list[InstanceInfo], current: Mapping[str, str], receivers_alive: bool,
+        capacity: Mapping[str, int | None] | None = None,
+    ):
         self.nodes = nodes
+        self.capacity = dict(capacity or {})
         self.instances = instances
         self.current = current
         self.receivers_alive = receivers_alive
@@ -161,17 +175,28 @@ class _Pool:
         # Two instances of one receiver group on one node would bind the same user source.
         return not (instance.receiver and self.group_count[(node, instance.group_key)] > 0)
 
+    def _has_room(self, node: str) -> bool:
+        slots = self.capacity.get(node)
+        return slots is None or self.load[node] < slots
+
     def place(self, rebalance: bool, placement: dict[str, str], unplaced: dict[str, str]) -> None:
         """Keep, (re)balance when asked, place the rest; fill `placement` and `unplaced`."""
         for instance in self.instances:
             node = self.current.get(instance.instance_id)
-            if node in self.load and self._allowed(instance, node):
+            if node in self.load and self._allowed(instance, node) and self._has_room(node):
                 self._put(instance, node)
         targets = self._rebalance() if rebalance else None
         for instance in self.instances:
             if instance.instance_id in self.on:
                 continue
-            candidates = [n for n in self.nodes if self._allowed(instance, n)]
+            candidates = [n for n in self.nodes if self._allowed(instance, n) and self._has_room(n)]
+            if not candidates and any(self._allowed(instance, n) for n in self.nodes):
+                total = sum(self.capacity.get(n) or 0 for n in self.nodes)
+                unplaced[instance.instance_id] = (
+                    f"every eligible node is full: {len(self.nodes)} alive with {total} task slot(s) in all; "
+                    "add workers or raise spark.taskSlots"
+                )
+                continue
             if not candidates:
                 kind = "receiver node" if instance.receiver and self.receivers_alive else "worker"
                 unplaced[instance.instance_id] = (

@@ -108,6 +108,12 @@ class NodeSession:
         interval, retry = self._leader_timing or (self.own_interval_ms, self.own_max_retry)
         return max(interval, interval * retry - interval / 2) / 1000
 
+    def lease_remaining_s(self) -> float:
+        """Seconds this node may still run its instances without another renewed heartbeat (0 when fenced)."""
+        if self.incarnation is None or self._last_ok is None or self.fenced:
+            return 0.0
+        return max(0.0, self.fence_after_s - (self.clock() - self._last_ok))
+
     # -- state --------------------------------------------------------------------------------
 
     @property

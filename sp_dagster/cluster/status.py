@@ -91,6 +91,20 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
 
 
+def _load(node: dict) -> str:
+    """Instances, out of the node's task slots when it has a limit."""
+    slots = (node.get("metrics") or {}).get("slots")
+    return f"{node['instances']}/{slots}" if slots else str(node["instances"])
+
+
+def _flow(metrics: dict) -> list[str]:
+    """Events/s, lag and processing latency of an instance, as reported ('' when not yet)."""
+    p50, p99 = metrics.get("latency_ms_p50"), metrics.get("latency_ms_p99")
+    latency = f"{p50:g}/{p99:g} ms" if isinstance(p50, (int, float)) and isinstance(p99, (int, float)) else ""
+    rate = metrics.get("rows_per_s")
+    return [f"{rate:g}" if isinstance(rate, (int, float)) else "", str(metrics.get("lag", "")), latency]
+
+
 def render_status(status: dict[str, Any]) -> str:
     """The human-readable form of cluster_status()."""
     lines = [f"control plane  {status['control_plane']} (schema {status['schema_version']})"]
@@ -108,7 +122,7 @@ def render_status(status: dict[str, Any]) -> str:
     if status["nodes"]:
         lines += _table(
             ["NODE", "ROLE", "STATE", "INCARNATION", "LAST HEARTBEAT", "INSTANCES", "ADDRESS"],
-            [[n["node"], n["role"], n["state"], n["incarnation"], _ago(n["last_heartbeat_ago_ms"]), n["instances"], n["address"]] for n in status["nodes"]],
+            [[n["node"], n["role"], n["state"], n["incarnation"], _ago(n["last_heartbeat_ago_ms"]), _load(n), n["address"]] for n in status["nodes"]],
         )
     else:
         lines.append("no resource nodes have registered")
@@ -120,7 +134,7 @@ def render_status(status: dict[str, Any]) -> str:
         reason = f": {d['waiting_reason']}" if d["waiting_reason"] else ""
         lines.append(f"app {d['app']}: {d['status']}, {placed}/{len(d['instances'])} instances placed{reason}")
         lines += ["  " + line for line in _table(
-            ["INSTANCE", "NODE", "TERM", "STATUS", "DETAIL"],
-            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], i["detail"] or ""] for i in d["instances"]],
+            ["INSTANCE", "NODE", "TERM", "STATUS", "EVENTS/S", "LAG", "LATENCY P50/P99", "DETAIL"],
+            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), i["detail"] or ""] for i in d["instances"]],
         )]
     return "\n".join(lines).rstrip() + "\n"

@@ -159,6 +159,23 @@ class SparkConfig:
         doc="how instances read Kafka: Spark's connector (`native`, needs spark-sql-kafka-0-10 in `spark.jars.packages`), "
         "the built-in Python source (`python`), or the connector when its jar is loadable (`auto`); the two keep offsets apart, so keep one choice while instances have checkpoints",
     )
+    execution_mode: str = setting(
+        "executionMode", "continuous", choices=("continuous", "microbatch"),
+        doc="how instances run: each as a long-running Spark task that processes events as they come (`continuous`: "
+        "milliseconds of latency, one task slot per instance), or as a Structured Streaming query (`microbatch`: "
+        "Spark's checkpoints and state store, about a second per micro-batch and hop); the two keep state apart, so "
+        "an instance switched to the other mode starts afresh",
+    )
+    checkpoint_interval: int = setting(
+        "checkpointInterval", 2000, minimum=100, unit="milliseconds",
+        doc="continuous mode: ms between an instance's checkpoints (engine snapshot and the input offsets it covers) "
+        "kept by its worker; revisions go to the persistence store every `state.persistence.intervalInMin`",
+    )
+    task_slots: int | None = setting(
+        "taskSlots", None, minimum=1, shown="the application's default parallelism",
+        doc="continuous mode: how many instances this worker runs at once (each holds one task slot); told to the "
+        "managers, which place no more here",
+    )
 
 
 def _interval_minutes(value: Any, ctx: Context) -> int:

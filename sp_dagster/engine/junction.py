@@ -59,12 +59,15 @@ class StreamCallback:
 class OutputBuffer:
     """Collects what a stream receives until drained as one Arrow batch (for batch consumers)."""
 
+    blind = True  # how chunks were cut cannot be seen in what drain() returns
+
     def __init__(self, schema: Schema):
         self.schema = schema
         self.arrow_schema = schema.arrow_schema()
         self.rows: list[tuple] = []
         self.timestamps: list[int] = []
         self.batches: list[tuple[pa.RecordBatch, pa.Array]] = []
+        self._empty: tuple[pa.RecordBatch, pa.Array] | None = None  # what an empty drain returns (made once)
 
     def receive(self, chunk) -> None:
         """Keep one chunk."""
@@ -93,9 +96,11 @@ class OutputBuffer:
         batches, self.batches = self.batches, []
         if len(batches) == 1:
             return batches[0]
-        empty = pa.RecordBatch.from_pylist([], schema=self.arrow_schema)
+        if self._empty is None:
+            self._empty = (pa.RecordBatch.from_pylist([], schema=self.arrow_schema), pa.array([], pa.int64()))
+        empty = self._empty[0]
         if not batches:
-            return empty, pa.array([], pa.int64())
+            return self._empty
         table = pa.Table.from_batches([b for b, _ in batches], schema=self.arrow_schema).combine_chunks()
         timestamps = pa.concat_arrays([t for _, t in batches])
         return (table.to_batches() or [empty])[0], timestamps

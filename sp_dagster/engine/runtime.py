@@ -41,6 +41,8 @@ from sp_dagster.siddhi import SiddhiQLError, ast, parse
 from sp_dagster.siddhi.validate import check
 
 SNAPSHOT_VERSION = 1
+#: Record batches of at most this many rows are sent as rows: building Arrow chunks costs more.
+SMALL_BATCH = 8
 
 
 class AppRuntime:
@@ -195,15 +197,10 @@ class AppRuntime:
         send is split into runs of equal timestamps; each run advances the clock first, so
         timers due by then fire before the run is processed.
         """
-        schema = self.schema(stream)
-        junction = self.context.junctions[stream]
-        if isinstance(rows, pa.RecordBatch):
-            batch = _conform_batch(rows, schema, stream)
-            count = batch.num_rows
-        else:
-            batch = None
-            rows = [_conform_row(row, schema, stream) for row in rows]
-            count = len(rows)
+        junction = self.context.junctions.get(stream)
+        schema = junction.schema if junction is not None else self.schema(stream)
+        rows, batch = self.conform(stream, schema, rows)
+        count = batch.num_rows if batch is not None else len(rows)
         if count == 0:
             return
         with self.lock:
@@ -215,6 +212,11 @@ class AppRuntime:
                 times = timestamps.to_pylist() if isinstance(timestamps, (pa.Array, pa.ChunkedArray)) else list(timestamps)
                 if len(times) != count:
                     raise EngineError(f"{count} events but {len(times)} timestamps sent to '{stream}'")
+            if count == 1:
+                if self.playback:
+                    self.clock.advance(times[0])
+                junction.send([StreamEvent(times[0], rows[0])] if batch is None else ArrowChunk(batch, pa.array(times, pa.int64())))
+                return
             runs = _runs(times) if self.playback else [(0, count)]
             if len(runs) == 1:
                 if self.playback:
@@ -230,6 +232,45 @@ class AppRuntime:
             for start, end in runs:
                 self.clock.advance(times[start])
                 junction.send(events[start:end])
+
+    def send_each(
+        self,
+        stream: str,
+        rows: Sequence[Sequence] | pa.RecordBatch,
+        timestamps: Sequence[int] | pa.Array | None,
+        sizes: Sequence[int] | None = None,
+        before: Callable[[int], None] | None = None,
+    ) -> None:
+        """Send a run of sends at once, with exactly the outputs of calling send() for each in turn.
+
+        Send i is the next `sizes[i]` rows (default: every row is its own send); `timestamps`
+        holds one time per row (None: the clock's now). Callbacks see the same events, in the
+        same order and in the same chunks as with one send() per send, timers fall due between
+        sends as they would (playback), and the state left behind is the same. `before(i)`, if
+        given, is called before anything send i causes reaches a callback (so whatever
+        callbacks receive between before(i) and before(i+1) was caused by send i). Operators
+        with a kernel (sp_dagster.engine.kernels) compute the whole run at once.
+        """
+        from sp_dagster.engine.sequential import send_each
+
+        send_each(self, stream, rows, timestamps, sizes, before)
+
+    def conform(self, stream: str, schema: Schema, rows) -> tuple[list[tuple] | None, pa.RecordBatch | None]:
+        """(rows, None) or (None, batch) fit for `stream`; small batches become rows (cheaper per send)."""
+        if isinstance(rows, pa.RecordBatch):
+            batch = _conform_batch(rows, schema, stream)
+            if batch.num_rows > SMALL_BATCH:
+                return None, batch
+            columns = [column.to_pylist() for column in batch.columns]
+            return (list(zip(*columns)) if columns else [()] * batch.num_rows), None
+        if "float" in schema.types:
+            return [_conform_row(row, schema, stream) for row in rows], None
+        width = len(schema)
+        rows = rows if isinstance(rows, list) else list(rows)
+        for row in rows:
+            if len(row) != width:
+                _conform_row(row, schema, stream)
+        return [row if type(row) is tuple else tuple(row) for row in rows], None
 
     def advance_time(self, timestamp: int) -> None:
         """Move a playback or driven clock to `timestamp`, firing timers due by then."""

@@ -298,6 +298,15 @@ class KafkaReader(Reader):
                     self._unknown.discard(tp.partition)
         return dict(self._positions)
 
+    def backlog(self) -> dict[int, int]:
+        """From the high watermarks the last fetches brought (no request to the broker)."""
+        behind = {}
+        for partition, position in self.positions().items():
+            _low, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, partition), cached=True)
+            if high >= 0:
+                behind[partition] = max(0, high - position)
+        return behind
+
     def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
         batch = Batch()
         try:

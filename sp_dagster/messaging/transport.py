@@ -134,6 +134,10 @@ class Reader(ABC):
     def positions(self) -> dict[int, int]:
         """The next offset to read, per assigned partition."""
 
+    def backlog(self) -> dict[int, int] | None:
+        """Events published but not yet read, per assigned partition, as last seen (None: unknown)."""
+        return None
+
     @abstractmethod
     def close(self) -> None:
         """Release the client."""

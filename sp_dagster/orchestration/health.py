@@ -1,7 +1,8 @@
 """Health of the partial apps: observations of throughput, lag and worker heartbeats, and two checks.
 
 One check op reads the control plane once per run and, for every partial-app asset, logs an
-`AssetObservation` (per-instance rows in/out, lag, batch time, the worker and its last
+`AssetObservation` (per-instance rows in/out, lag, processing latency p50/p99 (the slowest
+instance's at the top level), batch time in micro-batch mode, the worker and its last
 heartbeat; events per second since the previous observation) and evaluates:
 
 - `live_worker`: every instance is placed on a worker that is alive and heartbeating
@@ -22,8 +23,9 @@ from sp_dagster.orchestration.ops import user_errors
 from sp_dagster.orchestration.resources import ControlPlaneResource
 
 LIVE_WORKER, LAG_NOT_GROWING = "live_worker", "lag_not_growing"
-# What workers report per instance: cumulative rows, the last batch's rate and duration, the lag.
-METRICS = ("rows_in_total", "rows_out_total", "rows_per_s", "lag", "batch_ms")
+# What workers report per instance: cumulative rows, the rate, the lag, processing latency (ms from
+# an event's arrival to its outputs' acknowledgement; a micro-batch's duration in micro-batch mode).
+METRICS = ("rows_in_total", "rows_out_total", "rows_per_s", "lag", "latency_ms_p50", "latency_ms_p99", "batch_ms")
 TOTALS = ("rows_in_total", "rows_out_total", "lag")
 
 
@@ -89,6 +91,8 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
         "running": f"{sum(1 for i in instances if i['status'] == 'running')}/{len(instances)}",
         **totals,
         "batch_ms": max((v["batch_ms"] for v in per_instance.values() if v["batch_ms"] is not None), default=0),
+        "latency_ms_p50": max((v["latency_ms_p50"] for v in per_instance.values() if v["latency_ms_p50"] is not None), default=0),
+        "latency_ms_p99": max((v["latency_ms_p99"] for v in per_instance.values() if v["latency_ms_p99"] is not None), default=0),
         "instances": dg.MetadataValue.json(per_instance),
         "lag_by_instance": dg.MetadataValue.json({n: v["lag"] for n, v in per_instance.items() if v["lag"] is not None}),
         "workers": dg.MetadataValue.json(

@@ -185,6 +185,7 @@ class InstanceRuntime:
         if self.on_wall_clock:
             now = int(time.time() * 1000) if now is None else now
             self._advance(now)
+        run = _Run()
         for message in _in_order(messages):
             key, sequence = origin_of(message)
             place = (message.topic, message.partition, key)
@@ -193,23 +194,39 @@ class InstanceRuntime:
                 continue
             self.seen[place] = sequence
             if self.plan.stateless:
-                self._origin = (f"{self.group}>{key}", sequence)
+                origin = (f"{self.group}>{key}", sequence)
             else:
-                self._origin = (f"{self.group}@{message.topic}:{message.partition}", (message.offset,))
-            self._emitted = 0
+                origin = (f"{self.group}@{message.topic}:{message.partition}", (message.offset,))
             stream, codec = self._inputs[message.topic]
             try:
                 rows = codec.decode(message.value)
             except EventDecodeError as exc:
                 self._reject(message, str(exc))
                 continue
+            if not rows:
+                continue
             self.rows_in += len(rows)
+            if stream != run.stream or message.timestamp is None or message.timestamp < 0:
+                self._send(run)  # a message without its own time takes the clock's, as it stands after those before it
+                run = _Run(stream)
             stamp = message.timestamp if message.timestamp is not None and message.timestamp >= 0 else self.engine.clock.now()
-            self.engine.send(stream, rows, [stamp] * len(rows))
+            run.add(rows, stamp, origin)
+        self._send(run)
         if self.on_wall_clock:
             self._advance(now)
         out, self._out = self._out, []
         return out
+
+    def _send(self, run: "_Run") -> None:
+        """One engine call for a run of messages of one stream: each message is one send, as if sent
+        alone, and the outputs of each are named after it."""
+        if not run.sizes:
+            return
+
+        def before(index: int) -> None:
+            self._origin, self._emitted = run.origins[index], 0
+
+        self.engine.send_each(run.stream, run.rows, run.stamps, run.sizes, before)
 
     def _reject(self, message: Message, reason: str) -> None:
         self.rejected += 1
@@ -237,6 +254,26 @@ class InstanceRuntime:
     def close(self) -> None:
         """Stop the engine."""
         self.engine.shutdown()
+
+
+class _Run:
+    """Consecutive messages of one input stream: their rows, timestamps, rows per message and origins."""
+
+    __slots__ = ("stream", "rows", "stamps", "sizes", "origins")
+
+    def __init__(self, stream: str | None = None):
+        self.stream = stream
+        self.rows: list = []
+        self.stamps: list[int] = []
+        self.sizes: list[int] = []
+        self.origins: list[tuple[str, tuple[int, ...]]] = []
+
+    def add(self, rows: list, stamp: int, origin: tuple[str, tuple[int, ...]]) -> None:
+        """Append one message's events."""
+        self.rows.extend(rows)
+        self.stamps.extend([stamp] * len(rows))
+        self.sizes.append(len(rows))
+        self.origins.append(origin)
 
 
 def _in_order(messages: Iterable[Message]) -> Iterable[Message]:

@@ -1,16 +1,18 @@
 """A worker: a long-running Spark application that runs the instances assigned to it.
 
-Every poll it heartbeats (registering first), and reconciles its streaming queries with the
+Every poll it heartbeats (registering first), and reconciles its instances with the
 assignments of the current leader term: it stops removed or changed instances first, then
-starts new ones, so two copies of an instance never run at once. When the control plane says
-it is fenced it stops everything and registers again as a new incarnation. It reports each
-instance's status and metrics, saves state revisions every `intervalInMin`, and on SIGTERM or
-SIGINT stops its queries, saves their state and deregisters.
+starts new ones, so two copies of an instance never run at once. Each instance runs as a
+long-running Spark task (`continuous.py`, the default) or a Structured Streaming query
+(`spark_query.py`, `spark.executionMode: microbatch`). When the control plane says it is
+fenced it stops everything and registers again as a new incarnation; continuous tasks also
+stop by themselves when the lease the worker renews while its heartbeat holds runs out. It
+reports each instance's status and metrics, saves state revisions every `intervalInMin`, and
+on SIGTERM or SIGINT stops its instances, saves their state and deregisters.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -23,22 +25,20 @@ from sp_dagster.errors import NotOwnerError
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.native_kafka import kafka_source_kind
 from sp_dagster.worker.persistence import store_for
-from sp_dagster.worker.spark_query import ROCKSDB, QuerySettings, start_query
+from sp_dagster.worker.spark_query import ROCKSDB, MicroBatchInstance, QuerySettings, start_query
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class RunningInstance:
-    """A streaming query the worker runs for one assigned instance."""
+    """An instance the worker runs: its handle (a continuous task or a micro-batch query) and checkpoint."""
 
     instance_id: str
     spec_hash: str
-    query: object
+    handle: object  # ContinuousInstance | MicroBatchInstance
     checkpoint: Path
     started: float = field(default_factory=time.monotonic)
-    totals: dict = field(default_factory=lambda: {"rows_in_total": 0, "rows_out_total": 0})
-    last_batch: int = -1
 
 
 def spark_session(config):
@@ -89,6 +89,9 @@ class Worker:
         self._last_save = time.monotonic()
         self.bootstrap = config.messaging.bootstrap_servers
         self.kafka_properties = tuple(sorted(config.messaging.properties.items()))
+        self.mode = config.spark.execution_mode
+        self.control = None  # the continuous tasks' control line, opened with Spark
+        self.slots: int | None = None
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -97,6 +100,12 @@ class Worker:
         if self.spark is None:
             log.info("worker %s: starting Spark (%s)", self.config.node_id, self.config.spark.master)
             self.spark = spark_session(self.config)
+        if self.mode == "continuous":
+            from sp_dagster.worker.continuous import control_server, slots
+
+            self.control = control_server(self.spark, self.session.lease_remaining_s)
+            self.slots = self.config.spark.task_slots or slots(self.spark)
+            log.info("worker %s: instances run continuously, %d task slot(s)", self.config.node_id, self.slots)
         log.info("worker %s: control plane %s, messaging %s", self.config.node_id, self.plane.safe_url, self.bootstrap)
         self.beat()
         self._beats.start()
@@ -114,7 +123,14 @@ class Worker:
     def beat(self):
         """One heartbeat (or registration); returns the session's status."""
         with self.session_lock:
-            return self.session.beat(metrics={"instances": len(self.running)})
+            return self.session.beat(metrics=self.node_metrics())
+
+    def node_metrics(self) -> dict:
+        """What the worker tells the control plane with each heartbeat (its capacity among it)."""
+        metrics = {"instances": len(self.running), "mode": self.mode}
+        if self.slots is not None:
+            metrics["slots"] = self.slots
+        return metrics
 
     def stop(self) -> None:
         """Ask run() to finish."""
@@ -154,39 +170,49 @@ class Worker:
     # -- instances ----------------------------------------------------------------------------
 
     def start_instance(self, assignment) -> None:
-        """Restore the newest state of an instance and start its streaming query."""
+        """Restore the newest state of an instance and start it (a continuous task or a micro-batch query)."""
         instance_id = assignment.instance_id
         checkpoint = self.checkpoints / instance_id / assignment.spec_hash[:16]
+        if self.slots is not None and len(self.running) >= self.slots:
+            self._report(instance_id, "starting", detail=f"waiting for a task slot: all {self.slots} are taken")
+            return
         try:
             plan = plan_instance(instance_id, assignment.siddhi_app)
             self.store.restore(instance_id, checkpoint)
-            settings = QuerySettings(
-                self.bootstrap,
-                str(checkpoint),
-                assignment.extra.get("dead_letter_topic"),
-                self.kafka_properties,
-                os.environ.get("SP_TRIGGER_INTERVAL", "500 milliseconds"),
-                kafka_source=self.config.spark.kafka_source,
-            )
-            query = start_query(self.spark, plan, settings)
+            handle = self._start(plan, assignment, checkpoint)
         except Exception as exc:  # a bad instance must not take the worker down
             detail = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("worker %s: cannot start %s: %s", self.config.node_id, instance_id, detail)
             self._failed(instance_id, detail, permanent=isinstance(exc, InstancePlanError))
             return
-        self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, query, checkpoint)
+        self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint)
         self._report(instance_id, "starting")
-        log.info("worker %s: started %s", self.config.node_id, instance_id)
+        log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
+
+    def _start(self, plan, assignment, checkpoint: Path):
+        dead_letters = assignment.extra.get("dead_letter_topic")
+        if self.mode == "continuous":
+            from sp_dagster.worker.continuous import ContinuousInstance
+            from sp_dagster.worker.instance_loop import LoopSettings
+
+            settings = LoopSettings(dead_letters, checkpoint_interval_s=self.config.spark.checkpoint_interval / 1000)
+            return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()
+        settings = QuerySettings(
+            self.bootstrap,
+            str(checkpoint),
+            dead_letters,
+            self.kafka_properties,
+            os.environ.get("SP_TRIGGER_INTERVAL", "500 milliseconds"),
+            kafka_source=self.config.spark.kafka_source,
+        )
+        return MicroBatchInstance(start_query(self.spark, plan, settings))
 
     def stop_instance(self, instance_id: str, *, save: bool) -> None:
-        """Stop an instance's query (and save its state)."""
+        """Stop an instance (and save its state)."""
         running = self.running.pop(instance_id, None)
         if running is None:
             return
-        try:
-            running.query.stop()
-        except Exception as exc:  # a query that already failed
-            log.debug("stopping %s: %s", instance_id, exc)
+        running.handle.stop(save=save)
         if save and self.config.persistence.enabled:
             self._save(running)
         self._report(instance_id, "stopped")
@@ -212,18 +238,19 @@ class Worker:
             log.error("worker %s: cannot save the state of %s: %s", self.config.node_id, running.instance_id, exc)
 
     def report(self) -> None:
-        """Report each instance's status and metrics; a query that died is retried after a pause."""
+        """Report each instance's status and metrics; one that died is retried after a pause, from its newest state."""
         for running in list(self.running.values()):
-            query = running.query
-            if not query.isActive:
-                error = query.exception()
-                detail = str(error).splitlines()[0] if error else "the query stopped"
+            handle = running.handle
+            if not handle.active:
+                detail = handle.failure()
                 log.error("worker %s: %s failed: %s", self.config.node_id, running.instance_id, detail)
                 self.running.pop(running.instance_id, None)
+                if self.config.persistence.enabled:
+                    self._save(running)  # refused unless this worker still owns it; the restart restores it
                 self._failed(running.instance_id, detail)
                 continue
             self.failures.pop(running.instance_id, None)
-            self._report(running.instance_id, "running", metrics=query_metrics(query, running))
+            self._report(running.instance_id, "running", metrics=handle.metrics())
 
     def _failed(self, instance_id: str, detail: str, *, permanent: bool = False) -> None:
         """Retry later, waiting longer after each failure in a row (up to a minute). A partial app the
@@ -251,35 +278,7 @@ class Worker:
                 self.session.leave()
         except Exception as exc:
             log.warning("worker %s: could not deregister: %s", self.config.node_id, exc)
+        if self.control is not None:
+            self.control.close()
         self.store.close()
         self.plane.close()
-
-
-def query_metrics(query, running: RunningInstance) -> dict:
-    """Rows in/out (last batch and in total), batch duration and lag per partition."""
-    for batch in query.recentProgress:
-        if batch.get("batchId", -1) > running.last_batch:
-            running.last_batch = batch["batchId"]
-            running.totals["rows_in_total"] += batch.get("numInputRows", 0) or 0
-            running.totals["rows_out_total"] += max(0, (batch.get("sink") or {}).get("numOutputRows", 0) or 0)
-    progress = query.lastProgress or {}
-    sources = progress.get("sources") or []
-    lag = {}
-    for source in sources:
-        end, latest = source.get("endOffset"), source.get("latestOffset")
-        if isinstance(end, str):
-            end, latest = json.loads(end), json.loads(latest) if isinstance(latest, str) else latest
-        if isinstance(end, dict) and isinstance(latest, dict):
-            for partition, offset in latest.items():
-                lag[f"{source.get('description', '')}:{partition}"] = max(0, int(offset) - int(end.get(partition, 0)))
-    sink = progress.get("sink") or {}
-    return {
-        "batch": progress.get("batchId"),
-        "rows_in": progress.get("numInputRows", 0),
-        "rows_per_s": round(progress.get("processedRowsPerSecond", 0.0) or 0.0, 1),
-        "rows_out": sink.get("numOutputRows", -1),
-        "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
-        "lag": sum(lag.values()),
-        "lag_by_partition": lag,
-        **running.totals,
-    }

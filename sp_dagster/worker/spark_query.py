@@ -18,6 +18,8 @@ expired events and timer-driven outputs come when their time comes, with no new 
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -39,6 +41,7 @@ OUTPUT_SCHEMA = pa.schema(
 )
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _CACHED_RUNTIMES = 10_000
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -253,3 +256,63 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
 def start_query(spark, plan: InstancePlan, settings: QuerySettings):
     """Start the instance's streaming query; returns the StreamingQuery."""
     return build_query(spark, plan, settings).start()
+
+
+class MicroBatchInstance:
+    """The worker's handle on one instance run as a Structured Streaming query (micro-batch mode)."""
+
+    mode = "microbatch"
+
+    def __init__(self, query):
+        self.query = query
+        self.totals = {"rows_in_total": 0, "rows_out_total": 0}
+        self.last_batch = -1
+
+    @property
+    def active(self) -> bool:
+        """True while the query runs."""
+        return self.query.isActive
+
+    def failure(self) -> str:
+        """Why the query stopped."""
+        error = self.query.exception()
+        return str(error).splitlines()[0] if error else "the query stopped"
+
+    def stop(self, *, save: bool) -> None:
+        """Stop the query (its checkpoint holds what a restart needs, whatever `save` says)."""
+        try:
+            self.query.stop()
+        except Exception as exc:  # a query that already failed
+            log.debug("stopping %s: %s", self.query.name, exc)
+
+    def metrics(self) -> dict:
+        """Rows in/out (last batch and in total), batch duration and lag per partition."""
+        query = self.query
+        for batch in query.recentProgress:
+            if batch.get("batchId", -1) > self.last_batch:
+                self.last_batch = batch["batchId"]
+                self.totals["rows_in_total"] += batch.get("numInputRows", 0) or 0
+                self.totals["rows_out_total"] += max(0, (batch.get("sink") or {}).get("numOutputRows", 0) or 0)
+        progress = query.lastProgress or {}
+        lag = {}
+        for source in progress.get("sources") or []:
+            end, latest = source.get("endOffset"), source.get("latestOffset")
+            if isinstance(end, str):
+                end, latest = json.loads(end), json.loads(latest) if isinstance(latest, str) else latest
+            if isinstance(end, dict) and isinstance(latest, dict):
+                for partition, offset in latest.items():
+                    lag[f"{source.get('description', '')}:{partition}"] = max(0, int(offset) - int(end.get(partition, 0)))
+        sink = progress.get("sink") or {}
+        batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        return {
+            "mode": self.mode,
+            "batch": progress.get("batchId"),
+            "rows_in": progress.get("numInputRows", 0),
+            "rows_per_s": round(progress.get("processedRowsPerSecond", 0.0) or 0.0, 1),
+            "rows_out": sink.get("numOutputRows", -1),
+            "batch_ms": batch_ms,
+            "latency_ms_p50": batch_ms,  # an event waits for its whole micro-batch
+            "lag": sum(lag.values()),
+            "lag_by_partition": lag,
+            **self.totals,
+        }

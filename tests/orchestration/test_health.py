@@ -29,7 +29,10 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
         health = build_definitions(str(cluster.manager_conf), str(cluster.worker_conf)).get_job_def("health")
         results = []
         for n, lag in enumerate((10, 20, 30), start=1):
-            worker.metrics["StockAlerts-filter-1"] = {"rows_in_total": 100 * n, "rows_out_total": 50 * n, "rows_per_s": 10.0, "lag": lag, "batch_ms": 7}
+            worker.metrics["StockAlerts-filter-1"] = {
+                "mode": "continuous", "rows_in_total": 100 * n, "rows_out_total": 50 * n, "rows_per_s": 10.0, "lag": lag,
+                "latency_ms_p50": 4.0 * n, "latency_ms_p99": 9.5 * n,
+            }
             wait_until(lambda: next(i for i in list_instances(plane, "StockAlerts") if i.instance_id == "StockAlerts-filter-1").metrics.get("lag") == lag, what=f"lag {lag} reported")
             result = health.execute_in_process(instance=instance)
             assert result.success
@@ -48,6 +51,8 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
     latest = observations[0].asset_observation.metadata
     assert latest["running"].value == "2/2" and latest["lag"].value == 30 and latest["rows_in_total"].value == 300
     assert latest["instances"].value["StockAlerts-filter-1"]["worker"] == "worker-1"
+    assert latest["instances"].value["StockAlerts-filter-1"]["latency_ms_p99"] == 28.5 and latest["latency_ms_p99"].value == 28.5
+    assert latest["latency_ms_p50"].value == 12.0
     assert latest["events_in_per_s"].value > 0 and "worker-1" in latest["workers"].value
 
     # The worker went silent: the leader declares it dead and the live-worker check fails.

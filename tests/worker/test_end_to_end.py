@@ -55,16 +55,20 @@ def collect(kafka, topic: str, expected: list[tuple], timeout: float, start: int
     return got
 
 
-@pytest.fixture(scope="module")
-def deployed(broker, tmp_path_factory):
+@pytest.fixture(scope="module", params=["continuous", "microbatch"])
+def deployed(broker, tmp_path_factory, request):
     from sp_dagster.messaging.kafka import KafkaTransport
 
     kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
-    cluster = LocalCluster(tmp_path_factory.mktemp("e2e") / "cluster", kafka.bootstrap_servers).start()
-    loaded = load_app(APP_PATH)
+    home = tmp_path_factory.mktemp("e2e")
+    cluster = LocalCluster(home / "cluster", kafka.bootstrap_servers, mode=request.param).start()
+    # An app (and topics) of its own per mode: both run on the session's broker.
+    app_path = home / "trades.siddhi"
+    app_path.write_text(APP_PATH.read_text().replace("Trades", f"Trades{request.param.title()}"))
+    loaded = load_app(app_path)
     topology = plan_app(loaded)
     try:
-        cluster.deploy(APP_PATH, timeout=240)
+        cluster.deploy(app_path, timeout=240)
         first = topology.group("filter").instances[0]
         (entry,) = plan_instance(first.name, first.siddhi).inputs
         yield cluster, loaded, entry, History()
@@ -94,7 +98,7 @@ def test_100k_events_match_the_in_process_engine(deployed, kafka):
     rows, stamps = trades(100_000, seed=11)
     expected = expected_outputs(loaded.text, rows, stamps)
     publish(kafka, entry, rows, stamps)
-    got = collect(kafka, "Trades.Averages", expected, timeout=300)
+    got = collect(kafka, f"{loaded.name}.Averages", expected, timeout=300)
     history.rows, history.stamps, history.outputs = rows, stamps, len(got)
     assert len(got) == len(expected), cluster.logs()
     by_symbol = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
@@ -111,9 +115,9 @@ def test_a_worker_killed_mid_stream_loses_no_output(deployed, kafka):
     everything = expected_outputs(loaded.text, history.rows + rows, history.stamps + stamps)
     before = len(expected_outputs(loaded.text, history.rows, history.stamps)) if history.rows else 0
     expected = everything[before:]
-    start_offset = kafka.end_offsets("Trades.Averages")[0]
+    start_offset = kafka.end_offsets(f"{loaded.name}.Averages")[0]
     plane = cluster.plane()
-    victims = {i.instance_id for i in list_instances(plane, "Trades") if i.node_id == "worker-2"}
+    victims = {i.instance_id for i in list_instances(plane, loaded.name) if i.node_id == "worker-2"}
     assert victims, "worker-2 runs no instance: killing it would prove nothing"
     chunk = len(rows) // 6
     for start in range(0, len(rows), chunk):
@@ -122,8 +126,8 @@ def test_a_worker_killed_mid_stream_loses_no_output(deployed, kafka):
             time.sleep(3)  # let the workers get into the stream and save a revision
             cluster.kill("worker-2")
         time.sleep(1)
-    got = collect(kafka, "Trades.Averages", expected, timeout=360, start=start_offset)
-    moved = {i.instance_id: i.node_id for i in list_instances(plane, "Trades")}
+    got = collect(kafka, f"{loaded.name}.Averages", expected, timeout=360, start=start_offset)
+    moved = {i.instance_id: i.node_id for i in list_instances(plane, loaded.name)}
     plane.close()
     assert all(moved[v] == "worker-1" for v in victims), moved
     counts, wanted = collections.Counter(got), collections.Counter(expected)

@@ -230,3 +230,27 @@ def test_wall_clock_windows_on_spark_emit_when_time_comes_without_new_input(spar
         totals[symbol] += total
     assert dict(totals) == {"IBM": 16, "WSO2": 7}
     assert all(read_at >= sent[0] + 1000 for _, _, read_at in got["Batches"])
+
+
+@pytest.mark.parametrize("group", ["filter", "average"])
+def test_a_poll_of_many_messages_gives_what_they_give_one_by_one(group):
+    """The worker sends a poll's messages in one engine call (send_each); outputs, their order and
+    origins are those of one send per message, including several events in one message."""
+    instance = _instance(group)
+    source = instance.inputs[0]
+    codec = codec_for(source.codec, source.attributes)
+    rows, stamps = trades(600, seed=31)
+    messages, offset = [], 0
+    rng = random.Random(5)
+    while rows:
+        take = rng.choice([1, 1, 1, 2, 3])  # some messages carry several events (one chunk)
+        chunk, rows = rows[:take], rows[take:]
+        value = b"[" + b",".join(codec.encode(r) for r in chunk) + b"]" if take > 1 else codec.encode(chunk[0])
+        messages.append(Message(source.topic, offset % 2, offset, stamps[offset], chunk[0][0].encode(), value))
+        offset += 1
+    now = stamps[-1] + 1  # one wall-clock time for both, so their snapshots compare
+    one_by_one, batched = InstanceRuntime(instance, now=now), InstanceRuntime(instance, now=now)
+    expected = [out for m in messages for out in one_by_one.process([m], now)]
+    got = [out for start in range(0, len(messages), 97) for out in batched.process(messages[start : start + 97], now)]
+    assert len(expected) > 100 and got == expected
+    assert batched.snapshot() == one_by_one.snapshot()

@@ -1,0 +1,43 @@
+"""Kernels: a query's outputs for a whole run of chunks at once, exactly as chunk by chunk.
+
+A kernel belongs to one query that reads a stream nothing in the app writes (only sends feed
+it, so nothing can reach the query while a segment is being delivered). `extent` says how far
+into a run it can go (not past a timer of its own), `run` computes the outputs of a segment
+and leaves the query's state as the event path would, and returns an Output that delivers
+them chunk by chunk (or all at once where nobody can tell chunks apart). `plan_stream`
+finds the kernels of a stream's subscribers (cached per stream); sequential.py drives them.
+"""
+
+from __future__ import annotations
+
+from sp_dagster.engine.kernels.base import Kernel, Output, StreamPlan
+from sp_dagster.engine.kernels.eligibility import written_streams
+from sp_dagster.engine.kernels.stateless import StatelessKernel
+from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
+
+#: Kernel classes, tried in order; the first whose `build` accepts a query is used.
+KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel)
+
+
+def plan_stream(runtime, junction) -> StreamPlan | None:
+    """The kernels of `junction`'s subscribers, or None when none has one (cached)."""
+    cache = runtime.__dict__.setdefault("_kernel_plans", {})
+    if junction.name not in cache:
+        cache[junction.name] = _plan(runtime, junction)
+    return cache[junction.name]
+
+
+def _plan(runtime, junction) -> StreamPlan | None:
+    if junction.name in written_streams(runtime.app):
+        return None
+    kernels = {}
+    for receiver in junction.receivers:
+        for kernel_class in KERNELS:
+            kernel = kernel_class.build(receiver, runtime)
+            if kernel is not None:
+                kernels[id(receiver)] = kernel
+                break
+    return StreamPlan(kernels) if kernels else None
+
+
+__all__ = ["KERNELS", "Kernel", "Output", "StreamPlan", "plan_stream"]

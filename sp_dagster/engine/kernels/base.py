@@ -1,0 +1,111 @@
+"""The kernel interface, the outputs kernels hand back, and a stream's plan of kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from sp_dagster.engine.events import ArrowChunk, StreamEvent
+from sp_dagster.engine.kernels.eligibility import blind_output
+
+
+class Output:
+    """A query's output rows for a segment of chunks: `owner[i]` is the chunk row i belongs to.
+
+    Rows are given column-wise (an Arrow batch and timestamps); each chunk's rows go to the
+    query's output (its callbacks, then its target stream) as one chunk, as the event path
+    sends them.
+    """
+
+    def __init__(self, query, batch: pa.RecordBatch, timestamps: np.ndarray, owner: np.ndarray):
+        self.query = query
+        self.batch = batch
+        self.timestamps = timestamps
+        self.owner = owner
+        self._events: list[StreamEvent] | None = None
+        self._cursor = 0
+
+    def deliver(self, chunk: int) -> None:
+        """Send the rows of chunk `chunk` (chunks are delivered in increasing order)."""
+        owner, start = self.owner, self._cursor
+        if start >= len(owner) or owner[start] != chunk:
+            return
+        end = int(np.searchsorted(owner, chunk, side="right"))
+        self._cursor = end
+        if self._events is None:
+            columns = [column.to_pylist() for column in self.batch.columns]
+            rows = list(zip(*columns)) if columns else [()] * self.batch.num_rows
+            self._events = [StreamEvent(t, r, output=r) for t, r in zip(self.timestamps.tolist(), rows)]
+        self.query.output.send(self._events[start:end])
+
+    def deliver_all(self) -> None:
+        """Send every row as one chunk (only where nobody can tell chunks apart)."""
+        if self.batch.num_rows:
+            self.query.output.send_arrow(ArrowChunk(self.batch, pa.array(self.timestamps, pa.int64())))
+
+
+def segment(run, start: int, end: int, filters) -> tuple[ArrowChunk, np.ndarray, np.ndarray]:
+    """Chunks start..end-1 of `run` as one ArrowChunk through vectorised `filters`, with the
+    timestamps and owning chunk of every row kept."""
+    lo, hi = int(run.bounds[start]), int(run.bounds[end])
+    times = run.times[lo:hi]
+    owner = np.repeat(np.arange(start, end), np.diff(run.bounds[start : end + 1]))
+    chunk = ArrowChunk(run.batch().slice(lo, hi - lo), pa.array(times, pa.int64()))
+    for processor in filters:
+        mask = processor.vector(chunk)
+        if isinstance(mask, pa.Scalar):
+            if mask.as_py() is True:
+                continue
+            keep = np.zeros(len(times), bool)
+        else:
+            keep = np.asarray(mask.fill_null(False).to_numpy(zero_copy_only=False), bool)
+        chunk = ArrowChunk(chunk.batch.filter(keep), chunk.timestamps.filter(keep))
+        times, owner = times[keep], owner[keep]
+    return chunk, times, owner
+
+
+class Kernel:
+    """Computes one query's outputs over a segment of a run (see the package docstring)."""
+
+    def __init__(self, query):
+        self.query = query
+
+    @classmethod
+    def build(cls, receiver, runtime) -> Kernel | None:
+        """A kernel for subscriber `receiver`, or None when this class cannot compute it."""
+        raise NotImplementedError
+
+    def extent(self, run, start: int, end: int) -> int:
+        """How far (a chunk index in start..end) this kernel can compute from `start`."""
+        return end
+
+    def run(self, run, start: int, end: int) -> Output:
+        """The outputs of chunks start..end-1; the query's state moves past them."""
+        raise NotImplementedError
+
+
+class StreamPlan:
+    """The kernels of one stream's subscribers, by subscriber id."""
+
+    def __init__(self, kernels: dict[int, Kernel]):
+        self.kernels = kernels
+
+    def extent(self, run, start: int, end: int) -> int:
+        """How far every kernel can go from `start`."""
+        for kernel in self.kernels.values():
+            end = kernel.extent(run, start, end)
+            if end <= start:
+                break
+        return end
+
+    def run(self, run, start: int, end: int) -> dict[int, Output]:
+        """Every kernel's outputs for the segment."""
+        return {key: kernel.run(run, start, end) for key, kernel in self.kernels.items()}
+
+    def blind(self, junction) -> bool:
+        """True when the segment may be delivered whole: one subscriber, with a kernel, buffers only."""
+        if len(junction.receivers) != 1 or id(junction.receivers[0]) not in self.kernels:
+            return False
+        if any(not getattr(callback, "blind", False) for callback in junction.callbacks):
+            return False
+        return blind_output(self.kernels[id(junction.receivers[0])].query)

@@ -1,0 +1,160 @@
+"""Continuous mode: each instance is one long-running task of the worker's Spark application.
+
+The driver submits, per instance, a Spark job of one task (its job group names the instance, so
+Spark's UI lists it) from a thread of its own. The task runs `InstanceLoop` in the executor's
+Python worker and talks to the driver over the control line (`control.py`): it receives its
+lease and the checkpoint to start from, and sends back checkpoints and metrics. The driver keeps
+the newest checkpoint in the instance's checkpoint directory (`continuous.ckpt`), which the
+persistence store saves as revisions like any checkpoint. Spark places the task on an executor,
+hosts its Python worker and retries it per `spark.task.maxFailures`; a retried task starts from
+the newest checkpoint the driver holds.
+
+One task holds one task slot for as long as the instance runs: a worker runs at most as many
+instances as its Spark application has slots (`slots()`), and says so to the control plane.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from sp_dagster.worker.control import ControlServer, DriverControl
+from sp_dagster.worker.instance_loop import LoopSettings
+from sp_dagster.worker.instance_plan import InstancePlan
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "continuous.ckpt"
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a task needs, shipped to the executor with the job."""
+
+    plan: InstancePlan
+    messaging: object  # config.MessagingSettings
+    settings: LoopSettings
+    address: tuple[str, int]
+    authkey: bytes
+    token: str
+    log_level: int = logging.INFO
+
+
+def run_task(specs):
+    """The body of an instance's Spark task: run its loop until stopped; yields why it stopped."""
+    for spec in specs:
+        yield _run(spec)
+
+
+def _run(spec: TaskSpec) -> str:
+    from sp_dagster.messaging import transport_for
+    from sp_dagster.worker.instance_loop import InstanceLoop
+
+    logging.basicConfig(level=spec.log_level, format=f"%(asctime)s %(levelname)s [{spec.plan.name}] %(name)s: %(message)s")
+    control = DriverControl(spec.address, spec.authkey, spec.token)
+    reason = "failed"
+    transport = transport_for(spec.messaging, timeout=30.0)
+    try:
+        loop = InstanceLoop(spec.plan, transport, spec.settings, checkpoint=control.start_checkpoint, control=control)
+        reason = loop.run()
+        return reason
+    finally:
+        control.close(reason)
+        transport.close()
+
+
+def slots(spark) -> int:
+    """How many tasks the worker's Spark application runs at once (its default parallelism)."""
+    return max(1, int(spark.sparkContext.defaultParallelism))
+
+
+def control_server(spark, lease) -> ControlServer:
+    """The driver's control listener, on the address executors know the driver by."""
+    master = spark.sparkContext.master
+    if master.startswith("local"):
+        return ControlServer("127.0.0.1", lease=lease)
+    host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+    return ControlServer(host, bind_host="0.0.0.0", lease=lease)
+
+
+def read_checkpoint(directory: Path) -> bytes | None:
+    """The newest checkpoint kept in an instance's checkpoint directory, or None."""
+    path = Path(directory) / CHECKPOINT_FILE
+    return path.read_bytes() if path.exists() else None
+
+
+def write_checkpoint(directory: Path, data: bytes) -> None:
+    """Keep a checkpoint in the directory, replacing the previous one atomically."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    temp = directory / f".{CHECKPOINT_FILE}.{os.getpid()}.{threading.get_ident()}"
+    temp.write_bytes(data)
+    os.replace(temp, directory / CHECKPOINT_FILE)
+
+
+class ContinuousInstance:
+    """The driver's handle on one instance's long-running task."""
+
+    mode = "continuous"
+
+    def __init__(self, spark, server: ControlServer, plan: InstancePlan, messaging, settings: LoopSettings, checkpoint_dir: Path):
+        self.spark = spark
+        self.server = server
+        self.plan = plan
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.link = server.open(read_checkpoint(self.checkpoint_dir), lambda data: write_checkpoint(self.checkpoint_dir, data))
+        self.spec = TaskSpec(plan, messaging, settings, server.address, server.authkey, self.link.token, logging.getLogger().getEffectiveLevel())
+        self.job_group = f"sp-dagster:{plan.name}:{self.link.token[:8]}"
+        self.error: str | None = None
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._job, name=f"instance-{plan.name}", daemon=True)
+
+    def start(self) -> "ContinuousInstance":
+        """Submit the instance's Spark job."""
+        self._thread.start()
+        return self
+
+    def _job(self) -> None:
+        context = self.spark.sparkContext
+        try:
+            context.setJobGroup(self.job_group, f"sp-dagster instance {self.plan.name} (continuous)", interruptOnCancel=True)
+            context.parallelize([self.spec], 1).mapPartitions(run_task).collect()
+        except Exception as exc:  # the task failed (after Spark's retries) or was cancelled
+            self.error = _first_line(exc)
+        finally:
+            self.done.set()
+
+    @property
+    def active(self) -> bool:
+        """True while the task runs."""
+        return not self.done.is_set()
+
+    def failure(self) -> str | None:
+        """Why the task ended, when it was not asked to."""
+        return self.error or (self.link.reason if self.link.reason not in (None, "stopped") else None) or "the task ended"
+
+    def metrics(self) -> dict:
+        """The task's newest metrics."""
+        return dict(self.link.metrics)
+
+    def stop(self, *, save: bool, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Ask the task to stop (after a last checkpoint when save) and wait; cancel it if it does not."""
+        if self.link.send(("stop", save)):
+            self.link.finished.wait(timeout)
+        if not self.done.wait(0 if not self.link.finished.is_set() else timeout):
+            log.warning("%s: the task did not stop in time; cancelling its Spark job", self.plan.name)
+            self.spark.sparkContext.cancelJobGroup(self.job_group)
+            self.done.wait(timeout)
+        self.server.forget(self.link)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    # Spark wraps the Python error: its last 'Error:' line is the useful one.
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    useful = [line for line in lines if "Error:" in line or "Exception:" in line]
+    return f"{exc.__class__.__name__}: {(useful[-1] if useful else (lines[0] if lines else ''))[:400]}"

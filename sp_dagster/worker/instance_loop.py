@@ -1,0 +1,301 @@
+"""One partial-app instance run continuously: read its partitions -> engine -> publish, as events come.
+
+This is what a worker's long-running Spark task does (see `continuous.py` for the Spark side);
+it knows nothing of Spark, so it also runs, and is tested, in a plain thread.
+
+    loop = InstanceLoop(plan, transport, LoopSettings(...), checkpoint=blob_or_None, control=control)
+    loop.run()   # until the control says stop, or its lease runs out
+
+Each turn polls every input (waiting at most until the engine's next timer), sends the messages
+through `InstanceRuntime` (one engine send per message, origins named as in micro-batch mode),
+publishes the outputs and waits for the broker's acknowledgement. With no input, wall-clock
+timers fire on time (`advance`). Every `checkpoint_interval_s` (and when asked, and when told to
+stop with save) the loop hands the control a *checkpoint*: the engine snapshot together with the
+input offsets it covers, taken after the outputs of those inputs were acknowledged. Restored, a
+checkpoint resumes the engine and re-reads from its offsets; what the instance publishes again
+carries the same origins, so the next group drops it (`InstanceRuntime`).
+
+The loop stops at once, without a checkpoint, when its lease runs out: the worker renews the
+lease while its own heartbeat holds, so an instance never outlives its worker's claim on it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sp_dagster.messaging.codecs import RawCodec
+from sp_dagster.messaging.transport import EARLIEST, Reader, Transport
+from sp_dagster.worker.instance_plan import InstancePlan
+from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.spark_types import ORIGIN_HEADER
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"SPC1"
+_LATENCY_WINDOW = 4096
+
+
+class CheckpointError(ValueError):
+    """Bytes that are not a continuous-mode checkpoint."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The engine's snapshot and, per input (topic, partition), the next offset it has not seen."""
+
+    positions: dict[tuple[str, int], int]
+    snapshot: bytes
+    saved_at: int = 0  # ms, wall clock
+
+    def encode(self) -> bytes:
+        """The checkpoint as bytes (a small JSON head, then the snapshot)."""
+        head = json.dumps({"positions": [[t, p, o] for (t, p), o in sorted(self.positions.items())], "saved_at": self.saved_at}).encode()
+        return _MAGIC + len(head).to_bytes(4, "big") + head + self.snapshot
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Checkpoint":
+        """A checkpoint from encode()'s bytes."""
+        if data[:4] != _MAGIC:
+            raise CheckpointError("not a continuous-mode checkpoint (saved by a micro-batch worker or a newer version?)")
+        size = int.from_bytes(data[4:8], "big")
+        head = json.loads(data[8 : 8 + size])
+        return cls({(t, int(p)): int(o) for t, p, o in head["positions"]}, data[8 + size :], int(head.get("saved_at", 0)))
+
+
+class Control(Protocol):
+    """The loop's line to whoever runs it (the worker's driver, or a test)."""
+
+    def commands(self) -> list[tuple]:
+        """Commands received since the last call: ("stop", save), ("checkpoint",)."""
+
+    def lease_ok(self) -> bool:
+        """False once the worker's claim on this instance may have lapsed: stop now."""
+
+    def checkpoint(self, data: bytes) -> None:
+        """Keep this checkpoint (it supersedes earlier ones)."""
+
+    def metrics(self, values: dict) -> None:
+        """The instance's current metrics."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How an instance's loop runs."""
+
+    dead_letter_topic: str | None = None
+    checkpoint_interval_s: float = 5.0
+    metrics_interval_s: float = 1.0
+    max_events: int = 5_000  # messages taken per poll
+    idle_wait_s: float = 0.2  # the longest a poll waits when nothing is due
+    flush_timeout_s: float = 60.0
+
+
+@dataclass
+class _Stats:
+    rows_in_total: int = 0
+    rows_out_total: int = 0
+    latencies: list[tuple[float, int]] = field(default_factory=list)  # (ms, messages) per turn, since the last report
+    window_start: float = field(default_factory=time.monotonic)
+    window_in: int = 0
+
+
+def _percentile(samples: list[tuple[float, int]], fraction: float) -> float | None:
+    """The weighted percentile of (value, weight) samples."""
+    total = sum(weight for _value, weight in samples)
+    if not total:
+        return None
+    target, seen = fraction * total, 0
+    for value, weight in sorted(samples):
+        seen += weight
+        if seen >= target:
+            return round(value, 2)
+    return round(samples[-1][0], 2)
+
+
+class InstanceLoop:
+    """Runs one instance until stopped (see the module docstring)."""
+
+    def __init__(self, plan: InstancePlan, transport: Transport, settings: LoopSettings, *, checkpoint: bytes | None, control: Control, transports: dict | None = None):
+        self.plan = plan
+        self.transport = transport
+        self.settings = settings
+        self.control = control
+        # Inputs and outputs on another Kafka cluster (`bootstrap.servers` of their own).
+        self.transports = dict(transports or {})
+        self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms())
+        self.positions: dict[tuple[str, int], int] = {}
+        if checkpoint:
+            restored = Checkpoint.decode(checkpoint)
+            self.runtime.restore(restored.snapshot)
+            self.positions = dict(restored.positions)
+            log.info("%s: resumed from a checkpoint of %d input partition(s)", plan.name, len(self.positions))
+        self.readers: list[tuple[str, Reader]] = []
+        self._publishers: dict[str, object] = {}
+        self._output_cluster = {o.topic: o.bootstrap for o in plan.outputs if o.bootstrap}
+        self.stats = _Stats()
+        self._last_checkpoint = self._last_metrics = time.monotonic()
+
+    def _transport(self, bootstrap: str | None) -> Transport:
+        if not bootstrap:
+            return self.transport
+        if bootstrap not in self.transports:
+            from sp_dagster.messaging.kafka import KafkaTransport
+
+            self.transports[bootstrap] = KafkaTransport(bootstrap, getattr(self.transport, "properties", {}))
+        return self.transports[bootstrap]
+
+    def _open(self) -> None:
+        raw = RawCodec()
+        for source in self.plan.inputs:
+            transport = self._transport(source.bootstrap)
+            partitions = source.partitions or tuple(range(transport.require_topic(source.topic).partitions))
+            start = {p: self.positions.get((source.topic, p), EARLIEST) for p in partitions}
+            self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
+
+    def _publisher(self, topic: str):
+        bootstrap = self._output_cluster.get(topic) or ""
+        if bootstrap not in self._publishers:
+            self._publishers[bootstrap] = self._transport(bootstrap or None).raw_publisher()
+        return self._publishers[bootstrap]
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Loop until told to stop (or the lease runs out); returns why it stopped."""
+        gc.freeze()  # what exists now lives as long as the loop: keep it out of every collection
+        self._open()
+        try:
+            while True:
+                save, asked = None, False
+                for command in self.control.commands():
+                    if command[0] == "stop":
+                        save = bool(command[1])
+                    elif command[0] == "checkpoint":
+                        asked = True
+                if save is not None:
+                    if save:
+                        self._checkpoint()
+                    return "stopped"
+                if not self.control.lease_ok():
+                    log.warning("%s: the worker's lease on this instance ran out: stopping without a checkpoint", self.plan.name)
+                    return "lease lost"
+                self.turn()
+                now = time.monotonic()
+                if asked or now - self._last_checkpoint >= self.settings.checkpoint_interval_s:
+                    self._checkpoint()
+                if now - self._last_metrics >= self.settings.metrics_interval_s:
+                    self.control.metrics(self.metrics())
+        finally:
+            self.close()
+
+    def turn(self) -> int:
+        """One poll of every input, the engine, the outputs published and acknowledged; returns messages read."""
+        messages = self._poll(self._wait_s())
+        received = time.monotonic()
+        now = _now_ms()
+        if messages:
+            out = self.runtime.process(messages, now)
+        elif self.runtime.on_wall_clock and (wakeup := self.runtime.next_wakeup()) is not None and wakeup <= now:
+            out = self.runtime.advance(now)
+        else:
+            return 0
+        self._publish(out)
+        for message in messages:
+            place = (message.topic, message.partition)
+            if message.offset + 1 > self.positions.get(place, -1):
+                self.positions[place] = message.offset + 1
+        if messages:
+            self.stats.latencies.append(((time.monotonic() - received) * 1000, len(messages)))
+            del self.stats.latencies[:-_LATENCY_WINDOW]
+            self.stats.rows_in_total += len(messages)
+            self.stats.window_in += len(messages)
+        self.stats.rows_out_total += len(out)
+        return len(messages)
+
+    def _wait_s(self) -> float:
+        wait = self.settings.idle_wait_s
+        if self.runtime.on_wall_clock and (wakeup := self.runtime.next_wakeup()) is not None:
+            wait = min(wait, max(0.0, (wakeup - _now_ms()) / 1000))
+        return wait
+
+    def _poll(self, wait: float) -> list[Message]:
+        if len(self.readers) == 1:
+            return self._read(*self.readers[0], wait)
+        messages: list[Message] = []
+        for topic, reader in self.readers:
+            messages += self._read(topic, reader, 0.0)
+        if not messages and wait > 0:
+            # Several inputs: wait on the first briefly, then look at all again.
+            topic, reader = self.readers[0]
+            messages = self._read(topic, reader, min(wait, 0.01))
+            for topic, reader in self.readers[1:]:
+                messages += self._read(topic, reader, 0.0)
+        return messages
+
+    def _read(self, topic: str, reader: Reader, wait: float) -> list[Message]:
+        batch = reader.poll(max_events=self.settings.max_events, timeout=wait)
+        return [Message(topic, e.partition, e.offset, e.timestamp, e.key, e.row[0], e.header(ORIGIN_HEADER)) for e in batch.events]
+
+    def _publish(self, out: list[Message]) -> None:
+        if not out:
+            return
+        used = set()
+        for message in out:
+            publisher = self._publisher(message.topic)
+            used.add(id(publisher))
+            headers = [(ORIGIN_HEADER, message.origin)] if message.origin else None
+            publisher.produce(message.topic, message.value, message.key, message.partition, message.timestamp, headers)
+        for publisher in self._publishers.values():
+            if id(publisher) in used:
+                publisher.flush(self.settings.flush_timeout_s)
+
+    def _checkpoint(self) -> None:
+        """Hand the control the engine's snapshot and the offsets it covers (outputs already acknowledged)."""
+        self._last_checkpoint = time.monotonic()
+        self.control.checkpoint(Checkpoint(dict(self.positions), self.runtime.snapshot(), _now_ms()).encode())
+
+    def metrics(self) -> dict:
+        """Rows in/out, events/s, lag and processing latency (ms from a poll's return to its outputs' acknowledgement)."""
+        now = time.monotonic()
+        elapsed = max(now - self.stats.window_start, 1e-6)
+        lag: dict[str, int] = {}
+        for topic, reader in self.readers:
+            for partition, behind in (reader.backlog() or {}).items():
+                lag[f"{topic}:{partition}"] = behind
+        values = {
+            "mode": "continuous",
+            "rows_in_total": self.stats.rows_in_total,
+            "rows_out_total": self.stats.rows_out_total,
+            "rows_per_s": round(self.stats.window_in / elapsed, 1),
+            "latency_ms_p50": _percentile(self.stats.latencies, 0.5),
+            "latency_ms_p99": _percentile(self.stats.latencies, 0.99),
+            "lag": sum(lag.values()),
+            "lag_by_partition": lag,
+            "duplicates_dropped": self.runtime.duplicates,
+            "rejected": self.runtime.rejected,
+        }
+        self.stats.latencies.clear()
+        self.stats.window_start, self.stats.window_in = now, 0
+        self._last_metrics = now
+        return values
+
+    def close(self) -> None:
+        """Release the readers, publishers and the engine."""
+        for _topic, reader in self.readers:
+            try:
+                reader.close()
+            except Exception as exc:  # closing after a broker outage
+                log.debug("%s: closing a reader: %s", self.plan.name, exc)
+        self.readers = []
+        for transport in self.transports.values():
+            transport.close()
+        self.runtime.close()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,185 @@
+"""send_each against the event path: every conformance case and random apps, replayed both ways.
+
+The reference is one AppRuntime.send per send; send_each must give the same callbacks (content,
+order, chunks), the same `before` marks between them, the same buffers and the same state.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from sp_dagster.engine import AppRuntime, EngineError
+from sp_dagster.engine.conformance import load_cases
+from sp_dagster.engine.values import coerce
+from sp_dagster.siddhi import SiddhiQLError, parse
+from tests.engine.sequential_harness import assert_same, random_sizes
+from tests.engine.test_engine_conformance import FILES
+
+
+def _cases():
+    params = []
+    for path in FILES:
+        for case in load_cases(path):
+            try:
+                parse(case.app)
+            except SiddhiQLError:
+                continue
+            params.append(pytest.param(case, id=f"{path.stem}:{case.id}"))
+    return params
+
+
+def _groups(case, rng):
+    """The case's inputs as runs of consecutive inputs to one stream, cut into random sends."""
+    runtime = AppRuntime(case.app)
+    schemas = runtime.streams
+    runtime.shutdown()
+    groups, current = [], None
+    for event in case.inputs:
+        stream, timestamp = event["stream"], event.get("timestamp")
+        row = [coerce(value, kind) for value, kind in zip(event["data"], schemas[stream].types)]
+        if current is None or current[0] != stream or (current[2] is None) != (timestamp is None):
+            current = [stream, [], None if timestamp is None else []]
+            groups.append(current)
+        current[1].append(row)
+        if timestamp is not None:
+            current[2].append(timestamp)
+    return [(stream, rows, times, random_sizes(rng, len(rows))) for stream, rows, times in groups]
+
+
+@pytest.mark.skipif(not FILES, reason="no conformance files")
+@pytest.mark.parametrize("case", _cases())
+def test_conformance_case_gives_the_same_both_ways(case):
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    wall = any(event.get("timestamp") is None for event in case.inputs)
+    for _ in range(2):
+        assert_same(case.app, _groups(case, rng), wall_times=wall)
+
+
+# --------------------------------------------------------------------------- random apps
+
+STREAM = "define stream S (symbol string, price double, volume long, qty int);\n"
+
+
+def _random_query(rng, index: int) -> str:
+    """One random query over S: filters, a window, aggregates or projections, maybe group by."""
+    source = "S"
+    if rng.random() < 0.5:
+        source += f"[price > {rng.integers(90, 160)}.0]"
+    window = rng.choice(["", f"#window.length({rng.integers(1, 12)})", f"#window.lengthBatch({rng.integers(1, 6)})", f"#window.time({rng.integers(1, 20)})",
+                         f"#window.timeBatch({rng.integers(1, 20)})"])
+    if rng.random() < 0.3 and window:
+        source += f"[volume < {rng.integers(200, 1000)}]"
+    source += window if not (rng.random() < 0.3 and window) else ""
+    aggregates = ["sum(volume) as v", "count() as n", "avg(price) as p", "sum(price) as sp", "max(qty) as m", "avg(qty) as aq"]
+    if rng.random() < 0.6:
+        chosen = list(rng.choice(aggregates, size=int(rng.integers(1, 4)), replace=False))
+        group = rng.random() < 0.6
+        attributes = ", ".join((["symbol"] if group or rng.random() < 0.5 else []) + chosen)
+        selector = f"select {attributes}" + (" group by symbol" if group else "")
+        if rng.random() < 0.15:
+            selector += " having " + chosen[0].split(" as ")[1] + " > 1"
+    else:
+        selector = rng.choice(["select symbol, price", "select symbol, price * 2.0 + volume as w, volume - 10 as lots", "select *", "select qty / 3 as third, symbol"])
+    kind = rng.choice(["", "", "expired ", "all "]) if window else ""
+    return f"from {source} {selector} insert {kind}events into Out{index};\n"
+
+
+def _random_app(rng) -> str:
+    body = "".join(_random_query(rng, i) for i in range(int(rng.integers(1, 3))))
+    if rng.random() < 0.25:
+        body = f"partition with (symbol of S) begin {body} end;\n"
+    playback = rng.random() < 0.7 or "#window.time" in body  # wall-clock timers would race the test
+    return ("@app:playback\n" if playback else "") + STREAM + body
+
+
+def _random_events(rng, count: int, nulls: float):
+    symbols = np.array(["IBM", "WSO2", "ORCL", None], dtype=object)
+    rows = []
+    for _ in range(count):
+        volume = None if rng.random() < nulls else int(rng.integers(1, 1000))
+        rows.append((symbols[rng.integers(0, 3 if rng.random() >= nulls else 4)], float(rng.integers(0, 4000)) / 20, volume, int(rng.integers(-5, 50))))
+    steps = rng.choice([0, 0, 1, 1, 2, 5, 30], size=count)
+    times = (1000 + np.cumsum(steps)).tolist()
+    return rows, times
+
+
+def _assert_same_on_random_runs(app: str, rng, sends: int, events: int, nulls: float) -> None:
+    """`sends` random runs of up to `events` events, one after the other in time: the same both ways."""
+    groups = []
+    for _ in range(sends):
+        rows, times = _random_events(rng, int(rng.integers(1, events)), nulls)
+        if groups:
+            shift = groups[-1][2][-1]
+            times = [t - 1000 + shift for t in times]
+        groups.append(("S", rows, times, random_sizes(rng, len(rows))))
+    try:
+        assert_same(app, groups, wall_times="@app:playback" not in app)
+    except AssertionError as error:
+        raise AssertionError(f"{app}\n{error}") from None
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_random_app_gives_the_same_both_ways(seed):
+    rng = np.random.default_rng(seed)
+    app = _random_app(rng)
+    _assert_same_on_random_runs(app, rng, sends=3, events=120, nulls=(0.0, 0.03)[seed % 2])
+
+def test_sizes_must_cover_the_rows():
+    runtime = AppRuntime(STREAM + "from S select symbol insert into Out;")
+    with pytest.raises(EngineError, match="add up"):
+        runtime.send_each("S", [("a", 1.0, 1, 1)] * 3, [1, 2, 3], sizes=[1, 1])
+    runtime.shutdown()
+
+
+def test_before_is_called_once_per_send_in_order():
+    runtime = AppRuntime(STREAM + "from S[price > 10.0] select symbol insert into Out;")
+    seen = []
+    runtime.add_callback("Out", lambda events: seen.append([e.data[0] for e in events]))
+    runtime.send_each("S", [("a", 1.0, 1, 1), ("b", 20.0, 1, 1), ("c", 30.0, 1, 1), ("d", 40.0, 1, 1)], [1, 2, 3, 4], sizes=[1, 2, 1], before=seen.append)
+    assert seen == [0, 1, ["b", "c"], 2, ["d"]]
+    runtime.shutdown()
+
+
+def _windowed_aggregate_app(rng) -> str:
+    """A length window under sum/count/avg, maybe filtered first, maybe grouped (what kernels compute)."""
+    source = "S" + (f"[price > {rng.integers(20, 150)}.0]" if rng.random() < 0.4 else "")
+    source += f"#window.length({rng.integers(1, 15)})"
+    aggregates = ["sum(volume) as v", "count() as n", "avg(price) as p", "sum(price) as sp", "avg(qty) as aq", "sum(qty) as sq"]
+    chosen = list(rng.choice(aggregates, size=int(rng.integers(1, 5)), replace=False))
+    group = rng.random() < 0.7
+    attributes = (["symbol"] if group or rng.random() < 0.5 else []) + chosen + (["price"] if rng.random() < 0.3 else [])
+    rng.shuffle(attributes)
+    selector = "select " + ", ".join(attributes) + (" group by symbol" if group else "")
+    playback = "@app:playback\n" if rng.random() < 0.5 else ""
+    return playback + STREAM + f"from {source} {selector} insert into Out;\n"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_windowed_aggregates_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(1000 + seed)
+    app = _windowed_aggregate_app(rng)
+    _assert_same_on_random_runs(app, rng, sends=4, events=150, nulls=(0.0, 0.0, 0.0, 0.02)[seed % 4])
+
+
+def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path():
+    app = "@app:playback\n" + STREAM + "from S#window.length(5) select symbol, sum(volume) as v, avg(price) as p group by symbol insert into Out;"
+    rng = np.random.default_rng(5)
+    rows, times = _random_events(rng, 40, 0.0)
+    fast, slow = AppRuntime(app), AppRuntime(app)
+    fast.send_each("S", rows[:20], times[:20])
+    for row, time in zip(rows[:20], times[:20]):
+        slow.send("S", [row], [time])
+    restored = AppRuntime(app)
+    restored.restore(fast.snapshot())
+    seen = {"restored": [], "slow": []}
+    restored.add_callback("Out", lambda events: seen["restored"].append([(e.timestamp, e.data) for e in events]))
+    slow.add_callback("Out", lambda events: seen["slow"].append([(e.timestamp, e.data) for e in events]))
+    restored.send_each("S", rows[20:], times[20:])
+    for row, time in zip(rows[20:], times[20:]):
+        slow.send("S", [row], [time])
+    assert seen["restored"] == seen["slow"] and len(seen["slow"]) == 20
+    for runtime in (fast, slow, restored):
+        runtime.shutdown()

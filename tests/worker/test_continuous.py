@@ -1,0 +1,267 @@
+"""Continuous mode: instances as loops (in threads, then as long-running Spark tasks) on the real broker.
+
+Outputs are checked against the in-process engine; checkpoints, restores, leases and wall-clock
+timers are exercised on the loop itself, then the same loop runs as a Spark task under the
+driver's control line.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import uuid
+
+import pytest
+
+from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
+from sp_dagster.siddhi import parse
+from sp_dagster.topology import plan
+from sp_dagster.worker.instance_loop import Checkpoint, CheckpointError, InstanceLoop, LoopSettings
+from sp_dagster.worker.instance_plan import plan_instance
+
+from tests.worker.test_instance_queries import APP, BATCHES, CLOCK_APP, GONE, reference, trades
+
+pytestmark = [pytest.mark.broker]
+
+AVERAGES = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
+
+
+class Line:
+    """A Control for loops run in threads: commands in, checkpoints and metrics out."""
+
+    def __init__(self):
+        self.queue: list[tuple] = []
+        self.checkpoints: list[bytes] = []
+        self.metrics_seen: list[dict] = []
+        self.lease = True
+
+    def commands(self):
+        queue, self.queue = self.queue, []
+        return queue
+
+    def lease_ok(self):
+        return self.lease
+
+    def checkpoint(self, data):
+        self.checkpoints.append(data)
+
+    def metrics(self, values):
+        self.metrics_seen.append(values)
+
+
+class Running:
+    """An InstanceLoop on a thread of its own."""
+
+    def __init__(self, kafka, instance, checkpoint=None, dead_letters=None, interval=0.3):
+        self.line = Line()
+        self.loop = InstanceLoop(instance, kafka, LoopSettings(dead_letters, checkpoint_interval_s=interval, metrics_interval_s=0.2), checkpoint=checkpoint, control=self.line)
+        self.reason = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        self.reason = self.loop.run()
+
+    def stop(self, save=True, timeout=30):
+        self.line.queue.append(("stop", save))
+        self.thread.join(timeout)
+        assert not self.thread.is_alive()
+        return self.line.checkpoints[-1] if self.line.checkpoints else None
+
+
+def deploy_topics(kafka, text):
+    topology = plan(parse(text))
+    for topic in topology.topics:
+        kafka.ensure_topic(topic.name, topic.partitions)
+    return topology
+
+
+def publish(kafka, topology, rows, stamps):
+    first = topology.group("filter").instances[0]
+    (entry,) = plan_instance(first.name, first.siddhi).inputs
+    publisher = kafka.publisher(entry.topic, codec_for(entry.codec, entry.attributes), Partitioned(0, "symbol"))
+    publisher.send(rows, stamps)
+    publisher.flush()
+
+
+def read_outputs(kafka, topic, count, timeout=60):
+    """(row, origin) of every message on the topic, once `count` have arrived (or time is up)."""
+    reader = kafka.reader(topic, {0: EARLIEST}, codec_for("raw", [("value", "object")]))
+    codec = codec_for("json", AVERAGES)
+    got, deadline = [], time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            got += [(codec.decode(e.row[0])[0], e.header("sp-origin")) for e in reader.poll(timeout=0.3).events]
+        got += [(codec.decode(e.row[0])[0], e.header("sp-origin")) for e in reader.poll(timeout=1.0).events]
+    finally:
+        reader.close()
+    return got
+
+
+def by_symbol(rows):
+    out = collections.defaultdict(list)
+    for row in rows:
+        out[row[0]].append(row)
+    return dict(out)
+
+
+@pytest.mark.slow
+def test_loops_match_the_engine_and_resume_exactly_from_their_checkpoints(kafka):
+    name = f"Cont{uuid.uuid4().hex[:8]}"
+    topology = deploy_topics(kafka, APP.replace("Trades", name))
+    plans = {i.name: plan_instance(i.name, i.siddhi) for i in topology.partial_apps}
+    running = {n: Running(kafka, p) for n, p in plans.items()}
+    rows, stamps = trades(4000, seed=5)
+    half = len(rows) // 2
+    publish(kafka, topology, rows[:half], stamps[:half])
+    first = reference(rows[:half], stamps[:half])
+    got = read_outputs(kafka, f"{name}.Averages", sum(map(len, first.values())))
+    assert by_symbol(r for r, _ in got) == dict(first)
+    # Stop every instance with a last checkpoint, start new loops from them, send the rest.
+    saved = {n: r.stop(save=True) for n, r in running.items()}
+    assert all(saved.values()) and all(r.reason == "stopped" for r in running.values())
+    assert any(Checkpoint.decode(c).positions for c in saved.values())
+    running = {n: Running(kafka, plans[n], checkpoint=saved[n]) for n in plans}
+    publish(kafka, topology, rows[half:], stamps[half:])
+    everything = reference(rows, stamps)
+    got = read_outputs(kafka, f"{name}.Averages", sum(map(len, everything.values())))
+    for r in running.values():
+        r.stop()
+    assert by_symbol(r for r, _ in got) == dict(everything)  # windows carried over, nothing twice
+    metrics = [m for r in running.values() for m in r.line.metrics_seen if m["rows_in_total"]]
+    assert metrics and all(m["mode"] == "continuous" and m["latency_ms_p50"] is not None for m in metrics if m["latency_ms_p50"] is not None)
+
+
+@pytest.mark.slow
+def test_a_restore_from_an_older_checkpoint_replays_with_the_same_origins_and_counts_nothing_twice(kafka):
+    name = f"Replay{uuid.uuid4().hex[:8]}"
+    topology = deploy_topics(kafka, APP.replace("Trades", name))
+    plans = {i.name: plan_instance(i.name, i.siddhi) for i in topology.partial_apps}
+    running = {n: Running(kafka, p, interval=3600) for n, p in plans.items()}
+    for r in running.values():
+        r.line.queue.append(("checkpoint",))
+    deadline = time.monotonic() + 30
+    while not all(r.line.checkpoints for r in running.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    early = {n: r.line.checkpoints[0] for n, r in running.items()}
+    rows, stamps = trades(3000, seed=9)
+    publish(kafka, topology, rows, stamps)
+    expected = reference(rows, stamps)
+    total = sum(map(len, expected.values()))
+    assert len(read_outputs(kafka, f"{name}.Averages", total)) == total
+    # A crash: the filter group's instances stop without a checkpoint and come back from the early
+    # one, so they publish everything again; the average group drops those replays by origin.
+    for n in [n for n in plans if "-filter-" in n]:
+        running[n].stop(save=False)
+        running[n] = Running(kafka, plans[n], checkpoint=early[n])
+    deadline = time.monotonic() + 60
+    averages = [n for n in plans if "-average-" in n]
+    while sum(running[n].loop.runtime.duplicates for n in averages) < len(rows) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    got = read_outputs(kafka, f"{name}.Averages", total + 1, timeout=2)
+    for r in running.values():
+        r.stop()
+    assert sum(running[n].loop.runtime.duplicates for n in averages) == sum(1 for r in rows if r[2] >= 10)
+    assert by_symbol(r for r, _ in got) == dict(expected)
+
+
+@pytest.mark.slow
+def test_a_loop_whose_lease_runs_out_stops_at_once_without_a_checkpoint(kafka):
+    name = f"Lease{uuid.uuid4().hex[:8]}"
+    topology = deploy_topics(kafka, APP.replace("Trades", name))
+    instance = topology.group("average").instances[0]
+    running = Running(kafka, plan_instance(instance.name, instance.siddhi), interval=3600)
+    time.sleep(0.3)
+    running.line.lease = False
+    running.thread.join(10)
+    assert not running.thread.is_alive() and running.reason == "lease lost" and running.line.checkpoints == []
+
+
+@pytest.mark.slow
+def test_wall_clock_windows_fire_on_time_inside_the_loop_with_no_new_input(kafka):
+    name = f"Clock{uuid.uuid4().hex[:8]}"
+    (instance,) = plan(parse(CLOCK_APP.format(name=name))).partial_apps
+    clock = plan_instance(instance.name, instance.siddhi)
+    for topic in (clock.inputs[0].topic, f"{name}.Batches", f"{name}.Gone"):
+        kafka.ensure_topic(topic, 1)
+    running = Running(kafka, clock)
+    readers = {out: kafka.reader(f"{name}.{out}", {0: EARLIEST}, codec_for("json", schema)) for out, schema in (("Batches", BATCHES), ("Gone", GONE))}
+    got: dict = {"Batches": [], "Gone": []}
+    source = clock.inputs[0]
+    publisher = kafka.publisher(source.topic, codec_for(source.codec, source.attributes), Partitioned(0, "symbol"))
+    rows = [("IBM", 10.0, 5), ("WSO2", 20.0, 7), ("IBM", 30.0, 11)]
+    sent = []
+    try:
+        for row in rows:
+            sent.append(int(time.time() * 1000))
+            publisher.send([row], [sent[-1]])
+            publisher.flush()
+            time.sleep(0.15)
+        deadline = time.monotonic() + 30
+        while (len(got["Gone"]) < len(rows) or not got["Batches"]) and time.monotonic() < deadline:
+            for out, reader in readers.items():
+                got[out].extend((e.row, e.timestamp, int(time.time() * 1000)) for e in reader.poll(timeout=0.05).events)
+    finally:
+        running.stop()
+        for reader in readers.values():
+            reader.close()
+    assert sorted(row for row, _, _ in got["Gone"]) == sorted((s, p) for s, p, _v in rows)
+    for (symbol, price), stamp, read_at in got["Gone"]:
+        sent_at = sent[[(s, p) for s, p, _v in rows].index((symbol, price))]
+        # expired a second after its own time, and read soon after: the loop's timer brought it
+        assert sent_at + 1000 <= stamp <= read_at, (symbol, stamp - sent_at)
+        assert read_at - stamp < 1000, (symbol, read_at - stamp)
+    totals = collections.Counter()
+    for (symbol, total), _, _ in got["Batches"]:
+        totals[symbol] += total
+    assert dict(totals) == {"IBM": 16, "WSO2": 7}
+
+
+def test_a_checkpoint_of_another_kind_is_refused_with_a_clear_message():
+    assert Checkpoint.decode(Checkpoint({("t", 1): 5}, b"snap", 7).encode()) == Checkpoint({("t", 1): 5}, b"snap", 7)
+    with pytest.raises(CheckpointError, match="not a continuous-mode checkpoint"):
+        Checkpoint.decode(b"\x1f\x8b tar bytes of a micro-batch checkpoint")
+
+
+@pytest.mark.slow
+def test_instances_run_as_long_running_spark_tasks_under_the_control_line(spark, kafka, tmp_path):
+    from sp_dagster.config.model import MessagingSettings
+    from sp_dagster.worker.continuous import CHECKPOINT_FILE, ContinuousInstance, control_server
+
+    name = f"Task{uuid.uuid4().hex[:8]}"
+    topology = deploy_topics(kafka, APP.replace("Trades", name))
+    lease = {"seconds": 30.0}
+    server = control_server(spark, lambda: lease["seconds"])
+    messaging = MessagingSettings("kafka", (kafka.bootstrap_servers,))
+    settings = LoopSettings(checkpoint_interval_s=0.5, metrics_interval_s=0.2)
+    handles = [
+        ContinuousInstance(spark, server, plan_instance(i.name, i.siddhi), messaging, settings, tmp_path / i.name).start()
+        for i in topology.partial_apps
+    ]
+    try:
+        rows, stamps = trades(3000, seed=21)
+        publish(kafka, topology, rows, stamps)
+        expected = reference(rows, stamps)
+        got = read_outputs(kafka, f"{name}.Averages", sum(map(len, expected.values())), timeout=120)
+        assert by_symbol(r for r, _ in got) == dict(expected)
+        deadline = time.monotonic() + 10
+        while not all(h.metrics().get("rows_in_total") for h in handles) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(h.active and h.metrics()["rows_in_total"] > 0 for h in handles)
+        # A stop with save leaves each instance's newest checkpoint where the worker keeps it.
+        for handle in handles[:2]:
+            handle.stop(save=True)
+            assert not handle.active and (handle.checkpoint_dir / CHECKPOINT_FILE).exists()
+        # The lease lapses (the worker's heartbeat failed): the other tasks stop by themselves.
+        lease["seconds"] = 0.0
+        deadline = time.monotonic() + 30
+        while any(h.active for h in handles) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(h.active for h in handles)
+        assert all(h.link.reason == "lease lost" for h in handles[2:])
+    finally:
+        for handle in handles:
+            if handle.active:
+                handle.stop(save=False)
+        server.close()
