@@ -19,6 +19,10 @@ class BrokerUnavailable(MessagingError):
     """No broker answered at the configured address."""
 
 
+class JetStreamUnavailable(MessagingError):
+    """The NATS server answered but does not run JetStream."""
+
+
 class TopicError(MessagingError):
     """A topic is missing, or cannot be created or grown as asked."""
 

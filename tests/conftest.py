@@ -1,4 +1,4 @@
-"""Shared fixtures: one embedded broker per test session, an isolated data directory per test."""
+"""Shared fixtures: one embedded broker and one NATS server per test session, an isolated data directory per test."""
 
 from __future__ import annotations
 
@@ -17,6 +17,26 @@ def broker(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("broker") / "tansu.log"
     with EmbeddedBroker(log_path=log_path) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory):
+    """A real nats-server with JetStream on (storing in a temporary directory) on a free port, for the whole session."""
+    from sp_dagster.embedded import EmbeddedNatsServer
+
+    base = tmp_path_factory.mktemp("nats")
+    with EmbeddedNatsServer(store_dir=base / "store", log_path=base / "nats-server.log") as running:
+        yield running
+
+
+@pytest.fixture
+def nats(nats_server):
+    """A NatsTransport connected to the session NATS server, in a cluster id of its own."""
+    from sp_dagster.messaging.nats import NatsTransport
+
+    transport = NatsTransport(nats_server.url, f"test-{uuid.uuid4().hex[:8]}", timeout=15)
+    yield transport
+    transport.close()
 
 
 @pytest.fixture
@@ -49,6 +69,7 @@ def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
     from sp_dagster.worker.kafka_source import KafkaPartitionsSource
+    from sp_dagster.worker.nats_source import NatsPartitionsSource
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
@@ -63,5 +84,6 @@ def spark(tmp_path_factory):
     )
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(KafkaPartitionsSource)
+    session.dataSource.register(NatsPartitionsSource)
     yield session
     session.stop()

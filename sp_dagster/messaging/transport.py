@@ -84,9 +84,43 @@ class RawPublisher(ABC):
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued message is acknowledged; raise MessagingError on any failure."""
 
+    def serve(self) -> None:
+        """Let the client handle what it received (delivery reports) without waiting; a no-op by default."""
+
     def close(self) -> None:
         """Flush and release the client."""
         self.flush()
+
+
+class RowPublisher(Publisher):
+    """Publishes one stream's rows to one topic over a RawPublisher, choosing partitions with a strategy."""
+
+    def __init__(self, raw: RawPublisher, info: TopicInfo, codec: Codec, strategy: Strategy):
+        self.topic = info.name
+        self.partition_count = info.partitions
+        self.codec = codec
+        self.strategy = strategy
+        self.raw = raw
+
+    def send(self, rows: Iterable[Sequence[Any]], timestamps: Iterable[int | None] | None = None) -> int:
+        rows = list(rows)
+        stamps = list(timestamps) if timestamps is not None else [None] * len(rows)
+        if len(stamps) != len(rows):
+            raise ValueError(f"{len(rows)} rows but {len(stamps)} timestamps")
+        sent = 0
+        for row, stamp in zip(rows, stamps):
+            value, key = self.codec.encode(row), self.strategy.key(row)
+            for partition in self.strategy.partitions(row, self.partition_count):
+                self.raw.produce(self.topic, value, key, partition, stamp)
+                sent += 1
+        self.raw.serve()
+        return sent
+
+    def flush(self, timeout: float = 30.0) -> None:
+        self.raw.flush(timeout)
+
+    def close(self) -> None:
+        self.raw.close()
 
 
 class Reader(ABC):
@@ -113,10 +147,11 @@ class Transport(ABC):
     """A messaging layer: topic administration, publishing and reading."""
 
     kind = "transport"
+    address = "?"  # the servers, as error messages name them
 
-    @abstractmethod
     def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
         """The topic that carries a stream of an app (field-grouped topics carry the key too)."""
+        return ".".join(part for part in (app, stream, key) if part)
 
     @abstractmethod
     def list_topics(self) -> dict[str, TopicInfo]:
@@ -125,6 +160,32 @@ class Transport(ABC):
     def topic_info(self, topic: str) -> TopicInfo | None:
         """One topic, or None when it does not exist."""
         return self.list_topics().get(topic)
+
+    def require_topic(self, topic: str) -> TopicInfo:
+        """The topic's info, or a TopicError saying it is missing."""
+        info = self.topic_info(topic)
+        if info is None:
+            from sp_dagster.errors import TopicError
+
+            raise TopicError(
+                f"topic '{topic}' does not exist on {self.address}; deploy the app that uses it "
+                "(deploying creates its topics) or create it first"
+            )
+        return info
+
+    def resolve(self, topic: str, assignments: Mapping[int, int]) -> dict[int, int]:
+        """Check a reader's partitions against the topic and replace LATEST with each partition's end offset."""
+        info = self.require_topic(topic)
+        unknown = sorted(p for p in assignments if not 0 <= p < info.partitions)
+        if unknown:
+            from sp_dagster.errors import TopicError
+
+            raise TopicError(f"topic '{topic}' has partitions 0..{info.partitions - 1}; cannot read partition(s) {unknown}")
+        resolved = dict(assignments)
+        if any(offset == LATEST for offset in resolved.values()):
+            ends = self.end_offsets(topic)
+            resolved = {p: ends[p] if o == LATEST else o for p, o in resolved.items()}
+        return resolved
 
     @abstractmethod
     def ensure_topic(self, topic: str, partitions: int) -> TopicInfo:
@@ -138,9 +199,9 @@ class Transport(ABC):
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The offset the next published event will get, per partition."""
 
-    @abstractmethod
     def publisher(self, topic: str, codec: Codec, strategy: Strategy) -> Publisher:
         """A publisher of one stream's rows to a topic."""
+        return RowPublisher(self.raw_publisher(), self.require_topic(topic), codec, strategy)
 
     @abstractmethod
     def raw_publisher(self) -> RawPublisher:

@@ -114,11 +114,12 @@ def _webserver_ready(url: str) -> bool:
         return False
 
 
-def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None = None, broker_port: int = 9092,
-       conf: str | None = None, worker_conf: str | None = None, timeout: float = 300.0, say=print) -> Stack:
+def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None = None, broker_port: int | None = None,
+       conf: str | None = None, worker_conf: str | None = None, timeout: float = 300.0, messaging: str = "kafka", say=print) -> Stack:
     """Bring the system up (see the module docstring); on failure, stop what was started and raise DemoError."""
     from sp_dagster.config.loader import load_config
     from sp_dagster.embedded.broker import EmbeddedBroker, free_port, port_open
+    from sp_dagster.embedded.nats_server import EmbeddedNatsServer
 
     path = _state_path()
     existing = Stack.load(path)
@@ -132,19 +133,24 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         apps.mkdir(parents=True, exist_ok=True)
     else:
         apps = find_path("apps")
+    layer = MESSAGING[messaging]
+    broker_port = broker_port or layer.port
     if port_open("127.0.0.1", broker_port):
         free = free_port()
-        say(f"port {broker_port} is taken; the embedded broker listens on {free} instead (SP_KAFKA_BOOTSTRAP=localhost:{free})")
+        say(f"port {broker_port} is taken; the embedded {layer.what} listens on {free} instead ({layer.variable}={layer.address(free)})")
         broker_port = free
+    if messaging == "nats":  # the confs name Kafka: derive copies that name the embedded NATS server
+        manager_conf = nats_conf(manager_conf, sp_home / "conf" / "manager" / "deployment.yaml")
+        worker_conf = nats_conf(worker_conf, sp_home / "conf" / "worker" / "deployment.yaml")
     env = {
-        "SP_DAGSTER_HOME": str(sp_home), "SP_KAFKA_BOOTSTRAP": f"localhost:{broker_port}", "SP_DAGSTER_APPS": str(apps),
+        "SP_DAGSTER_HOME": str(sp_home), layer.variable: layer.address(broker_port), "SP_DAGSTER_APPS": str(apps),
         "SP_DAGSTER_CONF": manager_conf, "SP_DAGSTER_WORKER_CONF": worker_conf, "DAGSTER_HOME": str(sp_home / "dagster"),
     }
     if port:
         env["SP_DAGSTER_PORT"] = str(port)  # the shipped manager conf reads dagster.port from it
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # this process reads the same confs as its children
-    stack = Stack(path, facts={"bootstrap": env["SP_KAFKA_BOOTSTRAP"], "env": env})
+    stack = Stack(path, facts={"bootstrap": env[layer.variable], "messaging": messaging, "env": env})
     try:
         config = load_config(manager_conf)
         settings = config.dagster
@@ -153,9 +159,10 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         port = port or settings.port
         stack.facts.update(control_plane=config.control_plane.safe_url, ui=f"http://{settings.host}:{port}" if ui else None)
         stack.save()
-        broker = stack.start("broker", cli_command("broker", "--port", str(broker_port)), env)
-        _wait(f"the broker on port {broker_port}", lambda: _broker_ready(EmbeddedBroker, broker_port), 30, [broker])
-        say(f"broker       localhost:{broker_port}")
+        server_class = EmbeddedNatsServer if messaging == "nats" else EmbeddedBroker
+        broker = stack.start("broker", cli_command(layer.command, "--port", str(broker_port)), env)
+        _wait(f"the {layer.what} on port {broker_port}", lambda: _broker_ready(server_class, broker_port), 30, [broker])
+        say(f"broker       {layer.address(broker_port)} ({layer.what})")
         manager = stack.start("manager-1", cli_command("manager", "--conf", manager_conf, "--id", "manager-1"), env)
         nodes = [stack.start(f"worker-{n}", cli_command("worker", "--conf", worker_conf, "--id", f"worker-{n}"), env) for n in range(1, workers + 1)]
         max_age_ms = config.deployment.heartbeat_interval * config.deployment.heartbeat_max_retry
@@ -193,6 +200,45 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
                 os.environ[key] = value
     say(summary(stack))
     return stack
+
+
+@dataclass(frozen=True)
+class Layer:
+    """How `up` runs one messaging layer's embedded server."""
+
+    what: str
+    command: str  # the sp-dagster command that runs it
+    port: int
+    variable: str  # the environment variable the confs read its address from
+    scheme: str = ""
+
+    def address(self, port: int) -> str:
+        """The server's address as the confs take it."""
+        return f"{self.scheme}localhost:{port}"
+
+
+MESSAGING = {
+    "kafka": Layer("broker", "broker", 9092, "SP_KAFKA_BOOTSTRAP"),
+    "nats": Layer("NATS server", "nats", 4222, "SP_NATS_URL", "nats://"),
+}
+
+
+def nats_conf(source: str, target: Path) -> str:
+    """Write a copy of a deployment.yaml that names NATS ($SP_NATS_URL, clusterId) instead of Kafka; returns its path."""
+    import yaml
+
+    from sp_dagster.config.model import NATS_APP_CREATOR
+
+    document = yaml.safe_load(Path(source).read_text()) or {}
+    deployment = document.setdefault("deployment.config", {})
+    for key in ("bootstrapURLs", "kafkaProperties", "zooKeeperURLs", "zooKeeperConfig"):
+        deployment.pop(key, None)
+    deployment["natsServerUrl"] = "${SP_NATS_URL:-nats://localhost:4222}"
+    deployment["clusterId"] = deployment.get("clusterId") or "sp-dagster"
+    deployment["appCreatorClass"] = NATS_APP_CREATOR
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(f"# Written by `sp-dagster up --messaging nats` from {source}, with NATS instead of Kafka.\n" + yaml.safe_dump(document, sort_keys=False))
+    return str(target)
 
 
 def _broker_ready(broker_class, port: int) -> bool:
@@ -247,7 +293,9 @@ def summary(stack: Stack) -> str:
         "  sp-dagster status                     leader, workers and where each instance runs",
     ]
     if facts.get("app"):
-        consume = f"SP_KAFKA_BOOTSTRAP={facts['bootstrap']} sp-dagster consume {facts['app']}"
+        layer = MESSAGING[facts.get("messaging", "kafka")]
+        conf = f" --conf {facts['env']['SP_DAGSTER_CONF']}" if layer.command == "nats" else ""
+        consume = f"{layer.variable}={facts['bootstrap']} sp-dagster consume{conf} {facts['app']}"
         lines += [f"  {consume}:AveragePriceStream   the averages, live", f"  {consume}:PriceAlertStream     the alerts"]
     lines += [f"  {logs}/                 every process's log", "Stop everything: sp-dagster down"]
     return "\n".join(lines)

@@ -87,10 +87,10 @@ class ControlPlaneResource(dg.ConfigurableResource):
 
 
 class MessagingResource(dg.ConfigurableResource):
-    """The messaging layer (Kafka) named by a deployment.yaml's bootstrapURLs and kafkaProperties."""
+    """The messaging layer a deployment.yaml names: Kafka (bootstrapURLs, kafkaProperties) or NATS (natsServerUrl, clusterId)."""
 
     conf: str = Field(default=DEFAULT_MANAGER_CONF, description="the deployment.yaml naming the brokers")
-    bootstrap_servers: str | None = Field(default=None, description="host:port,... replacing the file's bootstrapURLs")
+    bootstrap_servers: str | None = Field(default=None, description="host:port,... replacing the file's bootstrapURLs (or natsServerUrl)")
     sasl_username: str | None = Field(default=None, description="SASL user name (sets sasl.username)")
     sasl_password: str | None = Field(default=None, description="SASL password (sets sasl.password); pass EnvVar('...')")
     timeout: float = Field(default=15.0, description="seconds to wait for the brokers' answers")

@@ -12,7 +12,7 @@ _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 def topic_name(app: str, stream: str, key: str | None = None) -> str:
     """`<app>.<stream>`, or `<app>.<stream>.<key>` for a field-grouped stream.
 
-    Must stay identical to sp_dagster.messaging.kafka.KafkaTransport.topic_name (topology is
+    Must stay identical to sp_dagster.messaging.transport.Transport.topic_name (topology is
     pure and does not import the messaging layer).
     """
     return ".".join(part for part in (app, stream, key) if part)

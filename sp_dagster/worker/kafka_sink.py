@@ -31,39 +31,50 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict):
         self.options = options
 
+    def open_transport(self):
+        """A new transport from the sink's options."""
+        from sp_dagster.worker.kafka_source import transport_from_options
+
+        return transport_from_options(self.options)
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         if self.options.get("format") == "raw":
             return self._write_raw(iterator)
         from sp_dagster.messaging.codecs import codec_for
         from sp_dagster.messaging.strategies import strategy_for
-        from sp_dagster.worker.kafka_source import transport_from_options
         from sp_dagster.worker.spark_types import parse_attributes_option
 
         attributes = parse_attributes_option(self.options["attributes"])
         names = [a.name for a in attributes]
         codec = codec_for(self.options.get("codec", "json"), attributes)
         strategy = strategy_for(self.options.get("strategy", "roundRobin"), names, self.options.get("partitionkey"))
-        publisher = transport_from_options(self.options).publisher(self.options["topic"], codec, strategy)
-        sent = 0
-        for batch in iterator:
-            columns = [batch.column(name).to_pylist() for name in names]
-            stamps = batch.column("_timestamp").to_pylist() if "_timestamp" in batch.schema.names else None
-            sent += publisher.send(list(zip(*columns)) if columns else [], stamps)
-        publisher.flush(float(self.options.get("timeout", 30)))
-        return Published(sent)
+        transport = self.open_transport()
+        try:
+            publisher = transport.publisher(self.options["topic"], codec, strategy)
+            sent = 0
+            for batch in iterator:
+                columns = [batch.column(name).to_pylist() for name in names]
+                stamps = batch.column("_timestamp").to_pylist() if "_timestamp" in batch.schema.names else None
+                sent += publisher.send(list(zip(*columns)) if columns else [], stamps)
+            publisher.flush(float(self.options.get("timeout", 30)))
+            return Published(sent)
+        finally:
+            transport.close()
 
     def _write_raw(self, iterator: Iterator[pa.RecordBatch]) -> Published:
-        from sp_dagster.messaging.kafka import RawPublisher
-        from sp_dagster.worker.kafka_source import transport_from_options
         from sp_dagster.worker.spark_types import ORIGIN_HEADER
 
-        publisher = RawPublisher(transport_from_options(self.options))
-        sent = 0
-        for batch in iterator:
-            columns = [batch.column(name).to_pylist() for name in ("_topic", "_value", "_key", "_partition", "_timestamp")]
-            origins = batch.column("_origin").to_pylist() if "_origin" in batch.schema.names else [None] * batch.num_rows
-            for (topic, value, key, partition, stamp), origin in zip(zip(*columns), origins):
-                publisher.produce(topic, value, key, partition, stamp, [(ORIGIN_HEADER, origin)] if origin else None)
-                sent += 1
-        publisher.flush(float(self.options.get("timeout", 30)))
-        return Published(sent)
+        transport = self.open_transport()
+        try:
+            publisher = transport.raw_publisher()
+            sent = 0
+            for batch in iterator:
+                columns = [batch.column(name).to_pylist() for name in ("_topic", "_value", "_key", "_partition", "_timestamp")]
+                origins = batch.column("_origin").to_pylist() if "_origin" in batch.schema.names else [None] * batch.num_rows
+                for (topic, value, key, partition, stamp), origin in zip(zip(*columns), origins):
+                    publisher.produce(topic, value, key, partition, stamp, [(ORIGIN_HEADER, origin)] if origin else None)
+                    sent += 1
+            publisher.flush(float(self.options.get("timeout", 30)))
+            return Published(sent)
+        finally:
+            transport.close()

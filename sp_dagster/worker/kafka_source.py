@@ -88,11 +88,18 @@ class KafkaStreamReader(DataSourceStreamReader):
         """The end of each partition as last seen, for the query's progress (lag)."""
         return self._latest
 
+    def open_transport(self):
+        """A new transport from this source's options (the driver keeps one; each read task opens its own)."""
+        return transport_from_options(self.options)
+
     @property
     def transport(self):
         if self._transport is None:
-            self._transport = transport_from_options(self.options)
+            self._transport = self.open_transport()
         return self._transport
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_transport": None}  # a live client never travels to the executors
 
     def _ends(self) -> dict[str, int]:
         ends = self.transport.end_offsets(self.topic)
@@ -148,7 +155,8 @@ class KafkaStreamReader(DataSourceStreamReader):
             def reject_values(r):
                 return (*nulls, r.partition, r.offset, r.timestamp, r.reason, r.data)
 
-        reader = transport_from_options(self.options).reader(topic, {partition.partition: partition.start}, codec)
+        transport = self.open_transport()
+        reader = transport.reader(topic, {partition.partition: partition.start}, codec)
         rows: list[tuple] = []
         try:
             position = partition.start
@@ -164,9 +172,12 @@ class KafkaStreamReader(DataSourceStreamReader):
                 yield _record_batch(rows, schema)
         finally:
             reader.close()
+            transport.close()
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint holds the offsets."""
 
     def stop(self) -> None:
-        self._transport = None
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()

@@ -1,0 +1,55 @@
+"""A Spark streaming source (and sink) over NATS JetStream that reads exactly the given partitions of one topic.
+
+Registered as the Python data source `sp-nats`: the `sp-kafka` source and sink (kafka_source,
+kafka_sink) on the NATS transport. A topic is a JetStream stream with one subject per
+partition; offsets are stream sequence numbers per partition (`{"0": 12}` = read partition 0
+from sequence 12 on), kept in the query's checkpoint, so a restarted or moved query resumes
+exactly where its last committed batch ended. The sink publishes with JetStream
+acknowledgements: a task, and so its batch, succeeds only once every publish is acknowledged.
+
+Options, as siddhi-io-nats names them: bootstrap.servers (NATS URLs, nats://host:4222,
+comma-separated), cluster.id (the clusterId that names the streams), and otherwise those of
+`sp-kafka`: topic, partitions ("0,2"), attributes, codec, format=raw, startingOffsets
+(earliest|latest), maxEventsPerTrigger (an upper bound: sequences are shared by a topic's
+partitions, so a batch may hold fewer), timeout; the sink's strategy and partitionKey.
+"""
+
+from __future__ import annotations
+
+from sp_dagster.worker.kafka_sink import KafkaStreamWriter
+from sp_dagster.worker.kafka_source import KafkaPartitionsSource, KafkaStreamReader, normalized
+
+
+def transport_from_options(options: dict):
+    """A NatsTransport from the data source's options (bootstrap.servers, cluster.id, timeout)."""
+    from sp_dagster.messaging.nats import NatsTransport
+
+    return NatsTransport(options["bootstrap.servers"], options["cluster.id"], timeout=float(options.get("timeout", 30)))
+
+
+class NatsStreamReader(KafkaStreamReader):
+    """Plans sequence ranges on the driver; reads them on executors through ordered JetStream consumers."""
+
+    def open_transport(self):
+        return transport_from_options(self.options)
+
+
+class NatsStreamWriter(KafkaStreamWriter):
+    """Publishes each task's Arrow batches to JetStream and waits for every acknowledgement."""
+
+    def open_transport(self):
+        return transport_from_options(self.options)
+
+
+class NatsPartitionsSource(KafkaPartitionsSource):
+    """The `sp-nats` streaming source and sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sp-nats"
+
+    def streamReader(self, schema) -> NatsStreamReader:
+        return NatsStreamReader(normalized(self.options))
+
+    def streamWriter(self, schema, overwrite: bool) -> NatsStreamWriter:
+        return NatsStreamWriter(normalized(self.options))
