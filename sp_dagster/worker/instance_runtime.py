@@ -108,7 +108,9 @@ class InstanceRuntime:
         self.plan = plan
         self.dead_letter_topic = dead_letter_topic
         app = _parsed(plan.name, plan.siddhi)
-        self.engine = AppRuntime(app, clock=PlaybackClock() if app.playback else DrivenClock(now))
+        # The worker's engine settings (datasources, aggregation shard id), carried in the plan's extras.
+        options = plan.extras.get("engine", {})
+        self.engine = AppRuntime(app, clock=PlaybackClock() if app.playback else DrivenClock(now), **options)
         self._inputs = {i.topic: (i.stream, codec_for(i.codec, i.attributes)) for i in plan.inputs}
         self._out: list[Message] = []
         self.rows_in = self.rows_out = self.rejected = self.duplicates = 0

@@ -13,6 +13,7 @@ on SIGTERM or SIGINT stops its instances, saves their state and deregisters.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -46,6 +47,7 @@ def spark_session(config):
     from pyspark.sql import SparkSession
 
     from sp_dagster.worker.kafka_source import KafkaPartitionsSource
+    from sp_dagster.worker.nats_source import NatsPartitionsSource
 
     builder = SparkSession.builder.master(config.spark.master).appName(config.spark.app_name or f"sp-dagster-worker-{config.node_id}")
     settings = {
@@ -62,6 +64,7 @@ def spark_session(config):
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SP_SPARK_LOG_LEVEL", "ERROR"))
     session.dataSource.register(KafkaPartitionsSource)
+    session.dataSource.register(NatsPartitionsSource)
     log.info("worker %s: instances read Kafka with the %s source", config.node_id, kafka_source_kind(session, config.spark.kafka_source))
     return session
 
@@ -177,7 +180,7 @@ class Worker:
             self._report(instance_id, "starting", detail=f"waiting for a task slot: all {self.slots} are taken")
             return
         try:
-            plan = plan_instance(instance_id, assignment.siddhi_app)
+            plan = self._plan(assignment)
             self.store.restore(instance_id, checkpoint)
             handle = self._start(plan, assignment, checkpoint)
         except Exception as exc:  # a bad instance must not take the worker down
@@ -188,6 +191,15 @@ class Worker:
         self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint)
         self._report(instance_id, "starting")
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
+
+    def _plan(self, assignment):
+        """The instance's plan, with the engine settings of this worker: datasources for @store, and the
+        aggregation shard id (the instance's own when it is an active-active shard, so a move never double-counts)."""
+        from sp_dagster.engine.aggregation.settings import runtime_settings
+
+        plan = plan_instance(assignment.instance_id, assignment.siddhi_app)
+        engine = {**runtime_settings(self.config), "shard_id": assignment.extra.get("shard_id") or self.config.shard_id}
+        return dataclasses.replace(plan, extras={**plan.extras, "engine": engine})
 
     def _start(self, plan, assignment, checkpoint: Path):
         dead_letters = assignment.extra.get("dead_letter_topic")
@@ -204,6 +216,8 @@ class Worker:
             self.kafka_properties,
             os.environ.get("SP_TRIGGER_INTERVAL", "500 milliseconds"),
             kafka_source=self.config.spark.kafka_source,
+            messaging=self.config.messaging.kind,
+            cluster_id=self.config.messaging.cluster_id,
         )
         return MicroBatchInstance(start_query(self.spark, plan, settings))
 

@@ -55,6 +55,8 @@ class QuerySettings:
     trigger_interval: str = "500 milliseconds"
     max_events_per_trigger: int | None = None
     kafka_source: str = "auto"  # the worker config's spark.kafkaSource: auto | native | python
+    messaging: str = "kafka"  # the messaging layer between groups: kafka | nats
+    cluster_id: str | None = None  # NATS: the clusterId that names the streams
 
 
 def _messages(columns) -> list[Message]:
@@ -209,7 +211,9 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
         if output.bootstrap and output.bootstrap != settings.bootstrap:
             raise InstancePlanError(f"{plan.name}: publishing {output.stream} to another Kafka cluster ({output.bootstrap}) is not supported yet")
     kafka = {f"kafka.{k}": v for k, v in settings.kafka_properties}
-    native = kafka_source_kind(spark, settings.kafka_source) == "native"
+    # The cluster's own layer: sp-kafka (or Spark's connector), or sp-nats; other Kafka clusters: sp-kafka.
+    own = {"format": "sp-nats", "cluster.id": settings.cluster_id or ""} if settings.messaging == "nats" else {"format": "sp-kafka", **kafka}
+    native = settings.messaging == "kafka" and kafka_source_kind(spark, settings.kafka_source) == "native"
     frames = []
     for source in plan.inputs:
         if native:
@@ -220,16 +224,17 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
                 )
             )
             continue
+        layer = {"format": "sp-kafka", **kafka} if source.bootstrap else own
         options = {
             "bootstrap.servers": source.bootstrap or settings.bootstrap,
             "topic": source.topic,
             "partitions": ",".join(map(str, source.partitions)),
             "format": "raw",
-            **kafka,
+            **{k: v for k, v in layer.items() if k != "format"},
         }
         if settings.max_events_per_trigger:
             options["maxEventsPerTrigger"] = str(settings.max_events_per_trigger)
-        frames.append(spark.readStream.format("sp-kafka").options(**options).load())
+        frames.append(spark.readStream.format(layer["format"]).options(**options).load())
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
@@ -245,8 +250,8 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
             timeMode="ProcessingTime" if timers else "None",
         )
     return (
-        out.writeStream.format("sp-kafka")
-        .options(**{"bootstrap.servers": settings.bootstrap, "format": "raw", **kafka})
+        out.writeStream.format(own["format"])
+        .options(**{"bootstrap.servers": settings.bootstrap, **{k: v for k, v in own.items() if k != "format"}, "format": "raw"})
         .option("checkpointLocation", settings.checkpoint)
         .queryName(plan.name)
         .trigger(processingTime=settings.trigger_interval)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import random
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -55,35 +56,50 @@ def collect(kafka, topic: str, expected: list[tuple], timeout: float, start: int
     return got
 
 
-@pytest.fixture(scope="module", params=["continuous", "microbatch"])
-def deployed(broker, tmp_path_factory, request):
-    from sp_dagster.messaging.kafka import KafkaTransport
+@pytest.fixture(scope="module", params=["continuous", "microbatch", "continuous-nats"])
+def deployed(request, tmp_path_factory):
+    """The app deployed on a local cluster: continuous or micro-batch workers, on Kafka or NATS."""
+    mode, _, layer = request.param.partition("-")
+    layer = layer or "kafka"
+    if layer == "nats":
+        from sp_dagster.messaging.nats import NatsTransport
 
-    kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
+        server = request.getfixturevalue("nats_server")
+        cluster_id = f"e2e{uuid.uuid4().hex[:6]}"
+        transport, address = NatsTransport(server.url, cluster_id, timeout=15), server.url
+    else:
+        from sp_dagster.messaging.kafka import KafkaTransport
+
+        cluster_id = "sp-dagster"
+        transport = KafkaTransport(request.getfixturevalue("broker").bootstrap_servers, timeout=15)
+        address = transport.bootstrap_servers
     home = tmp_path_factory.mktemp("e2e")
-    cluster = LocalCluster(home / "cluster", kafka.bootstrap_servers, mode=request.param).start()
-    # An app (and topics) of its own per mode: both run on the session's broker.
+    cluster = LocalCluster(home / "cluster", address, mode=mode, messaging=layer, cluster_id=cluster_id).start()
+    # An app (and topics) of its own per variant: they share the session's broker.
     app_path = home / "trades.siddhi"
-    app_path.write_text(APP_PATH.read_text().replace("Trades", f"Trades{request.param.title()}"))
+    app_path.write_text(APP_PATH.read_text().replace("Trades", f"Trades{mode.title()}{layer.title()}"))
     loaded = load_app(app_path)
     topology = plan_app(loaded)
     try:
         cluster.deploy(app_path, timeout=240)
         first = topology.group("filter").instances[0]
         (entry,) = plan_instance(first.name, first.siddhi).inputs
-        yield cluster, loaded, entry, History()
+        # Continuous instances on Kafka publish in transactions: not one output twice, even across a kill.
+        yield cluster, loaded, entry, History(exactly_once=(mode, layer) == ("continuous", "kafka")), transport
     except Exception:
         print(cluster.logs())
         raise
     finally:
         cluster.stop()
+        transport.close()
 
 
 class History:
     """Every event published so far in the module's deployment, and the outputs they gave."""
 
-    def __init__(self):
+    def __init__(self, exactly_once: bool):
         self.rows, self.stamps, self.outputs = [], [], 0
+        self.exactly_once = exactly_once
 
 
 def publish(kafka, entry, rows, stamps) -> None:
@@ -93,8 +109,8 @@ def publish(kafka, entry, rows, stamps) -> None:
     publisher.flush(60)
 
 
-def test_100k_events_match_the_in_process_engine(deployed, kafka):
-    cluster, loaded, entry, history = deployed
+def test_100k_events_match_the_in_process_engine(deployed):
+    cluster, loaded, entry, history, kafka = deployed
     rows, stamps = trades(100_000, seed=11)
     expected = expected_outputs(loaded.text, rows, stamps)
     publish(kafka, entry, rows, stamps)
@@ -105,10 +121,10 @@ def test_100k_events_match_the_in_process_engine(deployed, kafka):
     assert by_symbol(got) == by_symbol(expected)
 
 
-def test_a_worker_killed_mid_stream_loses_no_output(deployed, kafka):
+def test_a_worker_killed_mid_stream_loses_no_output(deployed):
     from sp_dagster.cluster.store.deployments import list_instances
 
-    cluster, loaded, entry, history = deployed
+    cluster, loaded, entry, history, kafka = deployed
     rows, stamps = trades(60_000, seed=12)
     stamps = [(history.stamps[-1] if history.stamps else 1_700_000_000_000) + 1 + i for i in range(len(rows))]
     # The windows carry over from the events before: the engine replays everything.
@@ -137,6 +153,8 @@ def test_a_worker_killed_mid_stream_loses_no_output(deployed, kafka):
     print(f"outputs: {len(expected)} expected, {len(got)} received, {duplicates} duplicates")
     assert not missing, f"{sum(missing.values())} outputs missing\n{cluster.logs()}"
     assert not unexpected, f"{len(unexpected)} outputs that the engine never produced"
+    if history.exactly_once:
+        assert duplicates == 0, f"{duplicates} outputs published twice"
 
 
 ECHO_APP = """@App:name('Echo')
@@ -152,12 +170,12 @@ insert into Out;
 """
 
 
-def test_the_deploy_path_from_the_command_line(deployed, kafka, tmp_path):
+def test_the_deploy_path_from_the_command_line(deployed, tmp_path):
     import json
     import subprocess
     import sys
 
-    cluster = deployed[0]
+    cluster, kafka = deployed[0], deployed[4]
 
     def cli(*args, stdin=None, timeout=300):
         return subprocess.run(

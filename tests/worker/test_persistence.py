@@ -192,7 +192,7 @@ def test_a_worker_saves_under_its_current_incarnation_and_not_after_a_restart(da
         reconcile(plane, elector.tick(), algorithm=BalancedAllocation(), min_resource_count=1, node_max_age_ms=60_000)
         checkpoint = worker.checkpoints / INSTANCE
         write_checkpoint(checkpoint, 1)
-        running = RunningInstance(INSTANCE, "h", query=None, checkpoint=checkpoint)
+        running = RunningInstance(INSTANCE, "h", handle=None, checkpoint=checkpoint)
         worker._save(running)
         assert [(r.revision, r.saved_by) for r in worker.store.revisions.revisions(INSTANCE)] == [(1, "w1/1")]
 
