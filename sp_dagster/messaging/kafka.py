@@ -180,14 +180,13 @@ class KafkaTransport(Transport):
             ends: dict[int, int] = {}
             deadline = time.monotonic() + self.timeout
             while len(ends) < info.partitions and time.monotonic() < deadline:
-                message = consumer.poll(0.2)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    ends[message.partition()] = message.offset()
-                elif error is not None and not (error.code() in _UNREACHABLE and not error.fatal()):
-                    raise self.unreachable(KafkaException(error), f"reading the end offsets of '{topic}'")
+                # In bulk: the last record batch can hold thousands of messages to step over.
+                for message in consumer.consume(num_messages=10_000, timeout=0.2):
+                    error = message.error()
+                    if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                        ends[message.partition()] = message.offset()
+                    elif error is not None and not (error.code() in _UNREACHABLE and not error.fatal()):
+                        raise self.unreachable(KafkaException(error), f"reading the end offsets of '{topic}'")
             consumer.unassign()
             if len(ends) < info.partitions:
                 raise BrokerUnavailable(f"the broker at {self.bootstrap_servers} did not report the end of topic '{topic}' within {self.timeout:.0f}s")

@@ -18,6 +18,7 @@ expired events and timer-driven outputs come when their time comes, with no new 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -93,12 +94,25 @@ class _Cached:
 _RUNTIMES: "OrderedDict[tuple, _Cached]" = OrderedDict()
 
 
+def _freeze_once() -> None:
+    """Keep what the Python worker holds out of garbage collection: pyspark.daemon collects fully
+    after every task, and the engines kept between micro-batches made that cost dominate."""
+    global _FROZEN
+    if not _FROZEN:
+        gc.freeze()
+        _FROZEN = True
+
+
+_FROZEN = False
+
+
 def _cached(cache_key: tuple, token: str | None, snapshot: bytes | None, make) -> _Cached:
     cached = _RUNTIMES.pop(cache_key, None)
     if cached is not None and token is not None and cached.token == token:
         return cached
     if cached is not None:
         cached.runtime.close()
+    _freeze_once()
     runtime = make()
     if snapshot:
         runtime.restore(snapshot)
@@ -193,6 +207,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
 def _stateless_function(plan: InstancePlan, dead_letters: str | None):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cache_key = (plan.name, plan.siddhi, "stateless")
+        _freeze_once()
         cached = _RUNTIMES.get(cache_key) or _Cached("stateless", InstanceRuntime(plan, dead_letters))
         _keep(cache_key, cached)
         runtime = cached.runtime
