@@ -15,6 +15,10 @@ class MessagingError(SpDagsterError):
     """The messaging layer (Kafka, NATS) refused or could not be reached."""
 
 
+class ProducerFenced(MessagingError):
+    """A newer owner of an instance publishes now: this copy must stop."""
+
+
 class BrokerUnavailable(MessagingError):
     """No broker answered at the configured address."""
 

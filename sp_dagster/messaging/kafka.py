@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from sp_dagster.errors import BrokerUnavailable, MessagingError, TopicError
+from sp_dagster.errors import BrokerUnavailable, MessagingError, ProducerFenced, TopicError
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 
 
@@ -288,6 +289,7 @@ class TransactionalPublisher(RawPublisher):
 
     def __init__(self, transport: KafkaTransport, transactional_id: str, group_id: str, timeout: float = 30.0):
         self.transport = transport
+        self.transactional_id = transactional_id
         self.timeout = timeout
         self.producer = Producer(
             transport.client_config(
@@ -310,7 +312,10 @@ class TransactionalPublisher(RawPublisher):
 
     def _begin(self) -> None:
         if not self._open:
-            self.producer.begin_transaction()
+            try:
+                self.producer.begin_transaction()
+            except KafkaException as exc:
+                raise self.transport.unreachable(exc, f"beginning a transaction as '{self.transactional_id}'") from None
             self._open = True
 
     def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
@@ -323,6 +328,11 @@ class TransactionalPublisher(RawPublisher):
             self.producer.commit_transaction(self.timeout)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and error.code() in _FENCED:
+                raise ProducerFenced(
+                    f"a newer owner of '{self.transactional_id}' took over (its transactions fence this one): "
+                    "this copy stops without publishing"
+                ) from None
             if error is not None and error.txn_requires_abort():
                 self.producer.abort_transaction(self.timeout)
             raise self.transport.unreachable(exc, "committing a transaction") from None

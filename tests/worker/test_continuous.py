@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from sp_dagster.errors import ProducerFenced
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
@@ -212,14 +213,20 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
     name = f"Zombie{uuid.uuid4().hex[:8]}"
     topology = deploy_topics(kafka, APP.replace("Trades", name))
     instance = topology.group("filter").instances[0]
+    rows, stamps = trades(1000, seed=2)
     old = Running(kafka, plan_instance(instance.name, instance.siddhi))
-    time.sleep(0.5)
+    publish(kafka, topology, rows[:500], stamps[:500])
+    deadline = time.monotonic() + 60
+    while not old.loop.stats.rows_in_total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert old.loop.stats.rows_in_total, "the first owner read nothing"
     new = Running(kafka, plan_instance(instance.name, instance.siddhi))
-    rows, stamps = trades(500, seed=2)
-    publish(kafka, topology, rows, stamps)
-    old.thread.join(30)
-    assert not old.thread.is_alive() and "fenced by a newer instance" in str(old.error)  # its commit was refused
-    assert new.thread.is_alive()
+    while not (new.loop._txn is not None and new.loop.stats.replayed and not new.loop.replay_until) and time.monotonic() < deadline + 60:
+        time.sleep(0.05)  # the new owner took over: it replayed what the old one had committed
+    publish(kafka, topology, rows[500:], stamps[500:])
+    old.thread.join(60)
+    assert not old.thread.is_alive() and isinstance(old.error, ProducerFenced), old.error  # its commit was refused
+    assert new.thread.is_alive() and new.error is None
     new.stop()
 
 
