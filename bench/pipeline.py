@@ -1,6 +1,7 @@
 """End-to-end throughput and latency of a deployed app, beside a raw passthrough on the same broker.
 
 Run: python bench/pipeline.py [--events N] [--rate R] [--seconds S] [--modes continuous,microbatch] [--no-scaling]
+                              [--messaging kafka|nats]
 Starts the embedded broker, then measures, in one run:
   1. passthrough: a plain consume-and-produce loop (one process, confluent-kafka) between two
      topics: the floor any pipeline on this broker pays;
@@ -9,7 +10,8 @@ Starts the embedded broker, then measures, in one run:
      execution mode (continuous tasks, micro-batch queries);
   3. scaling.<n>w: the same app with both groups at parallel 4 (4-partition topics), on one
      worker and then on two (continuous mode; throughput only).
-For each: events/s with every event published at once, and latency p50/p99 (ms from an event's
+With --messaging nats the groups are wired through an embedded nats-server (JetStream) instead
+(the passthrough stays on Kafka: the floor figure). For each: events/s with every event published at once, and latency p50/p99 (ms from an event's
 publication to the output it causes) at a paced rate; `vs_passthrough` is the app's events/s as
 a fraction of the passthrough's in the same run. One JSON line per figure.
 """
@@ -17,6 +19,7 @@ a fraction of the passthrough's in the same run. One JSON line per figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -161,8 +164,8 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
               "p50_ms": round(statistics.median(lat), 1), "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 1)})
 
 
-def pipeline(transport, name: str, text: str, events: int, rate: float, seconds: float, *, mode: str, workers: int = 2) -> None:
-    """An app on a local cluster of `workers` workers in `mode`; `name` names its figures."""
+def pipeline(transport, name: str, text: str, events: int, rate: float, seconds: float, *, mode: str, workers: int = 2, address: str | None = None) -> None:
+    """An app on a local cluster of `workers` workers in `mode` over `transport`; `name` names its figures."""
     app = text.replace("Trades", f"Bench{name.replace('.', '').title()}")
     with tempfile.TemporaryDirectory() as home:
         path = Path(home) / "app.siddhi"
@@ -170,7 +173,10 @@ def pipeline(transport, name: str, text: str, events: int, rate: float, seconds:
         loaded = load_app(path)
         topology = plan_app(loaded)
         slots = sum(len(g.instances) for g in topology.groups) if mode == "continuous" else 1
-        cluster = LocalCluster(Path(home), transport.bootstrap_servers, workers=workers, persist_every_min=1, mode=mode, slots=slots).start()
+        layer = {"messaging": "nats", "cluster_id": transport.cluster_id} if transport.kind == "nats" else {}
+        cluster = LocalCluster(
+            Path(home), address or transport.bootstrap_servers, workers=workers, persist_every_min=1, mode=mode, slots=slots, **layer
+        ).start()
         try:
             cluster.deploy(path, timeout=300)
             first = topology.group("filter").instances[0]
@@ -190,17 +196,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the paced latency run lasts")
     parser.add_argument("--modes", default="continuous,microbatch", help="execution modes to measure, separated by commas")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1 -> 2 workers figures")
+    parser.add_argument("--messaging", choices=("kafka", "nats"), default="kafka", help="the layer between the app's groups")
     args = parser.parse_args()
     text = APP.read_text()
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker() as broker, contextlib.ExitStack() as stack:
         transport = KafkaTransport(broker.bootstrap_servers, timeout=30)
         passthrough(transport, args.events, args.rate, args.seconds)
+        address, prefix = None, ""
+        if args.messaging == "nats":
+            from sp_dagster.embedded import EmbeddedNatsServer
+            from sp_dagster.messaging.nats import NatsTransport
+
+            server = stack.enter_context(EmbeddedNatsServer(store_dir=Path(stack.enter_context(tempfile.TemporaryDirectory()))))
+            transport, address, prefix = NatsTransport(server.url, "bench", timeout=30), server.url, "nats."
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-            pipeline(transport, f"app.{mode}", text, args.events, args.rate, args.seconds, mode=mode)
+            pipeline(transport, f"{prefix}app.{mode}", text, args.events, args.rate, args.seconds, mode=mode, address=address)
         if not args.no_scaling:
             wide = text.replace("parallel = '2'", "parallel = '4'")
             for workers in (1, 2):
-                pipeline(transport, f"scaling.{workers}w", wide, args.events, args.rate, 0, mode="continuous", workers=workers)
+                pipeline(transport, f"{prefix}scaling.{workers}w", wide, args.events, args.rate, 0, mode="continuous", workers=workers, address=address)
 
 
 if __name__ == "__main__":
