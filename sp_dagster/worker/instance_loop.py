@@ -95,6 +95,7 @@ class LoopSettings:
     max_events: int = 5_000  # messages taken per poll
     idle_wait_s: float = 0.2  # the longest a poll waits when nothing is due
     flush_timeout_s: float = 60.0
+    receiver_users: tuple = ()  # (username, password) pairs HTTP receivers with basic auth accept
 
 
 @dataclass
