@@ -204,8 +204,9 @@ def _kafka_source(annotation: ast.Annotation, destinations, report: Report) -> N
 
 def _kafka_sink(annotation: ast.Annotation, destinations, report: Report) -> None:
     by_destination = {(e.key or "").lower() for d in destinations for e in d.elements}
-    if annotation.get("topic") is None and "topic" not in by_destination:
-        report("@sink(type='kafka') needs a topic, on the sink or on every @destination.", annotation)
+    # Without bootstrap.servers the sink writes the cluster's own Kafka, and the topic defaults to <app>.<stream>.
+    if annotation.get("topic") is None and "topic" not in by_destination and annotation.get("bootstrap.servers") is not None:
+        report("@sink(type='kafka') to another cluster needs a topic, on the sink or on every @destination.", annotation)
     if "topic" in by_destination and not all(d.get("topic") for d in destinations):
         report("When one @destination of a kafka sink names a topic, every @destination must.", destinations[0])
     for element in [annotation.element("partition.no")] + [d.element("partition.no") for d in destinations]:
