@@ -81,6 +81,17 @@ class HttpsInterface:
 
 
 @dataclass(frozen=True)
+class ReceiverUser:
+    """One user that HTTP receivers with `basic.auth.enabled='true'` accept."""
+
+    username: str = setting("username", "", doc="the user name")
+    password: str = setting("password", "", doc="the password; use `${ENV}` (never logged)")
+
+    def __repr__(self) -> str:
+        return f"ReceiverUser(username={self.username!r}, password='***')"
+
+
+@dataclass(frozen=True)
 class ZooKeeperConfig:
     """`zooKeeperConfig`: accepted for compatibility; topics are created with Kafka's admin API."""
 
@@ -110,6 +121,7 @@ class DeploymentConfig:
     leader_retry_interval: int = setting("leaderRetryInterval", 10000, minimum=1, unit="milliseconds", doc="ms without a live leader before a worker stops its apps")
     resource_managers: tuple[HttpsInterface, ...] = setting("resourceManagers", (), doc="the managers; accepted for compatibility")
     is_receiver_node: bool = setting("isReceiverNode", False, doc="run only receiver (passthrough) partial apps")
+    receiver_users: tuple[ReceiverUser, ...] = setting("receiverUsers", (), doc="users HTTP receivers with basic.auth.enabled accept: `[{username, password}]`")
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,9 @@ def _receive_user_sources(
     if not sources or not readers:
         return []
     wanted = max(source_parallelism(source) for source in sources)
-    if len(readers) == 1 and wanted == 1 and all(parallelism[name] == 1 for name in readers):
+    # HTTP receivers always run as receiver (passthrough) partial apps, on receiver nodes when there are any.
+    receives = any((source.get("type") or "").lower() == "http" for source in sources)
+    if len(readers) == 1 and wanted == 1 and all(parallelism[name] == 1 for name in readers) and not receives:
         flows.source_hosts[stream] = next(iter(readers))
         return []
     passthroughs = _source_passthroughs(app_name, stream, sources, catalog)
@@ -212,7 +214,8 @@ def _external_topics(app_name: str, groups: list[GroupSpec], catalog: Catalog, f
             continue
         for sink in definition.annotations_named("sink"):
             if is_cluster_kafka(sink) and stream in flows.emitters and flows.emitters[stream]:
-                flows.add_topic(TopicSpec(sink.get("topic") or topic_name(app_name, stream), 1, stream, None, EXTERNAL))
+                for topic, partitions in addressed_topics(sink, topic_name(app_name, stream)).items():
+                    flows.add_topic(TopicSpec(topic, partitions, stream, None, EXTERNAL))
         for source in definition.annotations_named("source"):
             if not is_cluster_kafka(source):
                 continue
@@ -221,6 +224,24 @@ def _external_topics(app_name: str, groups: list[GroupSpec], catalog: Catalog, f
             for topic in (source.get("topic.list") or "").split(","):
                 if topic.strip() and readers:
                     flows.add_topic(TopicSpec(topic.strip(), max(hosts[r] for r in readers), stream, None, EXTERNAL))
+
+
+def addressed_topics(sink: ast.Annotation, default: str) -> dict[str, int]:
+    """The topics a kafka @sink writes, each with as many partitions as it addresses
+    (partition.no on the sink or on its @destinations, or one per partition.no destination)."""
+    distribution = sink.annotation("distribution")
+    destinations = distribution.annotations_named("destination") if distribution else ()
+
+    def number(annotation: ast.Annotation) -> int:
+        text = (annotation.get("partition.no") or "").strip()
+        return int(text) + 1 if text.isdigit() else 1
+
+    wanted = number(sink)
+    topics: dict[str, int] = {}
+    for destination in destinations:
+        topic = destination.get("topic") or sink.get("topic") or default
+        topics[topic] = max(topics.get(topic, wanted), number(destination))
+    return topics or {sink.get("topic") or default: wanted}
 
 
 def is_cluster_kafka(annotation: ast.Annotation) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.render import render
+from sp_dagster.siddhi.transports import INSTANCE_SHARE
 from sp_dagster.topology.analysis import AGGREGATION, FUNCTION, TABLE, TRIGGER, WINDOW, Catalog, is_persisted
 from sp_dagster.topology.errors import TopologyError
 from sp_dagster.topology.flows import Flows, is_cluster_kafka
@@ -191,7 +192,7 @@ def _passthrough_elements(group: GroupSpec, index: int, instance: str, context: 
     inner = f"{_PASSTHROUGH_PREFIX}{stream}"
     subscription = context.flows.subscriptions[group.name][stream]
     if group.source is not None:
-        source = _on_cluster(_without_nested_dist(group.source), context.app_name, stream)
+        source = _shared(_on_cluster(_without_nested_dist(group.source), context.app_name, stream), index, group.parallelism)
     else:
         source = _kafka_source(subscription, group, index, instance, context)
     sinks = [_kafka_sink(p) for p in context.flows.publications.get(group.name, [])]
@@ -208,6 +209,14 @@ def _passthrough_elements(group: GroupSpec, index: int, instance: str, context: 
         ast.StreamDefinition(name=stream, attributes=attributes, annotations=tuple(sinks)),
         query,
     ]
+
+
+def _shared(source: ast.Annotation, index: int, parallelism: int) -> ast.Annotation:
+    """A user kafka @source read by several instances, without partition.no.list: each instance
+    reads its own share of the topics' partitions (`sp.instance='i/N'`), so together they read all."""
+    if parallelism == 1 or (source.get("type") or "").lower() != "kafka" or source.get("partition.no.list") is not None:
+        return source
+    return dataclasses.replace(source, elements=(*source.elements, _element(INSTANCE_SHARE, f"{index + 1}/{parallelism}")))
 
 
 def _without_nested_dist(annotation: ast.Annotation) -> ast.Annotation:

@@ -19,14 +19,16 @@ from sp_dagster.topology.validation import validate
 DEFAULT_APP_NAME = "SiddhiApp"
 
 
-def plan(app: ast.App, name: str | None = None) -> Topology:
+def plan(app: ast.App, name: str | None = None, *, transports: bool = True) -> Topology:
     """Split a distributed app into execution groups, topics and partial apps.
 
     `name` is used when the app has no `@App:name` (the CLI passes the file's stem). Raises
     SiddhiQLError for a mistake in the app, TopologyError (a SiddhiQLError: line, column,
-    message) when the app cannot be distributed.
+    message) when the app cannot be distributed. With `transports` (the default) the app's
+    sources, sinks and maps must be ones workers run (`siddhi.transports`); the planner's own
+    tests of WSO2's cases turn that off.
     """
-    analysis, errors = check(app)
+    analysis, errors = check(app, transports=transports)
     if errors:
         raise SiddhiQLError.combine(errors)
     app_name = app.name or name or DEFAULT_APP_NAME

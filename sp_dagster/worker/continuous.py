@@ -59,7 +59,12 @@ def _run(spec: TaskSpec) -> str:
     reason = "failed"
     transport = transport_for(spec.messaging, timeout=30.0)
     try:
-        loop = InstanceLoop(spec.plan, transport, spec.settings, checkpoint=control.start_checkpoint, control=control)
+        if spec.plan.http_inputs:  # a receiver partial app: an HTTP endpoint publishing to entry topics
+            from sp_dagster.worker.http_receiver import ReceiverLoop
+
+            loop = ReceiverLoop(spec.plan, transport, spec.settings, control=control, users=dict(spec.settings.receiver_users))
+        else:
+            loop = InstanceLoop(spec.plan, transport, spec.settings, checkpoint=control.start_checkpoint, control=control)
         reason = loop.run()
         return reason
     finally:

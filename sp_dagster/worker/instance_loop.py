@@ -32,6 +32,7 @@ from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.transport import EARLIEST, Reader, Transport
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.sinks import HttpSinks, dead_letter_body
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class LoopSettings:
     max_events: int = 5_000  # messages taken per poll
     idle_wait_s: float = 0.2  # the longest a poll waits when nothing is due
     flush_timeout_s: float = 60.0
+    receiver_users: tuple = ()  # (username, password) pairs HTTP receivers with basic auth accept
 
 
 @dataclass
@@ -129,7 +131,8 @@ class InstanceLoop:
         self.control = control
         # Inputs and outputs on another Kafka cluster (`bootstrap.servers` of their own).
         self.transports = dict(transports or {})
-        self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms())
+        self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms(), partitions_of=self._topic_partitions)
+        self.http_sinks = HttpSinks(plan.http_outputs, plan.name) if plan.http_outputs else None
         self.positions: dict[tuple[str, int], int] = {}
         if checkpoint:
             restored = Checkpoint.decode(checkpoint)
@@ -146,19 +149,29 @@ class InstanceLoop:
         self.stats = _Stats()
         self._last_checkpoint = self._last_metrics = time.monotonic()
 
-    def _transport(self, bootstrap: str | None) -> Transport:
-        if not bootstrap:
+    def _transport(self, bootstrap: str | None, properties: tuple = ()) -> Transport:
+        """The cluster's transport, or a Kafka client of another cluster or with a user source's own properties."""
+        if not bootstrap and not properties:
             return self.transport
-        if bootstrap not in self.transports:
+        name = f"{bootstrap or ''}|{properties}" if properties else bootstrap
+        if name not in self.transports:
             from sp_dagster.messaging.kafka import KafkaTransport
 
-            self.transports[bootstrap] = KafkaTransport(bootstrap, getattr(self.transport, "properties", {}))
-        return self.transports[bootstrap]
+            servers = bootstrap or getattr(self.transport, "bootstrap_servers", None)
+            if servers is None:
+                raise ValueError(f"{self.plan.name}: optional.configuration needs a Kafka messaging layer")
+            self.transports[name] = KafkaTransport(servers, {**getattr(self.transport, "properties", {}), **dict(properties)})
+        return self.transports[name]
+
+    def _topic_partitions(self, topic: str) -> int:
+        """How many partitions an output topic has (user sinks that spread over all of them)."""
+        bootstrap = self._output_cluster.get(topic)
+        return self._transport(bootstrap).require_topic(topic).partitions
 
     def _open(self) -> None:
         raw = RawCodec()
         for source in self.plan.inputs:
-            transport = self._transport(source.bootstrap)
+            transport = self._transport(source.bootstrap, source.properties)
             partitions = self._partitions(source)
             start = {p: self.positions.get((source.topic, p), EARLIEST) for p in partitions}
             self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
@@ -188,8 +201,12 @@ class InstanceLoop:
             log.info("%s: replaying %s without publishing: their outputs were committed before", self.plan.name, self.replay_until)
 
     def _partitions(self, source) -> tuple[int, ...]:
-        """The partitions of an input the instance reads (all of them when the plan names none)."""
-        return source.partitions or tuple(range(self._transport(source.bootstrap).require_topic(source.topic).partitions))
+        """The partitions of an input the instance reads: those the plan names, else this instance's
+        share of all of them (a user kafka source read by N instances), else all of them."""
+        if source.partitions:
+            return source.partitions
+        count = self._transport(source.bootstrap, source.properties).require_topic(source.topic).partitions
+        return share_of(count, *(source.share or (1, 1)))
 
     @property
     def delivery(self) -> str:
@@ -311,6 +328,15 @@ class InstanceLoop:
     def _publish(self, out: list[Message], now: int) -> None:
         """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed."""
         used = set()
+        if self.http_sinks is not None:
+            # HTTP first: a turn's offsets are committed only once its requests ended (or went to dead letters).
+            for message in out:
+                if self.http_sinks.owns(message.topic):
+                    self.http_sinks.produce(message)
+            failures = self.http_sinks.flush(self.settings.flush_timeout_s)
+            out = [m for m in out if not self.http_sinks.owns(m.topic)]
+            if self.settings.dead_letter_topic:
+                out += [Message(self.settings.dead_letter_topic, 0, -1, m.timestamp, None, dead_letter_body(self.plan.name, m, why)) for m, why in failures]
         for message in out:
             publisher = self._publisher(message.topic)
             used.add(id(publisher))
@@ -368,9 +394,17 @@ class InstanceLoop:
             except Exception as exc:  # closing after a broker outage
                 log.debug("%s: closing a publisher: %s", self.plan.name, exc)
         self._publishers = {}
+        if self.http_sinks is not None:
+            self.http_sinks.close()
         for transport in self.transports.values():
             transport.close()
         self.runtime.close()
+
+
+def share_of(partitions: int, index: int, count: int) -> tuple[int, ...]:
+    """The partitions instance `index` (1-based) of `count` reads of a topic's `partitions`: every
+    count-th one from its own, so each partition is read by exactly one instance."""
+    return tuple(range(index - 1, partitions, count))
 
 
 def _now_ms() -> int:

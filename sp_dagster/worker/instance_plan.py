@@ -1,9 +1,12 @@
 """What a worker needs to run one partial-app instance, read from its transport annotations.
 
 The topology planner writes every partial app as complete SiddhiQL whose Kafka @source and
-@sink annotations name topics, partitions, mapping and publishing strategy. This module turns
-them into an `InstancePlan`: which topic partitions feed which stream, which streams go to
-which topics and how, and whether the instance can run keyed by its partition key.
+@sink annotations name topics, partitions, mapping and publishing strategy; user sources and
+sinks (kafka, http, log) stand next to them. This module turns them into an `InstancePlan`:
+which topic partitions (or HTTP receivers) feed which stream, which streams go to which
+topics, HTTP endpoints or the log and how, and whether the instance can run keyed by its
+partition key. What workers cannot run is refused by `check_supported`, the same check that
+`validate`, `plan` and `deploy` make.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from dataclasses import dataclass, field
 
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.messaging.codecs import Attribute
-from sp_dagster.siddhi import ast, parse
+from sp_dagster.messaging.maps import MapSpec, spec_of
+from sp_dagster.siddhi import SiddhiQLError, ast, parse
+from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, INSTANCE_SHARE, check_transports, http_headers
 
-BOOTSTRAP_PLACEHOLDER = "${bootstrap}"
-SUPPORTED_SINKS = ("kafka", "log")
+SUPPORTED_SINKS = ("kafka", "http", "log")
 
 
 class InstancePlanError(SpDagsterError):
@@ -33,11 +37,19 @@ class InputTopic:
     attributes: tuple[Attribute, ...]
     bootstrap: str | None = None  # None: the cluster's own messaging layer
     keyed: bool = False  # field-grouped: the message key is the partition key's string form
+    mapping: MapSpec | None = None  # the user's @map (None: `codec` as it stands)
+    share: tuple[int, int] | None = None  # (i, N): instance i (1-based) of N splits the topic's partitions
+    seq: bool = False  # siddhi-io-kafka's seq.enabled: messages carry `sequenceId:seqNo~` headers
+    properties: tuple[tuple[str, str], ...] = ()  # optional.configuration of the consumer
 
 
 @dataclass(frozen=True)
 class OutputTopic:
-    """Events of `stream` are published to `topic` over `partitions` partitions with `strategy`."""
+    """Events of `stream` are published to `topic` over `partitions` partitions with `strategy`.
+
+    A user sink may instead name one topic per @destination (`topics`, chosen per event by the
+    strategy), a fixed `partition`, a message `key` template, and its own cluster (`bootstrap`).
+    `partitions` 0 means: as many as the topic has."""
 
     stream: str
     topic: str
@@ -47,6 +59,56 @@ class OutputTopic:
     codec: str
     attributes: tuple[Attribute, ...]
     bootstrap: str | None = None
+    mapping: MapSpec | None = None
+    topics: tuple[str, ...] = ()  # one per @destination(topic=...)
+    partition: int | None = None  # partition.no on the sink
+    destination_partitions: tuple[int, ...] = ()  # one per @destination(partition.no=...)
+    key: str | None = None  # the message key, a {{attr}} template
+    properties: tuple[tuple[str, str], ...] = ()  # optional.configuration of the producer
+
+
+@dataclass(frozen=True)
+class HttpDestination:
+    """One endpoint of an HTTP sink."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    username: str | None = None
+    password: str | None = None
+
+
+@dataclass(frozen=True)
+class HttpOutput:
+    """Events of `stream` are sent to HTTP endpoints, one chosen per event by `strategy`."""
+
+    stream: str
+    destinations: tuple[HttpDestination, ...]
+    strategy: str
+    partition_key: str | None
+    method: str
+    mapping: MapSpec
+    attributes: tuple[Attribute, ...]
+    content_type: str | None = None
+
+
+@dataclass(frozen=True)
+class HttpInput:
+    """Events of `stream` arrive as HTTP requests at `url` (a receiver partial app)."""
+
+    stream: str
+    url: str
+    basic_auth: bool
+    mapping: MapSpec
+    attributes: tuple[Attribute, ...]
+
+
+@dataclass(frozen=True)
+class LogOutput:
+    """Events of `stream` are logged with a prefix at a priority."""
+
+    stream: str
+    prefix: str | None = None
+    priority: str = "INFO"
 
 
 @dataclass(frozen=True)
@@ -61,6 +123,9 @@ class InstancePlan:
     partition_key: str | None = None  # run one engine per key when every query is keyed by it
     stateless: bool = False
     extras: dict = field(default_factory=dict)
+    http_inputs: tuple[HttpInput, ...] = ()
+    http_outputs: tuple[HttpOutput, ...] = ()
+    logs: tuple[LogOutput, ...] = ()
 
 
 def _attributes(definition: ast.StreamDefinition) -> tuple[Attribute, ...]:
@@ -72,56 +137,117 @@ def _bootstrap(annotation: ast.Annotation) -> str | None:
     return None if value in (None, BOOTSTRAP_PLACEHOLDER) else value
 
 
-def _codec(annotation: ast.Annotation, where: str) -> str:
-    mapping = annotation.annotation("map")
-    kind = (mapping.get("type") if mapping else None) or "json"
-    if kind not in ("json", "binary"):
-        raise InstancePlanError(f"{where}: @map(type='{kind}') is not supported; use 'json' or 'binary'")
-    return kind
+def _int_list(text: str | None) -> tuple[int, ...]:
+    return tuple(int(part) for part in (text or "").split(",") if part.strip())
 
 
-def _int_list(text: str | None, where: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in (text or "").split(",") if part.strip())
-    except ValueError:
-        raise InstancePlanError(f"{where}: expected partition numbers separated by commas, got {text!r}") from None
+def _properties(annotation: ast.Annotation) -> tuple[tuple[str, str], ...]:
+    items = (p.partition(":") for p in (annotation.get("optional.configuration") or "").split(",") if p.strip())
+    return tuple((name.strip(), value.strip()) for name, _colon, value in items)
+
+
+def _share(annotation: ast.Annotation) -> tuple[int, int] | None:
+    text = annotation.get(INSTANCE_SHARE)
+    if not text:
+        return None
+    index, _slash, count = text.partition("/")
+    return int(index), int(count)
+
+
+def check_supported(name: str, app: ast.App) -> None:
+    """Raise InstancePlanError (file:line:col and a sentence) for the first source, sink or map
+    workers cannot run: the same check `validate`, `plan` and `deploy` make (`siddhi.transports`)."""
+    errors: list[SiddhiQLError] = []
+    check_transports(app, lambda message, node: errors.append(SiddhiQLError(message, node.line, node.column)))
+    if errors:
+        first = min(errors, key=lambda e: (e.line, e.column))
+        raise InstancePlanError(f"{name}:{first.line}:{first.column}: {first.message}")
 
 
 def plan_instance(name: str, siddhi: str) -> InstancePlan:
     """Read a partial app's transport annotations into an InstancePlan."""
     app = parse(siddhi, name)
-    inputs, outputs, logs = [], [], []
+    check_supported(name, app)
+    inputs, outputs, logs, http_inputs, http_outputs = [], [], [], [], []
     for definition in app.definitions:
         if not isinstance(definition, ast.StreamDefinition):
             continue
         attributes = _attributes(definition)
         for source in definition.annotations_named("source"):
-            where = f"{name}: @source of {definition.name}"
-            if (source.get("type") or "").lower() != "kafka":
-                raise InstancePlanError(f"{where}: source type '{source.get('type')}' is not supported by workers; use kafka")
-            partitions = _int_list(source.get("partition.no.list"), where)
+            mapping = spec_of(source.annotation("map"))
+            if (source.get("type") or "").lower() == "http":
+                basic = (source.get("basic.auth.enabled") or "false").lower() == "true"
+                http_inputs.append(HttpInput(definition.name, source.get("receiver.url"), basic, mapping, attributes))
+                continue
+            partitions = _int_list(source.get("partition.no.list"))
+            keyed = (source.get("threading.option") or "").lower() == "partition.wise" and bool(partitions)
+            seq = (source.get("seq.enabled") or "false").lower() == "true"
             for topic in (t.strip() for t in (source.get("topic.list") or "").split(",") if t.strip()):
-                keyed = (source.get("threading.option") or "").lower() == "partition.wise"
-                inputs.append(InputTopic(definition.name, topic, partitions, _codec(source, where), attributes, _bootstrap(source), keyed))
+                inputs.append(
+                    InputTopic(
+                        definition.name, topic, partitions, mapping.type, attributes, _bootstrap(source), keyed,
+                        mapping, None if partitions else _share(source), seq, _properties(source),
+                    )
+                )
         for sink in definition.annotations_named("sink"):
-            where = f"{name}: @sink of {definition.name}"
             kind = (sink.get("type") or "").lower()
             if kind == "log":
-                logs.append(definition.name)
-                continue
-            if kind != "kafka":
-                raise InstancePlanError(f"{where}: sink type '{sink.get('type')}' is not supported by workers; use kafka or log")
-            distribution = sink.annotation("distribution")
-            strategy = (distribution.get("strategy") if distribution else None) or "roundRobin"
-            destinations = len(distribution.annotations_named("destination")) if distribution else 0
-            partitions = destinations or int(sink.get("partition.no", "0")) + 1
-            key = distribution.get("partitionKey") if distribution else None
-            outputs.append(
-                OutputTopic(definition.name, sink.get("topic") or "", strategy, key, partitions, _codec(sink, where), attributes, _bootstrap(sink))
-            )
-    if not inputs:
-        raise InstancePlanError(f"{name}: no Kafka @source: a partial app needs at least one input topic")
-    return InstancePlan(name, siddhi, tuple(inputs), tuple(outputs), tuple(logs), _partition_key(app, inputs), _stateless(app))
+                logs.append(LogOutput(definition.name, sink.get("prefix"), (sink.get("priority") or "INFO").upper()))
+            elif kind == "http":
+                http_outputs.append(_http_output(definition.name, sink, attributes))
+            else:
+                outputs.append(_kafka_output(definition.name, sink, attributes))
+    if not inputs and not http_inputs:
+        raise InstancePlanError(f"{name}: no @source: a partial app needs at least one input topic or HTTP receiver")
+    return InstancePlan(
+        name, siddhi, tuple(inputs), tuple(outputs), tuple(log.stream for log in logs), _partition_key(app, inputs), _stateless(app),
+        http_inputs=tuple(http_inputs), http_outputs=tuple(http_outputs), logs=tuple(logs),
+    )
+
+
+def _distribution(sink: ast.Annotation) -> tuple[str, str | None, tuple[ast.Annotation, ...]]:
+    distribution = sink.annotation("distribution")
+    if distribution is None:
+        return "roundRobin", None, ()
+    return distribution.get("strategy") or "roundRobin", distribution.get("partitionKey"), distribution.annotations_named("destination")
+
+
+def _kafka_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute, ...]) -> OutputTopic:
+    strategy, key, destinations = _distribution(sink)
+    mapping = spec_of(sink.annotation("map"))
+    topics = tuple(d.get("topic") for d in destinations if d.get("topic"))
+    by_partition = tuple(int(d.get("partition.no")) for d in destinations if d.get("partition.no") is not None and not d.get("topic"))
+    partition = int(sink.get("partition.no")) if sink.get("partition.no") is not None else None
+    if by_partition:
+        partitions = len(by_partition)
+    elif partition is not None:
+        partitions = partition + 1
+    else:
+        partitions = 0  # as many as the topic has
+    return OutputTopic(
+        stream, sink.get("topic") or (topics[0] if topics else ""), strategy, key, partitions, mapping.type, attributes,
+        _bootstrap(sink), mapping, topics, partition, by_partition if by_partition != tuple(range(len(by_partition))) else (),
+        sink.get("key"), _properties(sink),
+    )
+
+
+def _http_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute, ...]) -> HttpOutput:
+    strategy, key, destinations = _distribution(sink)
+    base = HttpDestination(
+        sink.get("publisher.url") or "", http_headers(sink.get("headers") or ""), sink.get("basic.auth.username"), sink.get("basic.auth.password")
+    )
+    targets = tuple(
+        HttpDestination(
+            d.get("publisher.url") or base.url,
+            http_headers(d.get("headers")) if d.get("headers") else base.headers,
+            d.get("basic.auth.username") or base.username,
+            d.get("basic.auth.password") or base.password,
+        )
+        for d in destinations
+    ) or (base,)
+    return HttpOutput(
+        stream, targets, strategy, key, (sink.get("method") or "POST").upper(), spec_of(sink.annotation("map")), attributes, sink.get("content.type")
+    )
 
 
 def _partition_key(app: ast.App, inputs: list[InputTopic]) -> str | None:

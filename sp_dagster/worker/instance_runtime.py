@@ -36,8 +36,9 @@ from typing import Iterable, Sequence
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import DrivenClock, PlaybackClock
 from sp_dagster.errors import EventDecodeError
-from sp_dagster.messaging.codecs import codec_for
+from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.strategies import strategy_for
+from sp_dagster.worker.sinks import HTTP_PREFIX, destination_chooser, log_sink, message_key, sequenced
 from sp_dagster.siddhi import ast, parse
 from sp_dagster.worker.instance_plan import InstancePlan
 
@@ -104,14 +105,19 @@ def dead_letter(instance: str, message: Message, reason: str) -> dict:
 class InstanceRuntime:
     """The engine of one instance (or of one key of it), with codecs and strategies around it."""
 
-    def __init__(self, plan: InstancePlan, dead_letter_topic: str | None = None, *, key: str = "", now: int | None = None):
+    def __init__(
+        self, plan: InstancePlan, dead_letter_topic: str | None = None, *, key: str = "", now: int | None = None, partitions_of=None
+    ):
         self.plan = plan
+        self.partitions_of = partitions_of  # topic -> partition count, for user sinks that address every partition
         self.dead_letter_topic = dead_letter_topic
         app = _parsed(plan.name, plan.siddhi)
         # The worker's engine settings (datasources, aggregation shard id), carried in the plan's extras.
         options = plan.extras.get("engine", {})
         self.engine = AppRuntime(app, clock=PlaybackClock() if app.playback else DrivenClock(now), **options)
-        self._inputs = {i.topic: (i.stream, codec_for(i.codec, i.attributes)) for i in plan.inputs}
+        self._inputs = {i.topic: (i.stream, mapper_for(i.mapping or i.codec, i.attributes)) for i in plan.inputs}
+        self._inputs.update({f"{HTTP_PREFIX}{i.stream}": (i.stream, mapper_for(i.mapping, i.attributes)) for i in plan.http_inputs})
+        self._sequenced = {i.topic for i in plan.inputs if i.seq}
         self._out: list[Message] = []
         self.rows_in = self.rows_out = self.rejected = self.duplicates = 0
         self.group = plan.name.rsplit("-", 1)[0]
@@ -122,21 +128,59 @@ class InstanceRuntime:
         self._tick = [0, 0]  # the time of the last advance and how many outputs it has named
         for output in plan.outputs:
             self.engine.add_callback(output.stream, self._publisher(output))
-        for stream in plan.log_streams:
-            self.engine.add_callback(stream, functools.partial(self._log, stream))
+        for output in plan.http_outputs:
+            self.engine.add_callback(output.stream, self._http_publisher(output))
+        for sink in plan.logs:
+            self.engine.add_callback(sink.stream, log_sink(plan.name, sink))
 
     def _publisher(self, output):
-        codec = codec_for(output.codec, output.attributes)
-        strategy = strategy_for(output.strategy, [a.name for a in output.attributes], output.partition_key)
+        codec = mapper_for(output.mapping or output.codec, output.attributes)
+        names = [a.name for a in output.attributes]
+        if output.topics:  # one topic per @destination: the strategy picks destinations, Siddhi's way
+            choose = destination_chooser(output.strategy, names, output.partition_key, len(output.topics))
+        else:
+            strategy = strategy_for(output.strategy, names, output.partition_key)
+        count = output.partitions
+
+        def publish(events) -> None:
+            nonlocal count
+            for event in events:
+                if event.is_expired:
+                    continue
+                value = codec.encode(event.data)
+                origin = self._next_origin()
+                if output.topics:
+                    key = message_key(output.key, names, event.data)
+                    places = [(output.topics[i], output.partition if output.partition is not None else -1) for i in choose(event.data)]
+                elif output.partition is not None and not output.destination_partitions:
+                    key = message_key(output.key, names, event.data)
+                    places = [(output.topic, output.partition)]
+                else:
+                    if not count:
+                        count = self.partitions_of(output.topic) if self.partitions_of else 1
+                    key = message_key(output.key, names, event.data) if output.key else strategy.key(event.data)
+                    chosen = strategy.partitions(event.data, count)
+                    if output.destination_partitions:
+                        chosen = [output.destination_partitions[i] for i in chosen]
+                    places = [(output.topic, p) for p in chosen]
+                for topic, partition in places:
+                    self._out.append(Message(topic, partition, -1, event.timestamp, key, value, origin))
+                    self.rows_out += 1
+
+        return publish
+
+    def _http_publisher(self, output):
+        codec = mapper_for(output.mapping, output.attributes)
+        choose = destination_chooser(output.strategy, [a.name for a in output.attributes], output.partition_key, len(output.destinations))
+        topic = f"{HTTP_PREFIX}{output.stream}"
 
         def publish(events) -> None:
             for event in events:
                 if event.is_expired:
                     continue
-                value, key = codec.encode(event.data), strategy.key(event.data)
-                origin = self._next_origin()
-                for partition in strategy.partitions(event.data, output.partitions):
-                    self._out.append(Message(output.topic, partition, -1, event.timestamp, key, value, origin))
+                value, origin = codec.encode(event.data), self._next_origin()
+                for index in choose(event.data):
+                    self._out.append(Message(topic, index, -1, event.timestamp, None, value, origin))
                     self.rows_out += 1
 
         return publish
@@ -145,10 +189,6 @@ class InstanceRuntime:
         key, sequence = self._origin
         self._emitted += 1
         return encode_origin(key, sequence + (self._emitted,))
-
-    def _log(self, stream: str, events) -> None:
-        for event in events:
-            log.info("%s: %s %s @%s", self.plan.name, stream, event.data, event.timestamp)
 
     @property
     def on_wall_clock(self) -> bool:
@@ -189,6 +229,12 @@ class InstanceRuntime:
             self._advance(now)
         run = _Run()
         for message in _in_order(messages):
+            if message.topic in self._sequenced:
+                try:
+                    message = sequenced(message)
+                except EventDecodeError as exc:
+                    self._reject(message, str(exc))
+                    continue
             key, sequence = origin_of(message)
             place = (message.topic, message.partition, key)
             if place in self.seen and sequence <= self.seen[place]:

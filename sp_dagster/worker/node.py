@@ -207,7 +207,8 @@ class Worker:
             from sp_dagster.worker.continuous import ContinuousInstance
             from sp_dagster.worker.instance_loop import LoopSettings
 
-            settings = LoopSettings(dead_letters, checkpoint_interval_s=self.config.spark.checkpoint_interval / 1000)
+            users = tuple((u.username, u.password) for u in self.config.deployment.receiver_users)
+            settings = LoopSettings(dead_letters, checkpoint_interval_s=self.config.spark.checkpoint_interval / 1000, receiver_users=users)
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()
         settings = QuerySettings(
             self.bootstrap,

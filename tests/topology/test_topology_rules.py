@@ -319,12 +319,23 @@ define stream S (k string, v int);
     ),
     "a user source read by one parallel-1 group stays in it": Case(
         """@App:name('Src')
-@source(type='http', receiver.url='http://0.0.0.0:8080/in', @map(type='json'))
+@source(type='kafka', topic.list='in', group.id='g', @map(type='json'))
 define stream S (k string, v int);
 @dist(execGroup='one', parallel='1') from S select k, v insert into T;
 """,
         groups=(("Src-one", 1, False),),
         inputs={"Src-one": {"S": ("all", None, None)}},
+        topics={"in": 1},
+    ),
+    "an http source read by one parallel-1 group still runs as a receiver": Case(
+        """@App:name('Src')
+@source(type='http', receiver.url='http://0.0.0.0:8080/in', @map(type='json'))
+define stream S (k string, v int);
+@dist(execGroup='one', parallel='1') from S select k, v insert into T;
+""",
+        groups=(("Src-passthrough-S", 1, True), ("Src-one", 1, False)),
+        inputs={"Src-passthrough-S": {"S": ("all", None, None)}, "Src-one": {"S": ("all", None, "Src.S")}},
+        topics={"Src.S": 1},
     ),
     "a user source read in parallel moves into a receiver passthrough": Case(
         """@App:name('Src')
