@@ -241,22 +241,45 @@ class IncrementalAggregation:
         return {"rows": self.store.counts(), "newest_bucket": self.store.newest(), "shard_id": self.shard if self.distributed else None}
 
     def snapshot(self):
-        """The executors, the timer, the in-memory tables (plain data)."""
-        return {
+        """The executors, the timer, the in-memory tables (plain data); with a database store that
+        has not been read yet, the newest row of this shard per granularity (see restore())."""
+        state = {
             "executors": {d: e.snapshot() for d, e in self.executors.items()},
             "timer": self.timer.snapshot(),
             "flags": (self.timer_started, self.initialised),
             "store": self.store.snapshot(),
         }
+        if self.store.persistent and not self.initialised:
+            state["newest"] = self.store.newest(self.shard if self.distributed else None)
+        return state
 
     def restore(self, state) -> None:
-        """Inverse of snapshot()."""
+        """Inverse of snapshot(). With a database store, the rows this shard wrote after the snapshot
+        are deleted: whoever restores a snapshot replays the events that came after it, so those
+        rows are written again (keeping them would count those events twice)."""
         for duration, saved in state["executors"].items():
             self.executors[duration].restore(saved)
         self.timer.restore(state["timer"])
         self.timer_started, self.initialised = state["flags"]
         if state["store"] is not None:
             self.store.restore(state["store"])
+        if self.store.persistent:
+            self._discard_after(state)
+
+    def _discard_after(self, state) -> None:
+        shard = self.shard if self.distributed else None
+        newest = state.get("newest")
+        for duration, executor in self.executors.items():
+            if self.initialised:
+                if executor.store_ts == -1:
+                    continue
+                since = executor.store_ts  # the bucket open at the snapshot: written only after it
+            else:
+                before = (newest or {}).get(duration)
+                since = None if before is None else before + 1
+            dropped = self.store.discard(duration, since, shard)
+            if dropped:
+                log.info("aggregation %s: dropped %d %s row(s) written after the restored snapshot", self.name, dropped, duration)
 
     def stop(self) -> None:
         """Stop reading the input stream and release the store."""

@@ -290,6 +290,22 @@ class RdbmsStore:
         with self.engine.begin() as conn:
             conn.execute(self.sa.delete(self.tables[duration]).where(self._columns[duration][0] < before))
 
+    def discard(self, duration: str, since: int | None, shard: str | None = None) -> int:
+        """Delete the rows with AGG_TIMESTAMP >= since (every row when since is None), of `shard` if
+        given; how many went. A restored runtime drops what was written after its snapshot."""
+        sa, columns = self.sa, self._columns[duration]
+        where = [] if since is None else [columns[0] >= since]
+        if shard is not None and self.distributed:
+            where.append(columns[1] == shard)
+        statement = sa.delete(self.tables[duration])
+        if where:
+            statement = statement.where(*where)
+        try:
+            with self.engine.begin() as conn:
+                return conn.execute(statement).rowcount
+        except sa.exc.SQLAlchemyError as exc:
+            raise EngineError(f"aggregation table {self.tables[duration].name} at {self.options.shown}: deleting failed: {exc}") from None
+
     def snapshot(self):
         """Nothing: the rows live in the database."""
         return None
