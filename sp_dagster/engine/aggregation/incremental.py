@@ -237,8 +237,11 @@ class IncrementalAggregation:
         return self.store.counts()
 
     def observations(self) -> dict:
-        """What an asset observation reports: rows and the newest bucket written, per granularity."""
-        return {"rows": self.store.counts(), "newest_bucket": self.store.newest(), "shard_id": self.shard if self.distributed else None}
+        """What an asset observation reports: rows and the newest bucket written, per granularity (and
+        rows per shard, over all granularities, of a distributed aggregation in a database)."""
+        seen = {"rows": self.store.counts(), "newest_bucket": self.store.newest(), "shard_id": self.shard if self.distributed else None}
+        seen["rows_by_shard"] = self.store.counts_by_shard() if self.distributed and self.store.persistent else None
+        return seen
 
     def snapshot(self):
         """The executors, the timer, the in-memory tables (plain data); with a database store that

@@ -273,6 +273,15 @@ class RdbmsStore:
         with self.engine.connect() as conn:
             return {d: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for d, t in self.tables.items()}
 
+    def counts_by_shard(self) -> dict[str, int]:
+        """Rows per SHARD_ID over every granularity (distributed tables only)."""
+        sa, found = self.sa, {}
+        with self.engine.connect() as conn:
+            for columns in self._columns.values():
+                for shard, count in conn.execute(sa.select(columns[1], sa.func.count()).group_by(columns[1])):
+                    found[shard] = found.get(shard, 0) + count
+        return dict(sorted(found.items()))
+
     def newest(self, shard: str | None = None) -> dict[str, int | None]:
         """The newest AGG_TIMESTAMP per granularity (None when a table is empty), of `shard` if given."""
         sa = self.sa
