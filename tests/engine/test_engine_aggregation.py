@@ -334,3 +334,46 @@ def test_a_shard_restored_elsewhere_and_replaying_counts_each_event_once(store):
     finally:
         for runtime in (other, reader):
             runtime.shutdown()
+
+
+def test_a_group_joining_an_unsharded_aggregation_restores_without_touching_its_rows(store):  # noqa: F811
+    """The copy a joining group holds only reads the store: restoring it deletes none of the rows
+    the aggregation's own instance wrote, before or after the copy's snapshot."""
+    from sp_dagster.siddhi import parse
+    from sp_dagster.topology import plan
+
+    app = f"""@App:name('Trades')
+define stream QueryStream (symbol string);
+define stream TradeStream (symbol string, price double, quantity long, ts long);
+{store.annotation()}
+define aggregation TradeAgg from TradeStream select symbol, sum(quantity) as total group by symbol aggregate by ts every sec ... hour;
+@info(name='lookup') @dist(execGroup='lookup', parallel='1')
+from QueryStream as Q join TradeAgg as A on Q.symbol == A.symbol within '2017-06-** **:**:**' per 'seconds'
+select A.symbol, A.total insert into TotalsStream;
+"""
+    topology = plan(parse(app))
+    (writer_app,) = topology.group("Trades-aggregation-TradeAgg").instances
+    (lookup,) = topology.group("Trades-lookup").instances
+    writer = AppRuntime(_engine_only(writer_app.app))
+    reader = AppRuntime(_engine_only(lookup.app))
+    totals = []
+    reader.add_callback("TotalsStream", lambda events: totals.extend(e.data for e in events))
+    try:
+        writer.send("TradeStream", [("WSO2", 1.0, 10, BASE)], [BASE])
+        writer.advance_time(BASE + 2000)
+        reader.send("QueryStream", [("WSO2",)], [BASE + 2000])  # the copy reads (and builds itself from) the store
+        saved = reader.snapshot()
+        writer.send("TradeStream", [("WSO2", 1.0, 20, BASE + 3000)], [BASE + 3000])
+        writer.advance_time(BASE + 70_000)  # seconds and the minute written after the copy's snapshot
+        rows = writer.aggregations()["TradeAgg"]["rows"]
+        assert rows == {"SECONDS": 2, "MINUTES": 1, "HOURS": 0}
+        reader.shutdown()
+        reader = AppRuntime(_engine_only(lookup.app))
+        reader.add_callback("TotalsStream", lambda events: totals.extend(e.data for e in events))
+        reader.restore(saved)
+        assert writer.aggregations()["TradeAgg"]["rows"] == rows
+        reader.send("QueryStream", [("WSO2",)], [BASE + 70_000])
+        assert totals == [("WSO2", 10), ("WSO2", 10), ("WSO2", 20)]
+    finally:
+        writer.shutdown()
+        reader.shutdown()
