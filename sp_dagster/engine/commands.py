@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from sp_dagster.errors import SpDagsterError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `conformance` and `run` commands."""
@@ -42,9 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Tables with @store(type='rdbms') are read from (and changed in) their database; in-memory "
         "tables start empty, or hold what --events sends first. Aggregations answer "
         "'from A [on cond] within <start>, <end> | within '2017-06-** **:**:**' per 'hours' select ...' "
-        "from their tables (and what --events sent); --conf gives the shard id and partitionById.",
+        "from their tables (and what --events sent); --conf gives the shard id and partitionById. "
+        "APP may name a deployed app instead of a file: its recorded SiddhiQL is read from the control plane "
+        "of --conf, and a query reads the stores its workers write (an aggregation with @dist(parallel='N') "
+        "merges its N shards).",
     )
-    query.add_argument("app", metavar="APP.siddhi", help="the Siddhi app")
+    query.add_argument("app", metavar="APP", help="the Siddhi app's file, or the name of an app deployed on the control plane of --conf")
     query.add_argument("query", metavar="QUERY", help="the on-demand query, e.g. \"from StockTable on price > 10 select symbol, price\"")
     query.add_argument("--events", metavar="EVENTS.jsonl", help="events to send before the query, as for `run` ('-' for standard input)")
     query.add_argument("--json", action="store_true", help="print one JSON object per row, keyed by attribute name")
@@ -97,16 +102,16 @@ def run_query(args: argparse.Namespace) -> int:
     """Run one on-demand query against an app's tables and print the rows it returns."""
     from sp_dagster.engine.ondemand import run_on_demand
     from sp_dagster.engine.replay import send_lines
-    from sp_dagster.engine.runtime import AppRuntime
 
-    text = Path(args.app).read_text(encoding="utf-8")
-    settings = {}
+    config = None
     if args.conf is not None:
         from sp_dagster.config.loader import load_config
-        from sp_dagster.engine.aggregation.settings import runtime_settings
 
-        settings = runtime_settings(load_config(args.conf))
-    runtime = AppRuntime(text, source=args.app, **settings)
+        config = load_config(args.conf)
+    text, deployed = _app_text(args.app, config)
+    if deployed and args.events:
+        raise SpDagsterError(f"--events would write into the stores of the deployed app {args.app}; produce them to its topics instead")
+    runtime = _query_runtime(text, args.app, config)
     try:
         if args.events:
             source = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")
@@ -129,6 +134,50 @@ def run_query(args: argparse.Namespace) -> int:
     elif schema.names:
         _print_table(schema, [event.data for event in result.events])
     return 0
+
+
+def _app_text(app: str, config) -> tuple[str, bool]:
+    """(SiddhiQL, deployed?): the file `app`, else the app of that name deployed on the control plane of `config`."""
+    path = Path(app)
+    if path.exists() or config is None:
+        return path.read_text(encoding="utf-8"), False
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.cluster.store.deployments import get_deployment, list_deployments
+
+    plane = ControlPlane.from_config(config, migrate=False)
+    try:
+        record = get_deployment(plane, app)
+        names = [] if record else [d.app for d in list_deployments(plane)]
+    finally:
+        plane.close()
+    if record is None:
+        raise SpDagsterError(
+            f"{app}: no such file, and no app of that name is deployed on {plane.safe_url} (deployed: {', '.join(names) or 'none'})"
+        )
+    return record.source, True
+
+
+def _query_runtime(text: str, source: str, config):
+    """The runtime a query reads through: the app as a reader of its deployed stores sees it (an aggregation
+    planned as N > 1 shards merges them), with the datasources, shard id and partitionById of `config`."""
+    from sp_dagster.engine.runtime import AppRuntime
+    from sp_dagster.siddhi import parse
+    from sp_dagster.topology.partial_apps import reader_view
+
+    settings = {}
+    if config is not None:
+        from sp_dagster.engine.aggregation.settings import runtime_settings
+
+        settings = runtime_settings(config)
+    parsed = parse(text, source)
+    app = reader_view(parsed)
+    if any(a is not b for a, b in zip(app.elements, parsed.elements)) and not settings.get("shard_id"):
+        settings["shard_id"] = QUERY_SHARD  # a reader of shards writes nothing unless --events sends some
+    return AppRuntime(app, source=source, **settings)
+
+
+#: The shard id of `sp-dagster query` reading a sharded aggregation with no shard id configured.
+QUERY_SHARD = "sp-dagster-query"
 
 
 def _print_table(schema, rows: list[tuple]) -> None:

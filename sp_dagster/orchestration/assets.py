@@ -2,7 +2,8 @@
 
 Every execution group of a deployed app is one asset (its partial app, run as `parallelism`
 instances), grouped per app, with lineage topic -> partial app -> topic; topics are assets
-too. `SpDagsterTranslator` decides keys, groups and metadata (override a method to change
+too, and so is every incremental aggregation (partial app -> aggregation -> the partial apps
+that join it; see `aggregations`). `SpDagsterTranslator` decides keys, groups and metadata (override a method to change
 one). `DeploymentsLoader` is a state-backed definitions loader: the control plane is read
 once, when the code location loads; the snapshot travels with the definitions as
 reconstruction metadata, so a run worker rebuilds exactly the graph the UI shows without
@@ -20,6 +21,7 @@ from typing import Any
 import dagster as dg
 from dagster._core.definitions.definitions_load_context import StateBackedDefinitionsLoader
 
+from sp_dagster.orchestration.aggregations import AGGREGATION_META, deployment_aggregations
 from sp_dagster.orchestration.resources import ControlPlaneResource
 
 DEFS_KEY = "sp_dagster/deployments"
@@ -108,6 +110,36 @@ class SpDagsterTranslator:
             tags={"sp-dagster/app": self.group_name(app)},
         )
 
+    def aggregation_key(self, app: str, aggregation: str) -> dg.AssetKey:
+        """The key of one incremental aggregation: `<app>/aggregations/<name>`."""
+        return dg.AssetKey([app, "aggregations", aggregation])
+
+    def get_aggregation_spec(self, deployment: dict, aggregation: dict) -> dg.AssetSpec:
+        """The spec of one aggregation, depending on the partial app that feeds it."""
+        app = deployment["app"]
+        store = aggregation["store"]
+        shards = aggregation["shards"]
+        return dg.AssetSpec(
+            key=self.aggregation_key(app, aggregation["name"]),
+            deps=[self.partial_app_key(app, self.exec_group(app, {"name": aggregation["group"]}))],
+            group_name=self.group_name(app),
+            description=f"Incremental aggregation `{aggregation['name']}` of {app}: "
+            + (f"{shards} active-active shards" if shards > 1 else "one instance")
+            + (f", its tables in an {store} store." if store else ", in memory (inside its instance)."),
+            kinds={"siddhi", store} if store else {"siddhi"},
+            code_version=f"{deployment['content_hash'][:12]}-g{deployment['generation']}",
+            metadata={
+                APP_META: app,
+                AGGREGATION_META: aggregation["name"],
+                "fed_by": aggregation["group"],
+                "read_by": aggregation["readers"],
+                "shards": shards,
+                "store": store or "in memory",
+                "siddhi": _code(aggregation["reader"]),
+            },
+            tags={"sp-dagster/app": self.group_name(app)},
+        )
+
     def get_topic_spec(self, topic: dict, app: str, producers: list[dg.AssetKey]) -> dg.AssetSpec:
         """The spec of one topic, depending on the partial apps that publish to it."""
         return dg.AssetSpec(
@@ -146,8 +178,13 @@ def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = N
         app, plan = deployment["app"], deployment["plan"]
         for topic in plan.get("topics", []):
             topics.setdefault(topic["name"], (topic, app))
+        aggregations = deployment_aggregations(deployment)
+        specs += [translator.get_aggregation_spec(deployment, a) for a in aggregations]
         for group in plan.get("groups", []):
             spec = translator.get_partial_app_spec(deployment, group)
+            reads = [translator.aggregation_key(app, a["name"]) for a in aggregations if group["name"] in a["readers"]]
+            if reads:  # a group joining an aggregation of another group reads it through the store
+                spec = spec.merge_attributes(deps=reads)
             specs.append(spec)
             for publication in [p for publications in group["outputs"].values() for p in publications] + _user_sinks(group):
                 producers.setdefault(publication["topic"], []).append(spec.key)

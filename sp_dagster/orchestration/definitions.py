@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 
 from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.aggregations import build_aggregation_checks, deployment_aggregations
 from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
 from sp_dagster.orchestration.health import build_health_checks
 from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, undeploy_job
@@ -72,6 +73,7 @@ def build_definitions(manager_conf: str | None = None, worker_conf: str | None =
 
 def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator | None) -> dg.Definitions:
     settings = dagster_settings(manager_conf)  # a broken conf also shows on the control_plane asset
+    translator = translator or SpDagsterTranslator()
     resources = {
         "control_plane": control_plane_resource(manager_conf),
         "messaging": MessagingResource(
@@ -92,9 +94,17 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
         targets = {s.key: (s.metadata[APP_META], s.metadata[GROUP_META]) for s in specs if GROUP_META in s.metadata}
         if not targets:
             return dg.Definitions(assets=specs)
-        checks = build_health_checks(targets)
-        health = dg.define_asset_job("health", selection=dg.AssetSelection.checks(checks), description="Observe every partial app and run its health checks.")
-        return dg.Definitions(assets=specs, asset_checks=[checks], jobs=[health], schedules=[build_health_schedule(health, settings.health_interval)])
+        checks = [build_health_checks(targets)]
+        aggregations = {
+            translator.aggregation_key(d["app"], a["name"]): a for d in snapshot["deployments"] for a in deployment_aggregations(d)
+        }
+        stored = {s.key: aggregations[s.key] for s in specs if s.key in aggregations and aggregations[s.key]["store"]}
+        if stored:
+            checks.append(build_aggregation_checks(stored, worker_conf))
+        health = dg.define_asset_job(
+            "health", selection=dg.AssetSelection.checks(*checks), description="Observe every partial app and aggregation and run their health checks."
+        )
+        return dg.Definitions(assets=specs, asset_checks=checks, jobs=[health], schedules=[build_health_schedule(health, settings.health_interval)])
 
     loader = DeploymentsLoader(control_plane_resource(manager_conf, resolved=True), from_snapshot, translator)
     return dg.Definitions.merge(static, loader.build_defs())

@@ -127,15 +127,24 @@ def _stream_definition(
     return dataclasses.replace(definition, annotations=tuple(annotations))
 
 
+def _view_stream(source: str, group_name: str) -> str:
+    return f"{source}_{group_name.replace('-', '_')}"
+
+
+def is_aggregation_view(aggregation: ast.AggregationDefinition, group_name: str) -> bool:
+    """True when an aggregation of group `group_name`'s partial app is a view (the group reads the
+    aggregation's store; another group feeds it), False in the group that feeds it."""
+    return aggregation.input.stream.endswith(_view_stream("", group_name))
+
+
 def _aggregation_view(aggregation: ast.AggregationDefinition, group: GroupSpec, context: Context) -> list[ast.Element]:
     """A persisted aggregation read by another group: a copy over a stream nothing publishes to,
     so the copy only reads the shared store (as the original's renamed `<source>_<group>`)."""
     source = aggregation.input.stream
-    renamed = f"{source}_{group.name.replace('-', '_')}"
+    renamed = _view_stream(source, group.name)
     stream = ast.StreamDefinition(name=renamed, attributes=_attributes(source, group, context))
     copy = _rename_stream(_without_dist(aggregation), source, renamed)
-    dist = aggregation.annotation("dist")
-    return [stream, _sharded(copy, dist is not None and int(dist.get("parallel", "1").strip()) > 1)]
+    return [stream, _sharded(copy, _shard_count(aggregation) > 1)]
 
 
 def _sharded(aggregation: ast.AggregationDefinition, shards: bool) -> ast.AggregationDefinition:
@@ -146,6 +155,20 @@ def _sharded(aggregation: ast.AggregationDefinition, shards: bool) -> ast.Aggreg
     marker = ast.Annotation("PartitionById", (ast.AnnotationElement("true", "enable"),))
     others = tuple(a for a in aggregation.annotations if a.name.lower() != "partitionbyid")
     return dataclasses.replace(aggregation, annotations=(*others, marker))
+
+
+def reader_view(app: ast.App) -> ast.App:
+    """The whole app as a reader of its deployed stores sees it: every aggregation planned as N > 1
+    active-active shards carries @PartitionById, so a retrieval merges all shards' rows."""
+    elements = tuple(
+        _sharded(e, is_persisted(e) and _shard_count(e) > 1) if isinstance(e, ast.AggregationDefinition) else e for e in app.elements
+    )
+    return dataclasses.replace(app, elements=elements)
+
+
+def _shard_count(aggregation: ast.AggregationDefinition) -> int:
+    dist = aggregation.annotation("dist")
+    return 1 if dist is None else int((dist.get("parallel") or "1").strip())
 
 
 def _partitioned(aggregation: ast.AggregationDefinition) -> bool:

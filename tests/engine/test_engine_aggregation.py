@@ -282,3 +282,98 @@ def test_observations_give_rows_and_the_newest_bucket_per_granularity(store):  #
         assert seen["shard_id"] == "n1"
     finally:
         runtime.shutdown()
+
+
+def test_a_shard_restored_elsewhere_and_replaying_counts_each_event_once(store):  # noqa: F811
+    """A worker's shard dies after writing rows its last snapshot does not cover; another worker
+    restores the snapshot later on the wall clock (its timers fire first, as a host's do) and
+    replays the events since: the merged totals count each event once, on every backend."""
+    from sp_dagster.engine.clock import DrivenClock
+
+    app = APP.format(annotations=f"{store.annotation()}\n@PartitionById").replace("@app:playback\n", "")
+    now = 1_700_000_040_000  # processing time (the wall clock), an exact minute
+    events = [(("IBM", 1.0, n, BASE + n * 1000), now + 100 * n) for n in range(1, 5)]  # quantities 1..4 as volume
+    events[3] = (events[3][0], now + 1500)  # the last one in the next second
+    first = AppRuntime(app, clock=DrivenClock(now), shard_id="shard-2")
+    other = AppRuntime(app, clock=DrivenClock(now), shard_id="shard-1")
+    reader = AppRuntime(app, clock=DrivenClock(now), shard_id="reader")
+    try:
+        other.send("Trades", [("IBM", 1.0, 100, BASE)], [now])  # the other shard's share
+        for row, stamp in events[:2]:
+            first.send("Trades", [row], [stamp])
+        saved = first.snapshot()  # mid-second, mid-minute
+        for row, stamp in events[2:]:
+            first.send("Trades", [row], [stamp])
+        for runtime in (first, other):
+            runtime.advance_time(now + 61_000)  # seconds and the minute are written
+        first.shutdown()  # killed: nothing more from it
+        query = "from TradeAgg within '2017-06-** **:**:**' per '{}' select symbol, n, avgVolume"
+
+        def totals() -> dict[str, tuple]:
+            found = {}
+            for per in ("seconds", "minutes", "hours"):
+                rows = _rows(reader, query.format(per))
+                found[per] = (sum(r[1] for r in rows), sum(r[1] * r[2] for r in rows))
+            return found
+
+        reader.advance_time(now + 61_000)
+        assert totals() == dict.fromkeys(("seconds", "minutes", "hours"), (5, 110))
+
+        later = now + 90_000
+        moved = AppRuntime(app, clock=DrivenClock(later), shard_id="shard-2")
+        try:
+            moved.restore(saved)
+            moved.advance_time(later)  # the restored timers fire first ...
+            for row, stamp in events[2:]:  # ... then the replay
+                moved.send("Trades", [row], [stamp])
+            for runtime in (moved, other, reader):
+                runtime.advance_time(later + 61_000)
+            assert totals() == dict.fromkeys(("seconds", "minutes", "hours"), (5, 110))
+        finally:
+            moved.shutdown()
+    finally:
+        for runtime in (other, reader):
+            runtime.shutdown()
+
+
+def test_a_group_joining_an_unsharded_aggregation_restores_without_touching_its_rows(store):  # noqa: F811
+    """The copy a joining group holds only reads the store: restoring it deletes none of the rows
+    the aggregation's own instance wrote, before or after the copy's snapshot."""
+    from sp_dagster.siddhi import parse
+    from sp_dagster.topology import plan
+
+    app = f"""@App:name('Trades')
+define stream QueryStream (symbol string);
+define stream TradeStream (symbol string, price double, quantity long, ts long);
+{store.annotation()}
+define aggregation TradeAgg from TradeStream select symbol, sum(quantity) as total group by symbol aggregate by ts every sec ... hour;
+@info(name='lookup') @dist(execGroup='lookup', parallel='1')
+from QueryStream as Q join TradeAgg as A on Q.symbol == A.symbol within '2017-06-** **:**:**' per 'seconds'
+select A.symbol, A.total insert into TotalsStream;
+"""
+    topology = plan(parse(app))
+    (writer_app,) = topology.group("Trades-aggregation-TradeAgg").instances
+    (lookup,) = topology.group("Trades-lookup").instances
+    writer = AppRuntime(_engine_only(writer_app.app))
+    reader = AppRuntime(_engine_only(lookup.app))
+    totals = []
+    reader.add_callback("TotalsStream", lambda events: totals.extend(e.data for e in events))
+    try:
+        writer.send("TradeStream", [("WSO2", 1.0, 10, BASE)], [BASE])
+        writer.advance_time(BASE + 2000)
+        reader.send("QueryStream", [("WSO2",)], [BASE + 2000])  # the copy reads (and builds itself from) the store
+        saved = reader.snapshot()
+        writer.send("TradeStream", [("WSO2", 1.0, 20, BASE + 3000)], [BASE + 3000])
+        writer.advance_time(BASE + 70_000)  # seconds and the minute written after the copy's snapshot
+        rows = writer.aggregations()["TradeAgg"]["rows"]
+        assert rows == {"SECONDS": 2, "MINUTES": 1, "HOURS": 0}
+        reader.shutdown()
+        reader = AppRuntime(_engine_only(lookup.app))
+        reader.add_callback("TotalsStream", lambda events: totals.extend(e.data for e in events))
+        reader.restore(saved)
+        assert writer.aggregations()["TradeAgg"]["rows"] == rows
+        reader.send("QueryStream", [("WSO2",)], [BASE + 70_000])
+        assert totals == [("WSO2", 10), ("WSO2", 10), ("WSO2", 20)]
+    finally:
+        writer.shutdown()
+        reader.shutdown()

@@ -74,6 +74,7 @@ class IncrementalAggregation:
         self.timer = self.clock.scheduler(f"aggregation:{self.name}").queue(self._fire)
         self.timer_started = False
         self.initialised = False
+        self.fed = False  # has aggregated an event itself (a copy that only reads the store never has)
         junction.subscribe(self)
 
     # -- building
@@ -116,6 +117,7 @@ class IncrementalAggregation:
                 continue
             if not self.initialised:
                 self._initialise()
+            self.fed = True
             if not self.timer_started:
                 self.timer.notify_at(next_start(record[AGG_TS], self.durations[0], self.tz))
                 self.timer_started = True
@@ -237,26 +239,58 @@ class IncrementalAggregation:
         return self.store.counts()
 
     def observations(self) -> dict:
-        """What an asset observation reports: rows and the newest bucket written, per granularity."""
-        return {"rows": self.store.counts(), "newest_bucket": self.store.newest(), "shard_id": self.shard if self.distributed else None}
+        """What an asset observation reports: rows and the newest bucket written, per granularity (and
+        rows per shard, over all granularities, of a distributed aggregation in a database)."""
+        seen = {"rows": self.store.counts(), "newest_bucket": self.store.newest(), "shard_id": self.shard if self.distributed else None}
+        seen["rows_by_shard"] = self.store.counts_by_shard() if self.distributed and self.store.persistent else None
+        return seen
 
     def snapshot(self):
-        """The executors, the timer, the in-memory tables (plain data)."""
-        return {
+        """The executors, the timer, the in-memory tables (plain data); with a database store that
+        has not been read yet, the newest row of this shard per granularity (see restore())."""
+        state = {
             "executors": {d: e.snapshot() for d, e in self.executors.items()},
             "timer": self.timer.snapshot(),
             "flags": (self.timer_started, self.initialised),
+            "fed": self.fed,
             "store": self.store.snapshot(),
         }
+        if self.store.persistent and self.distributed and not self.initialised:
+            state["newest"] = self.store.newest(self.shard if self.distributed else None)
+        return state
 
     def restore(self, state) -> None:
-        """Inverse of snapshot()."""
+        """Inverse of snapshot(). With a database store, the rows this shard wrote after the snapshot
+        are deleted: whoever restores a snapshot replays the events that came after it, so those
+        rows are written again (keeping them would count those events twice). Without shards, only
+        a runtime that aggregated events itself deletes: a copy that only reads the store (a group
+        joining the aggregation) cannot tell its rows from the writer's."""
         for duration, saved in state["executors"].items():
             self.executors[duration].restore(saved)
         self.timer.restore(state["timer"])
         self.timer_started, self.initialised = state["flags"]
+        self.fed = state.get("fed", False)
         if state["store"] is not None:
             self.store.restore(state["store"])
+        if self.store.persistent and (self.distributed or self.fed):
+            self._discard_after(state)
+
+    def _discard_after(self, state) -> None:
+        shard = self.shard if self.distributed else None
+        newest = state.get("newest")
+        if not self.initialised and newest is None:
+            return  # a snapshot from before the rows were counted: nothing known to be after it
+        for duration, executor in self.executors.items():
+            if self.initialised:
+                if executor.store_ts == -1:
+                    continue
+                since = executor.store_ts  # the bucket open at the snapshot: written only after it
+            else:
+                before = (newest or {}).get(duration)
+                since = None if before is None else before + 1
+            dropped = self.store.discard(duration, since, shard)
+            if dropped:
+                log.info("aggregation %s: dropped %d %s row(s) written after the restored snapshot", self.name, dropped, duration)
 
     def stop(self) -> None:
         """Stop reading the input stream and release the store."""

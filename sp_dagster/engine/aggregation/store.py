@@ -273,6 +273,15 @@ class RdbmsStore:
         with self.engine.connect() as conn:
             return {d: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one() for d, t in self.tables.items()}
 
+    def counts_by_shard(self) -> dict[str, int]:
+        """Rows per SHARD_ID over every granularity (distributed tables only)."""
+        sa, found = self.sa, {}
+        with self.engine.connect() as conn:
+            for columns in self._columns.values():
+                for shard, count in conn.execute(sa.select(columns[1], sa.func.count()).group_by(columns[1])):
+                    found[shard] = found.get(shard, 0) + count
+        return dict(sorted(found.items()))
+
     def newest(self, shard: str | None = None) -> dict[str, int | None]:
         """The newest AGG_TIMESTAMP per granularity (None when a table is empty), of `shard` if given."""
         sa = self.sa
@@ -289,6 +298,22 @@ class RdbmsStore:
         """Drop rows whose AGG_TIMESTAMP is older than `before`."""
         with self.engine.begin() as conn:
             conn.execute(self.sa.delete(self.tables[duration]).where(self._columns[duration][0] < before))
+
+    def discard(self, duration: str, since: int | None, shard: str | None = None) -> int:
+        """Delete the rows with AGG_TIMESTAMP >= since (every row when since is None), of `shard` if
+        given; how many went. A restored runtime drops what was written after its snapshot."""
+        sa, columns = self.sa, self._columns[duration]
+        where = [] if since is None else [columns[0] >= since]
+        if shard is not None and self.distributed:
+            where.append(columns[1] == shard)
+        statement = sa.delete(self.tables[duration])
+        if where:
+            statement = statement.where(*where)
+        try:
+            with self.engine.begin() as conn:
+                return conn.execute(statement).rowcount
+        except sa.exc.SQLAlchemyError as exc:
+            raise EngineError(f"aggregation table {self.tables[duration].name} at {self.options.shown}: deleting failed: {exc}") from None
 
     def snapshot(self):
         """Nothing: the rows live in the database."""
