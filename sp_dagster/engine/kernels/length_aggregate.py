@@ -83,17 +83,22 @@ class LengthAggregateKernel(Kernel):
         self.columns = columns
         self.group = group
         self.aggregators = query.selector.aggregation.aggregators
+        self.out_schema = query.selector.output_schema.arrow_schema()
+        self._held: dict[int, tuple] = {}  # id(window) -> what it held after the last segment (see _held_columns)
 
     # -- what the event path would do differently
 
     def extent(self, run, start, end):
+        return end if self.run_fits(run) and self.window_fits(self.window, self.aggregators) else start
+
+    def run_fits(self, run) -> bool:
+        """No nulls where aggregates read, no -0.0, integer sums far from overflowing (once per run)."""
         checked = run.cache.get(id(self))
         if checked is None:
             checked = run.cache[id(self)] = self._run_fits(run)
-        return end if checked and self._window_fits() else start
+        return checked
 
     def _run_fits(self, run) -> bool:
-        """No nulls where aggregates read, no -0.0, integer sums far from overflowing."""
         batch = run.batch()
         for aggregator, index in zip(self.aggregators, self.arguments):
             if index is None:
@@ -108,11 +113,15 @@ class LengthAggregateKernel(Kernel):
                 return False
         return True
 
-    def _window_fits(self) -> bool:
-        for aggregator, index in zip(self.aggregators, self.arguments):
+    def window_fits(self, window, aggregators) -> bool:
+        """What `window` holds (and its aggregators' sums) fits too: no nulls, no -0.0, no huge sums."""
+        cached = self._held.get(id(window))
+        if cached is not None and cached[0] is window.queue and self._unchanged(window.queue, cached):
+            return True  # held events the kernel itself wrote (checked as arrivals)
+        for aggregator, index in zip(aggregators, self.arguments):
             if index is None:
                 continue
-            for event in self.window.queue:
+            for event in window.queue:
                 value = event.data[index]
                 if value is None or (value == 0 and isinstance(value, float) and np.signbit(value)):
                     return False
@@ -124,64 +133,173 @@ class LengthAggregateKernel(Kernel):
 
     def run(self, run, start, end):
         chunk, times, owner = segment(run, start, end, self.filters)
-        arrivals = chunk.batch.num_rows
-        out_schema = self.query.selector.output_schema.arrow_schema()
+        out, out_times, out_owner = self.compute(chunk.batch, times, owner, np.zeros(len(times), np.int64), [(self.window, self.aggregators)])
+        return Output(self.query, out, out_times, out_owner)
+
+    def compute(self, batch: pa.RecordBatch, times: np.ndarray, owner: np.ndarray, lane: np.ndarray, lanes: list):
+        """Outputs (batch, timestamps, owner) of `batch`'s arrivals; arrival i goes to lane `lane[i]`.
+
+        A lane is one instance of the query, (window, aggregators): the query itself, or one
+        partition key's. Owners must increase with i and a chunk (owner) feeds one lane. Every
+        touched lane's window and aggregator states are left as the event path leaves them.
+        """
+        arrivals = batch.num_rows
+        out_schema = self.out_schema
         if arrivals == 0:
-            return Output(self.query, pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0])
-        window = self.window
-        held = list(window.queue)
-        length, q = window.length, len(held)
-        # adds of every arrival; a remove before each arrival that finds the window full
-        full_from = max(0, min(arrivals, length - q))
-        expiring = np.arange(full_from, arrivals) + q - length  # positions in held+arrivals
-        adds = np.arange(arrivals) + q
-        ops_at = np.concatenate((adds[:full_from], np.column_stack((expiring, adds[full_from:])).ravel()))
-        signs = np.concatenate((np.ones(full_from, np.int64), np.tile(np.array([-1, 1], np.int64), arrivals - full_from)))
+            return pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0]
+        length, count = self.window.length, len(lanes)
+        # held events of every lane: their global index (held columns, then arrivals)
+        columns, held_index, held_offset, held_count = self._held_columns([window for window, _ in lanes], batch)
+        base = len(next(iter(columns.values()))) - arrivals if columns else sum(len(w.queue) for w, _ in lanes)
+        per_lane = np.bincount(lane, minlength=count)
+        lane_start = np.concatenate(([0], np.cumsum(per_lane)[:-1]))
+        by_lane = np.argsort(lane, kind="stable")
+        rank = np.empty(arrivals, np.int64)
+        rank[by_lane] = np.arange(arrivals) - np.repeat(lane_start, per_lane)
+        q = held_count[lane]
+        position = q + rank  # in the lane's held events then its arrivals
+        removes = position >= length
+        gone = position - length  # the position that expires before arrival i
+        from_held = gone < q
+        gone_held = held_index[np.clip(held_offset[lane] + gone, 0, max(len(held_index) - 1, 0))] if len(held_index) else np.zeros(arrivals, np.int64)
+        gone_new = base + by_lane[np.clip(lane_start[lane] + gone - q, 0, arrivals - 1)]
+        expiring = np.where(from_held, gone_held, gone_new)
+        add_at = np.arange(arrivals) + np.cumsum(removes)
+        total = arrivals + int(removes.sum())
+        ops_at = np.empty(total, np.int64)
+        signs = np.empty(total, np.int64)
+        ops_at[add_at], signs[add_at] = base + np.arange(arrivals), 1
+        ops_at[add_at[removes] - 1], signs[add_at[removes] - 1] = expiring[removes], -1
+        # groups: (lane, group key) of every held event and arrival
+        size = base + arrivals
+        lane_of = np.empty(size, np.int64)
+        if len(held_index):
+            lane_of[held_index] = np.repeat(np.arange(count), held_count)
+        lane_of[base:] = lane
+        group_keys, group_codes = self._groups(columns, size)
+        combined, codes = np.unique(lane_of[ops_at] * len(group_keys) + group_codes[ops_at], return_inverse=True)
+        codes = codes.reshape(-1)
+        keys = [group_keys[c % len(group_keys)] for c in combined.tolist()]
+        owners = (combined // len(group_keys)).tolist()
+        values = [None if index is None else columns[index].to_numpy()[ops_at] for index in self.arguments]
+        ops = Ops(codes, signs, keys, values)
         add_ops = np.flatnonzero(signs > 0)
-        columns_now = self._held_columns(window.queue, chunk.batch)  # held events then arrivals
-        keys, codes = self._groups(columns_now, q + arrivals)
-        groups = codes[ops_at]
-        values = [None if index is None else columns_now[index].to_numpy()[ops_at] for index in self.arguments]
-        ops = Ops(groups, signs, keys, values)
         results, appliers = [], []
-        for aggregator, value in zip(self.aggregators, values):
-            result, apply = compute(aggregator, ops, value)
+        for slot, value in enumerate(values):
+            stores = [(lanes[o][1][slot].states, key) for o, key in zip(owners, keys)]
+            result, apply = compute(self.aggregators[slot], ops, value, stores)
             results.append(result[add_ops])
             appliers.append(apply)
-        winners = self._winners(owner, codes[q:])
-        columns = []
+        winners = self._winners(owner, codes[add_ops])
+        out_columns = []
         for (kind, index), field in zip(self.columns, out_schema):
             if kind == "input":
-                columns.append(chunk.batch.column(index).take(pa.array(winners)))
+                out_columns.append(batch.column(index).take(pa.array(winners)))
             else:
-                columns.append(pa.array(results[index][winners], field.type))
-        out = pa.RecordBatch.from_arrays(columns, schema=out_schema)
-        # the state the event path leaves: the window's last n events, every group's aggregates
+                out_columns.append(pa.array(results[index][winners], field.type))
+        out = pa.RecordBatch.from_arrays(out_columns, schema=out_schema)
         for apply in appliers:
             apply()
-        kept = min(length, arrivals)
-        tail = chunk.batch.slice(arrivals - kept, kept)
-        tail_rows = zip(*[c.to_pylist() for c in tail.columns]) if tail.num_columns else [()] * kept
-        queue = deque(held[max(0, q + arrivals - length) :])
-        queue.extend(map(StreamEvent, times[arrivals - kept :].tolist(), tail_rows, repeat(EXPIRED, kept)))
-        window.queue = queue
-        self._held = (queue, queue[0], queue[-1], {i: c.slice(len(c) - len(queue)) for i, c in columns_now.items()})
-        window.count = min(length, window.count + arrivals)
-        return Output(self.query, out, times[winners], owner[winners])
+        self._write_windows(lanes, columns, batch, times, lane, rank, per_lane, held_index, held_offset, held_count, base)
+        return out, times[winners], owner[winners]
 
-    def _held_columns(self, queue, batch) -> dict[int, pa.Array]:
-        """The group and argument columns of the held events followed by the arrivals'.
+    def _write_windows(self, lanes, columns, batch, times, lane, rank, per_lane, held_index, held_offset, held_count, base) -> None:
+        """Every touched lane's window: its last n events (new ones as EXPIRED clones, as the event path keeps them)."""
+        length = self.window.length
+        kept = rank >= per_lane[lane] - length  # arrivals still held at the end
+        new_index = np.flatnonzero(kept)
+        tail = batch.take(pa.array(new_index))
+        rows = list(zip(*[c.to_pylist() for c in tail.columns])) if tail.num_columns else [()] * len(new_index)
+        events = list(map(StreamEvent, times[new_index].tolist(), rows, repeat(EXPIRED, len(rows))))
+        new_lane = lane[new_index]
+        order = np.argsort(new_lane, kind="stable")
+        new_count = np.bincount(new_lane, minlength=len(lanes))
+        bounds = np.concatenate(([0], np.cumsum(new_count))).tolist()
+        events = [events[i] for i in order.tolist()]
+        new_global = (base + new_index)[order]
+        final_index = []  # global index of every event each lane holds at the end
+        touched = per_lane > 0
+        for code, (window, _) in enumerate(lanes):
+            if not touched[code]:
+                continue
+            fresh = events[bounds[code] : bounds[code + 1]]
+            old_keep = length - len(fresh)
+            queue = window.queue
+            h = int(held_count[code])
+            if old_keep <= 0:
+                queue = deque(fresh)
+                final = new_global[bounds[code] : bounds[code + 1]]
+            else:
+                drop = h - old_keep
+                if drop > 0:
+                    for _ in range(drop):
+                        queue.popleft()
+                queue.extend(fresh)
+                start = int(held_offset[code]) + max(drop, 0)
+                final = np.concatenate((held_index[start : int(held_offset[code]) + h], new_global[bounds[code] : bounds[code + 1]]))
+            window.queue = queue
+            window.count = len(queue)
+            final_index.append((window, queue, final))
+        self._keep_held(columns, final_index)
 
-        The held part is kept from the last segment while the window still holds exactly what
-        that segment left (the event path appends new event objects, so identity tells)."""
-        wanted = {i for i in (self.group, *self.arguments) if i is not None}
-        cached = getattr(self, "_held", None)
-        if cached is not None and cached[0] is queue and queue and queue[0] is cached[1] and queue[-1] is cached[2]:
-            held = cached[3]
-        else:
-            types = batch.schema.types
-            held = {i: pa.array([e.data[i] for e in queue], types[i]) for i in wanted}
-        return {i: pa.concat_arrays([held[i], batch.column(i)]) for i in wanted}
+    def _keep_held(self, columns, final_index) -> None:
+        """Remember the columns of what touched windows hold (the next segment starts from them)."""
+        if not final_index:
+            return
+        take = pa.array(np.concatenate([f for _, _, f in final_index]))
+        kept = {i: c.take(take) for i, c in columns.items()}
+        offset = 0
+        held = self._held
+        for window, queue, final in final_index:
+            size = len(final)
+            held[id(window)] = (queue, queue[0], queue[-1], kept, offset, size)
+            offset += size
+
+    @staticmethod
+    def _unchanged(queue, cached) -> bool:
+        return len(queue) == cached[5] and (not queue or (queue[0] is cached[1] and queue[-1] is cached[2]))
+
+    def _held_columns(self, windows, batch):
+        """The group and argument columns of every lane's held events, then the arrivals'; where
+        each lane's held events are (global index, offset into that index, count).
+
+        A lane's held part is kept from the last segment while its window still holds exactly
+        what that segment left (the event path appends new event objects, so identity tells)."""
+        wanted = sorted({i for i in (self.group, *self.arguments) if i is not None})
+        types = batch.schema.types
+        sources = []  # (kept columns, their index of this lane) or python-built columns
+        counts = np.empty(len(windows), np.int64)
+        parts, built = {}, {i: [] for i in wanted}
+        built_size = 0
+        for code, window in enumerate(windows):
+            queue = window.queue
+            counts[code] = len(queue)
+            cached = self._held.get(id(window))
+            if cached is not None and cached[0] is queue and self._unchanged(queue, cached):
+                kept = cached[3]
+                part = parts.setdefault(id(kept), [kept, []])
+                sources.append((id(kept), np.arange(cached[4], cached[4] + cached[5])))
+            else:
+                for i in wanted:
+                    built[i].extend(e.data[i] for e in queue)
+                sources.append((None, np.arange(built_size, built_size + len(queue))))
+                built_size += len(queue)
+        # lay out: every kept column set, then the built ones, then the arrivals
+        offsets, pieces, start = {}, {i: [] for i in wanted}, 0
+        for key, (kept, _) in parts.items():
+            offsets[key] = start
+            for i in wanted:
+                pieces[i].append(kept[i])
+            start += len(kept[wanted[0]]) if wanted else 0
+        offsets[None] = start
+        for i in wanted:
+            pieces[i].append(pa.array(built[i], types[i]))
+            pieces[i].append(batch.column(i))
+        columns = {i: pa.concat_arrays(pieces[i]) for i in wanted}
+        index = [offsets[key] + local for key, local in sources]
+        held_index = np.concatenate(index).astype(np.int64) if index else np.zeros(0, np.int64)
+        held_offset = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        return columns, held_index, held_offset, counts
 
     def _groups(self, columns: dict[int, pa.Array], size: int) -> tuple[list, np.ndarray]:
         """Group keys, and the group code of every held event then every arrival (`size` in all)."""
