@@ -157,11 +157,21 @@ def _windowed_aggregate_app(rng) -> str:
     return playback + STREAM + f"from {source} {selector} insert into Out;\n"
 
 
+def _assert_same_with_kernel(kernel: str, app: str, rng, nulls: float) -> None:
+    """Random runs give the same both ways, and (without nulls, which make kernels fall back) `kernel` ran."""
+    from sp_dagster.engine.kernels import RUNS
+
+    before = RUNS[kernel]
+    _assert_same_on_random_runs(app, rng, sends=4, events=150, nulls=nulls)
+    if not nulls:
+        assert RUNS[kernel] > before, f"{kernel} did not run"
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_windowed_aggregates_give_the_same_both_ways(seed):
     rng = np.random.default_rng(1000 + seed)
     app = _windowed_aggregate_app(rng)
-    _assert_same_on_random_runs(app, rng, sends=4, events=150, nulls=(0.0, 0.0, 0.0, 0.02)[seed % 4])
+    _assert_same_with_kernel("LengthAggregateKernel", app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4])
 
 
 def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path():
@@ -183,3 +193,20 @@ def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path():
     assert seen["restored"] == seen["slow"] and len(seen["slow"]) == 20
     for runtime in (fast, slow, restored):
         runtime.shutdown()
+
+
+def _partitioned_app(rng) -> str:
+    """A value partition (on a string or an int) of length-window aggregate queries (the partition kernel)."""
+    key = "symbol" if rng.random() < 0.75 else "qty"
+    queries = [_windowed_aggregate_app(rng).split(STREAM)[1].replace("Out", f"Out{i}") for i in range(int(rng.integers(1, 3)))]
+    if rng.random() < 0.3:  # a second query into the same stream: outputs interleave per sub-chunk
+        queries.append(queries[0].replace("#window.length(", "#window.length(1"))
+    queries = "".join(queries)
+    playback = "@app:playback\n" if rng.random() < 0.5 else ""
+    return playback + STREAM + f"partition with ({key} of S) begin\n{queries}end;\n"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_partitioned_aggregates_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(2000 + seed)
+    _assert_same_with_kernel("PartitionKernel", _partitioned_app(rng), rng, (0.0, 0.0, 0.05, 0.02)[seed % 4])

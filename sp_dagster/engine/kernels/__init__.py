@@ -10,13 +10,14 @@ finds the kernels of a stream's subscribers (cached per stream); sequential.py d
 
 from __future__ import annotations
 
-from sp_dagster.engine.kernels.base import Kernel, Output, StreamPlan
+from sp_dagster.engine.kernels.base import RUNS, Kernel, Output, StreamPlan
 from sp_dagster.engine.kernels.eligibility import written_streams
 from sp_dagster.engine.kernels.stateless import StatelessKernel
 from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
+from sp_dagster.engine.kernels.partition import PartitionKernel
 
 #: Kernel classes, tried in order; the first whose `build` accepts a query is used.
-KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel)
+KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel, PartitionKernel)
 
 
 def plan_stream(runtime, junction) -> StreamPlan | None:
@@ -40,4 +41,4 @@ def _plan(runtime, junction) -> StreamPlan | None:
     return StreamPlan(kernels) if kernels else None
 
 
-__all__ = ["KERNELS", "Kernel", "Output", "StreamPlan", "plan_stream"]
+__all__ = ["KERNELS", "RUNS", "Kernel", "Output", "StreamPlan", "plan_stream"]

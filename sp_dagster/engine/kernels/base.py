@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pyarrow as pa
 
 from sp_dagster.engine.events import ArrowChunk, StreamEvent
 from sp_dagster.engine.kernels.eligibility import blind_output
+
+
+#: Segments computed per kernel class (tests check that the kernels they mean to test ran).
+RUNS: Counter = Counter()
 
 
 class Output:
@@ -51,17 +57,27 @@ def segment(run, start: int, end: int, filters) -> tuple[ArrowChunk, np.ndarray,
     times = run.times[lo:hi]
     owner = np.repeat(np.arange(start, end), np.diff(run.bounds[start : end + 1]))
     chunk = ArrowChunk(run.batch().slice(lo, hi - lo), pa.array(times, pa.int64()))
+    chunk, kept = apply_filters(chunk, filters)
+    if kept is not None:
+        times, owner = times[kept], owner[kept]
+    return chunk, times, owner
+
+
+def apply_filters(chunk: ArrowChunk, filters) -> tuple[ArrowChunk, np.ndarray | None]:
+    """`chunk` through vectorised `filters`; the rows kept (indices), or None when all are."""
+    kept = None
     for processor in filters:
         mask = processor.vector(chunk)
         if isinstance(mask, pa.Scalar):
             if mask.as_py() is True:
                 continue
-            keep = np.zeros(len(times), bool)
+            keep = np.zeros(len(chunk), bool)
         else:
             keep = np.asarray(mask.fill_null(False).to_numpy(zero_copy_only=False), bool)
         chunk = ArrowChunk(chunk.batch.filter(keep), chunk.timestamps.filter(keep))
-        times, owner = times[keep], owner[keep]
-    return chunk, times, owner
+        index = np.flatnonzero(keep)
+        kept = index if kept is None else kept[index]
+    return chunk, kept
 
 
 class Kernel:
@@ -83,6 +99,10 @@ class Kernel:
         """The outputs of chunks start..end-1; the query's state moves past them."""
         raise NotImplementedError
 
+    def blind(self) -> bool:
+        """True when nothing downstream can tell this kernel's output chunks apart."""
+        return blind_output(self.query)
+
 
 class StreamPlan:
     """The kernels of one stream's subscribers, by subscriber id."""
@@ -100,7 +120,11 @@ class StreamPlan:
 
     def run(self, run, start: int, end: int) -> dict[int, Output]:
         """Every kernel's outputs for the segment."""
-        return {key: kernel.run(run, start, end) for key, kernel in self.kernels.items()}
+        outputs = {}
+        for key, kernel in self.kernels.items():
+            RUNS[type(kernel).__name__] += 1
+            outputs[key] = kernel.run(run, start, end)
+        return outputs
 
     def blind(self, junction) -> bool:
         """True when the segment may be delivered whole: one subscriber, with a kernel, buffers only."""
@@ -108,4 +132,4 @@ class StreamPlan:
             return False
         if any(not getattr(callback, "blind", False) for callback in junction.callbacks):
             return False
-        return blind_output(self.kernels[id(junction.receivers[0])].query)
+        return self.kernels[id(junction.receivers[0])].blind()

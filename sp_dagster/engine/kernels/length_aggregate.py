@@ -115,8 +115,7 @@ class LengthAggregateKernel(Kernel):
 
     def window_fits(self, window, aggregators) -> bool:
         """What `window` holds (and its aggregators' sums) fits too: no nulls, no -0.0, no huge sums."""
-        cached = self._held.get(id(window))
-        if cached is not None and cached[0] is window.queue and self._unchanged(window.queue, cached):
+        if self._valid(window) is not None:
             return True  # held events the kernel itself wrote (checked as arrivals)
         for aggregator, index in zip(aggregators, self.arguments):
             if index is None:
@@ -149,8 +148,9 @@ class LengthAggregateKernel(Kernel):
             return pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0]
         length, count = self.window.length, len(lanes)
         # held events of every lane: their global index (held columns, then arrivals)
-        columns, held_index, held_offset, held_count = self._held_columns([window for window, _ in lanes], batch)
-        base = len(next(iter(columns.values()))) - arrivals if columns else sum(len(w.queue) for w, _ in lanes)
+        everything, held_index, held_offset, held_count = self._held_columns([window for window, _ in lanes], batch, times)
+        base = len(everything[1]) - arrivals
+        columns = {i: everything[0][i] for i in {self.group, *self.arguments} if i is not None}
         per_lane = np.bincount(lane, minlength=count)
         lane_start = np.concatenate(([0], np.cumsum(per_lane)[:-1]))
         by_lane = np.argsort(lane, kind="stable")
@@ -200,106 +200,108 @@ class LengthAggregateKernel(Kernel):
         out = pa.RecordBatch.from_arrays(out_columns, schema=out_schema)
         for apply in appliers:
             apply()
-        self._write_windows(lanes, columns, batch, times, lane, rank, per_lane, held_index, held_offset, held_count, base)
+        self._write_windows(lanes, everything, times, lane, rank, per_lane, held_index, held_offset, held_count, base)
         return out, times[winners], owner[winners]
 
-    def _write_windows(self, lanes, columns, batch, times, lane, rank, per_lane, held_index, held_offset, held_count, base) -> None:
-        """Every touched lane's window: its last n events (new ones as EXPIRED clones, as the event path keeps them)."""
+    def _write_windows(self, lanes, columns, times, lane, rank, per_lane, held_index, held_offset, held_count, base) -> None:
+        """Every touched lane's window: its last n events, kept column-wise (the window settles
+        them into events, EXPIRED clones as the event path keeps them, when something reads it)."""
         length = self.window.length
         kept = rank >= per_lane[lane] - length  # arrivals still held at the end
         new_index = np.flatnonzero(kept)
-        tail = batch.take(pa.array(new_index))
-        rows = list(zip(*[c.to_pylist() for c in tail.columns])) if tail.num_columns else [()] * len(new_index)
-        events = list(map(StreamEvent, times[new_index].tolist(), rows, repeat(EXPIRED, len(rows))))
         new_lane = lane[new_index]
-        order = np.argsort(new_lane, kind="stable")
-        new_count = np.bincount(new_lane, minlength=len(lanes))
-        bounds = np.concatenate(([0], np.cumsum(new_count))).tolist()
-        events = [events[i] for i in order.tolist()]
-        new_global = (base + new_index)[order]
-        final_index = []  # global index of every event each lane holds at the end
-        touched = per_lane > 0
-        for code, (window, _) in enumerate(lanes):
-            if not touched[code]:
-                continue
-            fresh = events[bounds[code] : bounds[code + 1]]
-            old_keep = length - len(fresh)
-            queue = window.queue
-            h = int(held_count[code])
-            if old_keep <= 0:
-                queue = deque(fresh)
-                final = new_global[bounds[code] : bounds[code + 1]]
-            else:
-                drop = h - old_keep
-                if drop > 0:
-                    for _ in range(drop):
-                        queue.popleft()
-                queue.extend(fresh)
-                start = int(held_offset[code]) + max(drop, 0)
-                final = np.concatenate((held_index[start : int(held_offset[code]) + h], new_global[bounds[code] : bounds[code + 1]]))
-            window.queue = queue
-            window.count = len(queue)
-            final_index.append((window, queue, final))
-        self._keep_held(columns, final_index)
-
-    def _keep_held(self, columns, final_index) -> None:
-        """Remember the columns of what touched windows hold (the next segment starts from them)."""
-        if not final_index:
+        # what each lane holds at the end, as global indices: its held events then arrivals, the last n
+        total = held_count + per_lane
+        held_lane = np.repeat(np.arange(len(lanes)), held_count)
+        held_position = np.arange(len(held_index)) - np.repeat(held_offset, held_count)
+        keep_held = (held_position >= total[held_lane] - length) & (per_lane[held_lane] > 0)
+        final_lane = np.concatenate((held_lane[keep_held], new_lane))
+        final_global = np.concatenate((held_index[keep_held], base + new_index))
+        final_global = final_global[np.argsort(final_lane, kind="stable")]
+        final_count = np.bincount(final_lane, minlength=len(lanes))
+        final_bounds = np.concatenate(([0], np.cumsum(final_count))).tolist()
+        touched = np.flatnonzero(per_lane > 0).tolist()
+        if not touched:
             return
-        take = pa.array(np.concatenate([f for _, _, f in final_index]))
-        kept = {i: c.take(take) for i, c in columns.items()}
-        offset = 0
+        take = pa.array(final_global)
+        kept_columns = ([c.take(take) for c in columns[0]], columns[1][final_global])
         held = self._held
-        for window, queue, final in final_index:
-            size = len(final)
-            held[id(window)] = (queue, queue[0], queue[-1], kept, offset, size)
-            offset += size
+        for code in touched:
+            window = lanes[code][0]
+            first = final_bounds[code]
+            window.count = final_bounds[code + 1] - first
+            window.pending = self
+            held[id(window)] = (kept_columns, first, window.count, None, None, None)
 
-    @staticmethod
-    def _unchanged(queue, cached) -> bool:
-        return len(queue) == cached[5] and (not queue or (queue[0] is cached[1] and queue[-1] is cached[2]))
+    def settle(self, window) -> None:
+        """Make the events this kernel holds for `window` its queue again."""
+        (columns, times), first, size = self._held[id(window)][:3]
+        rows = zip(*[c.slice(first, size).to_pylist() for c in columns]) if columns else repeat((), size)
+        queue = deque(map(StreamEvent, times[first : first + size].tolist(), rows, repeat(EXPIRED, size)))
+        window.queue = queue
+        window.pending = None
+        self._held[id(window)] = ((columns, times), first, size, queue, queue[0] if queue else None, queue[-1] if queue else None)
 
-    def _held_columns(self, windows, batch):
-        """The group and argument columns of every lane's held events, then the arrivals'; where
-        each lane's held events are (global index, offset into that index, count).
+    def _valid(self, window):
+        """What this kernel holds for `window`, while the window holds just that, or None."""
+        entry = self._held.get(id(window))
+        if entry is None:
+            return None
+        if window.pending is self:
+            return entry
+        queue = window.queue
+        if entry[3] is queue and len(queue) == entry[2] and (not queue or (queue[0] is entry[4] and queue[-1] is entry[5])):
+            return entry
+        return None
 
-        A lane's held part is kept from the last segment while its window still holds exactly
-        what that segment left (the event path appends new event objects, so identity tells)."""
-        wanted = sorted({i for i in (self.group, *self.arguments) if i is not None})
+    def _held_columns(self, windows, batch, times):
+        """Every column of every lane's held events, then the arrivals' (and their timestamps);
+        where each lane's held events are (global index, offset into that index, count).
+
+        A lane's held part comes from what the kernel kept after the last segment while the
+        window still holds just that; else from its events."""
+        width = batch.num_columns
         types = batch.schema.types
-        sources = []  # (kept columns, their index of this lane) or python-built columns
         counts = np.empty(len(windows), np.int64)
-        parts, built = {}, {i: [] for i in wanted}
-        built_size = 0
+        generations: dict[int, list] = {}  # id(kept columns) -> [kept, local indices]
+        sources = []
+        built = []
         for code, window in enumerate(windows):
-            queue = window.queue
-            counts[code] = len(queue)
-            cached = self._held.get(id(window))
-            if cached is not None and cached[0] is queue and self._unchanged(queue, cached):
-                kept = cached[3]
-                part = parts.setdefault(id(kept), [kept, []])
-                sources.append((id(kept), np.arange(cached[4], cached[4] + cached[5])))
+            entry = self._valid(window)
+            if entry is not None:
+                kept, first, size = entry[:3]
+                generation = generations.setdefault(id(kept), [kept, [], 0])
+                sources.append((id(kept), generation[2], size))
+                generation[1].append(np.arange(first, first + size))
+                generation[2] += size
+                counts[code] = size
             else:
-                for i in wanted:
-                    built[i].extend(e.data[i] for e in queue)
-                sources.append((None, np.arange(built_size, built_size + len(queue))))
-                built_size += len(queue)
-        # lay out: every kept column set, then the built ones, then the arrivals
-        offsets, pieces, start = {}, {i: [] for i in wanted}, 0
-        for key, (kept, _) in parts.items():
-            offsets[key] = start
-            for i in wanted:
-                pieces[i].append(kept[i])
-            start += len(kept[wanted[0]]) if wanted else 0
-        offsets[None] = start
-        for i in wanted:
-            pieces[i].append(pa.array(built[i], types[i]))
+                queue = window.queue
+                sources.append((None, len(built), len(queue)))
+                built.extend(queue)
+                counts[code] = len(queue)
+        pieces = [[] for _ in range(width)]
+        stamps = []
+        offsets, at = {}, 0
+        for key, (kept, local, size) in generations.items():
+            offsets[key] = at
+            take = np.concatenate(local)
+            for i in range(width):
+                pieces[i].append(kept[0][i].take(pa.array(take)))
+            stamps.append(kept[1][take])
+            at += size
+        offsets[None] = at
+        if built:
+            for i in range(width):
+                pieces[i].append(pa.array([e.data[i] for e in built], types[i]))
+            stamps.append(np.array([e.timestamp for e in built], np.int64))
+        for i in range(width):
             pieces[i].append(batch.column(i))
-        columns = {i: pa.concat_arrays(pieces[i]) for i in wanted}
-        index = [offsets[key] + local for key, local in sources]
-        held_index = np.concatenate(index).astype(np.int64) if index else np.zeros(0, np.int64)
+        stamps.append(times)
+        columns = [pa.concat_arrays(p) if len(p) > 1 else p[0] for p in pieces]
+        held_index = np.concatenate([np.arange(offsets[key] + start, offsets[key] + start + size) for key, start, size in sources] or [np.zeros(0, np.int64)]).astype(np.int64)
         held_offset = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-        return columns, held_index, held_offset, counts
+        return (columns, np.concatenate(stamps)), held_index, held_offset, counts
 
     def _groups(self, columns: dict[int, pa.Array], size: int) -> tuple[list, np.ndarray]:
         """Group keys, and the group code of every held event then every arrival (`size` in all)."""

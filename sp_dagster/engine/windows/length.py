@@ -12,6 +12,13 @@ class LengthWindow(WindowProcessor):
     """Keeps the last n events; each arrival beyond n expires the oldest, just before it."""
 
     name = "length"
+    #: a kernel that holds this window's events column-wise; settle() makes them events again
+    pending = None
+
+    def settle(self) -> None:
+        """Take back the events a kernel holds for this window (before anything reads the queue)."""
+        if self.pending is not None:
+            self.pending.settle(self)
 
     def configure(self):
         self.arity(1)
@@ -20,6 +27,8 @@ class LengthWindow(WindowProcessor):
         self.queue: deque = deque()
 
     def process(self, chunk):
+        if self.pending is not None:
+            self.pending.settle(self)
         now = self.clock.now()
         out = []
         for event in chunk:
@@ -41,12 +50,15 @@ class LengthWindow(WindowProcessor):
         self.forward(out)
 
     def held(self):
+        self.settle()
         return self.queue
 
     def dump(self):
+        self.settle()
         return [self.count, dump_events(self.queue)]
 
     def load(self, state):
+        self.pending = None
         self.count, events = state
         self.queue = deque(load_events(events))
 
