@@ -137,7 +137,7 @@ def _fast(runtime, junction, run: Run, plan, before) -> None:
     while chunk < total:
         end = total
         if playback:
-            end = _segment_end(run, advancing, chunk, clock.next_due())
+            end = _segment_end(run, advancing, chunk, plan.next_due(clock))
         if end > chunk:
             end = plan.extent(run, chunk, end)
         if end <= chunk:
@@ -178,11 +178,14 @@ def _deliver(runtime, junction, run: Run, plan, outputs, start: int, end: int, b
     clock, playback = runtime.clock, runtime.playback
     receivers = list(junction.receivers)
     callbacks = junction.callbacks
+    timed = [outputs[key] for key in plan.timed]  # what a kernel's own timers emit, as the clock moves
     for chunk in range(start, end):
         if before is not None and run.opens[chunk]:
             before(int(run.send_of[chunk]))
         if playback:
             clock.advance(int(run.chunk_times[chunk]))
+            for output in timed:
+                output.deliver(chunk)
         events = None
         for receiver in receivers:
             output = outputs.get(id(receiver))

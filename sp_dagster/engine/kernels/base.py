@@ -105,10 +105,25 @@ class Kernel:
 
 
 class StreamPlan:
-    """The kernels of one stream's subscribers, by subscriber id."""
+    """The kernels of one stream's subscribers, by subscriber id.
+
+    A kernel with `timers` (a timer queue) fires them itself: segments run past them, and
+    its outputs for a chunk are delivered when the clock move of that chunk would fire them
+    (`timed`), before any subscriber sees the chunk.
+    """
 
     def __init__(self, kernels: dict[int, Kernel]):
         self.kernels = kernels
+        self.timed = [key for key, kernel in kernels.items() if getattr(kernel, "timers", None) is not None]
+        self.owned = {id(kernels[key].timers) for key in self.timed}
+
+    def next_due(self, clock) -> int | None:
+        """The earliest time a timer no kernel fires itself is armed for, or None."""
+        if not self.owned:
+            return clock.next_due()
+        owned = self.owned
+        times = [q.times[0] for s in clock.schedulers for q in s.queues if q.times and id(q) not in owned]
+        return min(times) if times else None
 
     def extent(self, run, start: int, end: int) -> int:
         """How far every kernel can go from `start`."""

@@ -34,46 +34,10 @@ class LengthAggregateKernel(Kernel):
 
     @classmethod
     def build(cls, receiver, runtime):
-        query = plain_query(receiver)
-        if query is None or not query.processors or not isinstance(query.processors[-1], LengthWindow):
+        parts = analyse(receiver, LengthWindow)
+        if parts is None or parts[1].length < 1:
             return None
-        filters, window = query.processors[:-1], query.processors[-1]
-        if window.length < 1 or not all(isinstance(p, FilterProcessor) and p.vector is not None for p in filters):
-            return None
-        selector, node = query.selector, query.query.selector
-        if not selector.batching or not selector.current_on or selector.expired_on or node.star:
-            return None
-        if selector.having is not None or selector.order_by or selector.limit is not None or selector.offset is not None:
-            return None
-        schema = window.context.schema
-        if not schema.arrow_capable:
-            return None
-        aggregators = selector.aggregation.aggregators
-        if not aggregators or not all(type(a) in SUPPORTED for a in aggregators):
-            return None
-        arguments = []
-        for aggregator in aggregators:
-            index = _attribute(aggregator.node.args[0], schema) if aggregator.node.args else None
-            if aggregator.node.args and (index is None or schema.types[index] not in NUMERIC):
-                return None
-            arguments.append(index)
-        columns = []  # per output attribute: ("input", index) or ("aggregate", index)
-        for attribute, executor in zip(node.attributes, selector.executors):
-            expression = attribute.expression
-            if isinstance(expression, ast.Variable) and (index := _attribute(expression, schema)) is not None:
-                columns.append(("input", index))
-            elif isinstance(expression, ast.FunctionCall) and len(executor.aggregators) == 1:
-                columns.append(("aggregate", aggregators.index(executor.aggregators[0])))
-            else:
-                return None
-        group = None
-        if node.group_by:
-            if len(node.group_by) != 1:
-                return None
-            group = _attribute(node.group_by[0], schema)
-            if group is None or schema.types[group] not in KEY_TYPES:
-                return None
-        return cls(query, filters, window, arguments, columns, group)
+        return cls(receiver, *parts)
 
     def __init__(self, query, filters, window, arguments, columns, group):
         super().__init__(query)
@@ -109,9 +73,13 @@ class LengthAggregateKernel(Kernel):
             values = column.to_numpy()
             if values.dtype.kind == "f" and np.any((values == 0) & np.signbit(values)):
                 return False
-            if integer_sum(aggregator) and len(values) and int(np.abs(values).max()) * (self.window.length + 1) >= EXACT:
+            if integer_sum(aggregator) and len(values) and int(np.abs(values).max()) * self.span(run) >= EXACT:
                 return False
         return True
+
+    def span(self, run) -> int:
+        """How many values an integer sum may add up at most (with one to spare)."""
+        return self.window.length + 1
 
     def window_fits(self, window, aggregators) -> bool:
         """What `window` holds (and its aggregators' sums) fits too: no nulls, no -0.0, no huge sums."""
@@ -328,6 +296,51 @@ class LengthAggregateKernel(Kernel):
         _, last_reversed = np.unique(combined[::-1], return_index=True)
         last = count - 1 - last_reversed
         return last[np.argsort(first, kind="stable")]
+
+
+def analyse(receiver, window_class):
+    """(filters, window, arguments, columns, group) of `from S[...]#window.<window_class>(...) select
+    <attributes, sum/count/avg> [group by a]`, or None when `receiver` is not such a query."""
+    query = plain_query(receiver)
+    if query is None or not query.processors or not isinstance(query.processors[-1], window_class):
+        return None
+    filters, window = query.processors[:-1], query.processors[-1]
+    if not all(isinstance(p, FilterProcessor) and p.vector is not None for p in filters):
+        return None
+    selector, node = query.selector, query.query.selector
+    if not selector.batching or not selector.current_on or selector.expired_on or node.star:
+        return None
+    if selector.having is not None or selector.order_by or selector.limit is not None or selector.offset is not None:
+        return None
+    schema = window.context.schema
+    if not schema.arrow_capable:
+        return None
+    aggregators = selector.aggregation.aggregators
+    if not aggregators or not all(type(a) in SUPPORTED for a in aggregators):
+        return None
+    arguments = []
+    for aggregator in aggregators:
+        index = _attribute(aggregator.node.args[0], schema) if aggregator.node.args else None
+        if aggregator.node.args and (index is None or schema.types[index] not in NUMERIC):
+            return None
+        arguments.append(index)
+    columns = []  # per output attribute: ("input", index) or ("aggregate", index)
+    for attribute, executor in zip(node.attributes, selector.executors):
+        expression = attribute.expression
+        if isinstance(expression, ast.Variable) and (index := _attribute(expression, schema)) is not None:
+            columns.append(("input", index))
+        elif isinstance(expression, ast.FunctionCall) and len(executor.aggregators) == 1:
+            columns.append(("aggregate", aggregators.index(executor.aggregators[0])))
+        else:
+            return None
+    group = None
+    if node.group_by:
+        if len(node.group_by) != 1:
+            return None
+        group = _attribute(node.group_by[0], schema)
+        if group is None or schema.types[group] not in KEY_TYPES:
+            return None
+    return filters, window, arguments, columns, group
 
 
 def _attribute(node, schema) -> int | None:

@@ -12,13 +12,6 @@ class LengthWindow(WindowProcessor):
     """Keeps the last n events; each arrival beyond n expires the oldest, just before it."""
 
     name = "length"
-    #: a kernel that holds this window's events column-wise; settle() makes them events again
-    pending = None
-
-    def settle(self) -> None:
-        """Take back the events a kernel holds for this window (before anything reads the queue)."""
-        if self.pending is not None:
-            self.pending.settle(self)
 
     def configure(self):
         self.arity(1)
