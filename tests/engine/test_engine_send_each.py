@@ -229,3 +229,26 @@ def test_time_batch_aggregates_give_the_same_both_ways(seed):
     rng = np.random.default_rng(3000 + seed)
     app, expected = _time_batch_app(rng)
     _assert_same_with_kernel("TimeBatchAggregateKernel", app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4], expected)
+
+
+def _pattern_app(rng) -> tuple[str, str]:
+    """`every e1=S[c1] -> e2=S[c2] within t` (the pattern kernel), maybe inside a partition; and the kernel expected."""
+    c1 = rng.choice(["price > 150.0", "volume < 300", "price > 120.0 and qty > 10", "not (price < 140.0)", "symbol == 'IBM'", "qty >= 40 or price > 190.0"])
+    c2 = rng.choice(["price > e1.price", "symbol == e1.symbol and price > e1.price", "e2.volume >= e1.volume", "qty != e1.qty and price < e1.price",
+                     "symbol == e1.symbol", "price > e1.price + 10.0", "symbol != e1.symbol or volume > 900"])
+    within = f" within {rng.integers(1, 40)} milliseconds" if rng.random() < 0.8 else ""
+    selected = rng.choice(["e1.symbol as symbol, e1.price as first, e2.price as second", "e2.volume as v, e1.qty as q, e2.symbol as s", "e1.price as p"])
+    query = f"from every e1=S[{c1}] -> e2=S[{c2}]{within} select {selected} insert into Out;\n"
+    playback = "@app:playback\n" if rng.random() < 0.5 else ""
+    if rng.random() < 0.5:
+        key = "symbol" if rng.random() < 0.75 else "qty"
+        return playback + STREAM + f"partition with ({key} of S) begin\n{query}end;\n", "PartitionKernel"
+    return playback + STREAM + query, "PatternKernel"
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_patterns_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(4000 + seed)
+    app, kernel = _pattern_app(rng)
+    expected = "+ 10.0" not in app  # arithmetic in a condition: the event path
+    _assert_same_with_kernel(kernel, app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4], expected)

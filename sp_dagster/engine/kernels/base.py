@@ -20,14 +20,15 @@ class Output:
 
     Rows are given column-wise (an Arrow batch and timestamps); each chunk's rows go to the
     query's output (its callbacks, then its target stream) as one chunk, as the event path
-    sends them.
+    sends them (or one chunk per value of `split`, a pattern's per event).
     """
 
-    def __init__(self, query, batch: pa.RecordBatch, timestamps: np.ndarray, owner: np.ndarray):
+    def __init__(self, query, batch: pa.RecordBatch, timestamps: np.ndarray, owner: np.ndarray, split: np.ndarray | None = None):
         self.query = query
         self.batch = batch
         self.timestamps = timestamps
         self.owner = owner
+        self.split = split  # rows of one owner with different split values go as separate chunks
         self._events: list[StreamEvent] | None = None
         self._cursor = 0
 
@@ -42,7 +43,13 @@ class Output:
             columns = [column.to_pylist() for column in self.batch.columns]
             rows = list(zip(*columns)) if columns else [()] * self.batch.num_rows
             self._events = [StreamEvent(t, r, output=r) for t, r in zip(self.timestamps.tolist(), rows)]
-        self.query.output.send(self._events[start:end])
+        if self.split is None:
+            self.query.output.send(self._events[start:end])
+            return
+        split = self.split
+        cuts = [start, *(np.flatnonzero(split[start + 1 : end] != split[start : end - 1]) + start + 1).tolist(), end]
+        for first, last in zip(cuts, cuts[1:]):
+            self.query.output.send(self._events[first:last])
 
     def deliver_all(self) -> None:
         """Send every row as one chunk (only where nobody can tell chunks apart)."""

@@ -39,6 +39,19 @@ class LengthAggregateKernel(Kernel):
             return None
         return cls(receiver, *parts)
 
+    @classmethod
+    def inner(cls, query, runtime):
+        """The kernel of a partition's inner query `query`, or None."""
+        return cls.build(query, runtime)
+
+    def lane(self, query):
+        """What one instance of the query keeps: its window and aggregators."""
+        return query.processors[-1], query.selector.aggregation.aggregators
+
+    def lane_fits(self, lane, run=None) -> bool:
+        """What one instance holds fits the kernel."""
+        return self.window_fits(*lane)
+
     def __init__(self, query, filters, window, arguments, columns, group):
         super().__init__(query)
         self.filters = filters
@@ -100,7 +113,7 @@ class LengthAggregateKernel(Kernel):
 
     def run(self, run, start, end):
         chunk, times, owner = segment(run, start, end, self.filters)
-        out, out_times, out_owner = self.compute(chunk.batch, times, owner, np.zeros(len(times), np.int64), [(self.window, self.aggregators)])
+        out, out_times, out_owner, _ = self.compute(chunk.batch, times, owner, np.zeros(len(times), np.int64), [(self.window, self.aggregators)])
         return Output(self.query, out, out_times, out_owner)
 
     def compute(self, batch: pa.RecordBatch, times: np.ndarray, owner: np.ndarray, lane: np.ndarray, lanes: list):
@@ -113,7 +126,7 @@ class LengthAggregateKernel(Kernel):
         arrivals = batch.num_rows
         out_schema = self.out_schema
         if arrivals == 0:
-            return pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0]
+            return pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0], None
         length, count = self.window.length, len(lanes)
         # held events of every lane: their global index (held columns, then arrivals)
         everything, held_index, held_offset, held_count = self._held_columns([window for window, _ in lanes], batch, times)
@@ -169,7 +182,7 @@ class LengthAggregateKernel(Kernel):
         for apply in appliers:
             apply()
         self._write_windows(lanes, everything, times, lane, rank, per_lane, held_index, held_offset, held_count, base)
-        return out, times[winners], owner[winners]
+        return out, times[winners], owner[winners], None
 
     def _write_windows(self, lanes, columns, times, lane, rank, per_lane, held_index, held_offset, held_count, base) -> None:
         """Every touched lane's window: its last n events, kept column-wise (the window settles

@@ -18,6 +18,7 @@ from sp_dagster.engine.events import ArrowChunk
 from sp_dagster.engine.kernels.base import Kernel, Output, apply_filters
 from sp_dagster.engine.kernels.eligibility import blind_output
 from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
+from sp_dagster.engine.kernels.pattern import PatternKernel
 from sp_dagster.engine.partition import PartitionInstance, _PartitionReceiver
 from sp_dagster.javatext import java_str
 from sp_dagster.siddhi import ast
@@ -25,7 +26,7 @@ from sp_dagster.siddhi import ast
 #: Key attribute types whose java_str form tells values apart.
 KEY_TYPES = ("string", "int", "long")
 #: Kernel classes an inner query may have (each computes lanes).
-INNER = (LengthAggregateKernel,)
+INNER = (LengthAggregateKernel, PatternKernel)
 
 
 class PartitionKernel(Kernel):
@@ -53,7 +54,7 @@ class PartitionKernel(Kernel):
         try:
             kernels = []
             for query in template.queries:
-                kernel = next((k for k in (c.build(query, runtime) for c in INNER) if k is not None), None)
+                kernel = next((k for k in (c.inner(query, runtime) for c in INNER) if k is not None), None)
                 if kernel is None:
                     return None
                 kernels.append(kernel)
@@ -72,14 +73,15 @@ class PartitionKernel(Kernel):
         return len(self.kernels) == 1 and blind_output(self.query)
 
     def _lanes(self, position: int, instances) -> list:
-        return [(i.queries[position].processors[-1], i.queries[position].selector.aggregation.aggregators) for i in instances]
+        kernel = self.kernels[position]
+        return [kernel.lane(i.queries[position]) for i in instances]
 
     def extent(self, run, start, end):
         if not all(kernel.run_fits(run) for kernel in self.kernels):
             return start
         for position, kernel in enumerate(self.kernels):
-            for window, aggregators in self._lanes(position, self.partition.instances.values()):
-                if not kernel.window_fits(window, aggregators):
+            for lane in self._lanes(position, self.partition.instances.values()):
+                if not kernel.lane_fits(lane, run):
                     return start
         return end
 
@@ -111,8 +113,8 @@ class PartitionKernel(Kernel):
             chunk = ArrowChunk(keyed, pa.array(times, pa.int64()))
             chunk, kept = apply_filters(chunk, kernel.filters)
             arrivals = slice(None) if kept is None else kept
-            out, out_times, out_sub = kernel.compute(chunk.batch, times[arrivals], sub[arrivals], lane[arrivals], self._lanes(position, instances))
-            outputs.append(Output(kernel.query, out, out_times, out_sub))
+            out, out_times, out_sub, split = kernel.compute(chunk.batch, times[arrivals], sub[arrivals], lane[arrivals], self._lanes(position, instances))
+            outputs.append(Output(kernel.query, out, out_times, out_sub, split))
         return PartitionOutput(outputs, sub_chunk)
 
 
