@@ -16,10 +16,11 @@ from sp_dagster.engine.kernels.stateless import StatelessKernel
 from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
 from sp_dagster.engine.kernels.partition import PartitionKernel
 from sp_dagster.engine.kernels.pattern import PatternKernel
+from sp_dagster.engine.kernels.join import JoinKernel
 from sp_dagster.engine.kernels.time_batch import TimeBatchAggregateKernel
 
 #: Kernel classes, tried in order; the first whose `build` accepts a query is used.
-KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel, TimeBatchAggregateKernel, PartitionKernel, PatternKernel)
+KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel, TimeBatchAggregateKernel, PartitionKernel, PatternKernel, JoinKernel)
 
 
 def plan_stream(runtime, junction) -> StreamPlan | None:
