@@ -175,23 +175,34 @@ def test_windowed_aggregates_give_the_same_both_ways(seed):
     _assert_same_with_kernel("LengthAggregateKernel", app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4])
 
 
-def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path():
-    app = "@app:playback\n" + STREAM + "from S#window.length(5) select symbol, sum(volume) as v, avg(price) as p group by symbol insert into Out;"
+SNAPSHOT_APPS = {
+    "length": "from S#window.length(5) select symbol, sum(volume) as v, avg(price) as p group by symbol insert into Out;",
+    "partition": "partition with (symbol of S) begin from S#window.length(3) select symbol, avg(price) as p insert into Out; end;",
+    "time_batch": "from S#window.timeBatch(7) select symbol, sum(volume) as v, count() as n group by symbol insert into Out;",
+    "pattern": "partition with (symbol of S) begin from every e1=S[price > 100.0] -> e2=S[price > e1.price] within 20 milliseconds "
+    "select e1.price as a, e2.price as b insert into Out; end;",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SNAPSHOT_APPS))
+def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path(kind):
+    app = "@app:playback\n" + STREAM + SNAPSHOT_APPS[kind]
     rng = np.random.default_rng(5)
-    rows, times = _random_events(rng, 40, 0.0)
+    rows, times = _random_events(rng, 80, 0.0)
     fast, slow = AppRuntime(app), AppRuntime(app)
-    fast.send_each("S", rows[:20], times[:20])
-    for row, time in zip(rows[:20], times[:20]):
+    fast.send_each("S", rows[:40], times[:40])
+    for row, time in zip(rows[:40], times[:40]):
         slow.send("S", [row], [time])
     restored = AppRuntime(app)
     restored.restore(fast.snapshot())
-    seen = {"restored": [], "slow": []}
-    restored.add_callback("Out", lambda events: seen["restored"].append([(e.timestamp, e.data) for e in events]))
-    slow.add_callback("Out", lambda events: seen["slow"].append([(e.timestamp, e.data) for e in events]))
-    restored.send_each("S", rows[20:], times[20:])
-    for row, time in zip(rows[20:], times[20:]):
+    seen = {"restored": [], "slow": [], "fast": []}
+    for name, runtime in (("restored", restored), ("slow", slow), ("fast", fast)):
+        runtime.add_callback("Out", lambda events, n=name: seen[n].append([(e.timestamp, e.data) for e in events]))
+    restored.send_each("S", rows[40:], times[40:])
+    fast.send_each("S", rows[40:], times[40:])  # the snapshot took back what kernels held: on from there
+    for row, time in zip(rows[40:], times[40:]):
         slow.send("S", [row], [time])
-    assert seen["restored"] == seen["slow"] and len(seen["slow"]) == 20
+    assert seen["restored"] == seen["slow"] == seen["fast"] and seen["slow"]
     for runtime in (fast, slow, restored):
         runtime.shutdown()
 
