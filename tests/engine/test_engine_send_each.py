@@ -253,6 +253,8 @@ def _pattern_app(rng) -> tuple[str, str]:
     playback = "@app:playback\n" if rng.random() < 0.5 else ""
     if rng.random() < 0.5:
         key = "symbol" if rng.random() < 0.75 else "qty"
+        if rng.random() < 0.4:  # beside a length-window aggregate: both kernels per key, outputs interleaved per sub-chunk
+            query += "from S#window.length(3) select symbol, avg(price) as p insert into Out2;\n"
         return playback + STREAM + f"partition with ({key} of S) begin\n{query}end;\n", "PartitionKernel"
     return playback + STREAM + query, "PatternKernel"
 
