@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from sp_dagster.engine.events import EXPIRED, RESET
+from sp_dagster.engine.events import EXPIRED, RESET, StreamEvent
 from sp_dagster.engine.windows.base import BatchWindow, WindowProcessor, dump_events, load_events
 
 
@@ -25,7 +25,7 @@ class LengthWindow(WindowProcessor):
         now = self.clock.now()
         out = []
         for event in chunk:
-            clone = event.copy(EXPIRED)
+            clone = StreamEvent(event.timestamp, event.data, EXPIRED)
             if self.count < self.length:
                 self.count += 1
                 self.queue.append(clone)
