@@ -158,10 +158,12 @@ class _PartitionReceiver:
             return
         events = as_events(chunk)
         if len(events) == 1:
+            instances = runtime.instances
             for executor in self.executors:
                 key = executor(events[0])
                 if key is not None:
-                    runtime.instance(key).send(self.stream, events)
+                    instance = instances.get(key) or runtime.instance(key)
+                    instance.local[self.stream].send(events)
             return
         for key, part in self._runs(events):
             runtime.instance(key).send(self.stream, part)
