@@ -71,7 +71,7 @@ SIDDHI: dict[str, float | None] = {
     "absent_pattern_playback": None,
 }
 #: How events are sent: one send() per event, send_each() runs, or multi-row chunks.
-FORMS = ("single", "sequential", "chunks")
+FORMS = ("single", "single_drain", "single_callback", "sequential", "chunks")
 #: Streams a workload's events go to, taking turns in slices of SLICE rows (default: Trades).
 TARGETS = {"length_window_join": ("Trades", "Quotes")}
 SLICE = 100
@@ -134,26 +134,35 @@ def run(name: str, events: int, size: int, form: str = "chunks", profile=None) -
     """Send `events` events (scaled down for some workloads) through `name` in one form; its figures.
 
     Forms: `single` = one send() per event (rows, as a worker sends a decoded message), the
-    buffer drained every `size` sends; `sequential` = send_each() of `size` events, each its
+    buffer drained every `size` sends; `single_drain` = one send() of a one-row record batch per
+    event and a drain after each (the issue's measure); `single_callback` = one send() per event
+    (rows), outputs to a stream callback instead of a buffer; `sequential` = send_each() of `size` events, each its
     own send (per-event semantics), drained after each; `chunks` = one send() of `size` rows
     (Siddhi's send(Event[]) semantics: a different workload, e.g. one row per group per chunk).
     """
     events = int(events * SCALE.get(name, 1.0))
     runtime = AppRuntime(WORKLOADS[name])
     output = runtime.add_buffer("Out")
+    if form == "single_drain":
+        size = 1
     data = list(sends(name, events, size))
-    if form == "single":
+    seen = []
+    if form == "single_callback":
+        runtime.context.junctions["Out"].callbacks.remove(output)
+        runtime.add_callback("Out", seen.extend)
+    if form in ("single", "single_callback"):
         data = [(stream, list(zip(*[c.to_pylist() for c in batch.columns])), timestamps.to_pylist()) for stream, batch, timestamps in data]
     outputs = 0
     if profile is not None:
         profile.enable()
     start = time.perf_counter()
-    if form == "single":
+    if form in ("single", "single_callback"):
         for stream, rows, stamps in data:
             send = runtime.send
             for row, stamp in zip(rows, stamps):
                 send(stream, [row], [stamp])
-            outputs += output.drain()[0].num_rows
+            outputs += output.drain()[0].num_rows + len(seen)
+            seen.clear()
     elif form == "sequential":
         for stream, batch, timestamps in data:
             runtime.send_each(stream, batch, timestamps)
