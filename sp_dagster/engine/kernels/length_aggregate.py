@@ -244,29 +244,30 @@ class LengthAggregateKernel(Kernel):
         width = batch.num_columns
         types = batch.schema.types
         counts = np.empty(len(windows), np.int64)
-        generations: dict[int, list] = {}  # id(kept columns) -> [kept, local indices]
-        sources = []
+        generations: dict[int, list] = {}  # id(kept columns) -> [kept, firsts, sizes]
+        sources = []  # per lane: (generation id or None, where its events start in that part)
         built = []
         for code, window in enumerate(windows):
             entry = self._valid(window)
             if entry is not None:
                 kept, first, size = entry[:3]
-                generation = generations.setdefault(id(kept), [kept, [], 0])
-                sources.append((id(kept), generation[2], size))
-                generation[1].append(np.arange(first, first + size))
-                generation[2] += size
+                generation = generations.setdefault(id(kept), [kept, [], [], 0])
+                sources.append((id(kept), generation[3]))
+                generation[1].append(first)
+                generation[2].append(size)
+                generation[3] += size
                 counts[code] = size
             else:
                 queue = window.queue
-                sources.append((None, len(built), len(queue)))
+                sources.append((None, len(built)))
                 built.extend(queue)
                 counts[code] = len(queue)
         pieces = [[] for _ in range(width)]
         stamps = []
         offsets, at = {}, 0
-        for key, (kept, local, size) in generations.items():
+        for key, (kept, firsts, sizes, size) in generations.items():
             offsets[key] = at
-            take = np.concatenate(local)
+            take = _ranges(np.array(firsts, np.int64), np.array(sizes, np.int64))
             for i in range(width):
                 pieces[i].append(kept[0][i].take(pa.array(take)))
             stamps.append(kept[1][take])
@@ -280,7 +281,8 @@ class LengthAggregateKernel(Kernel):
             pieces[i].append(batch.column(i))
         stamps.append(times)
         columns = [pa.concat_arrays(p) if len(p) > 1 else p[0] for p in pieces]
-        held_index = np.concatenate([np.arange(offsets[key] + start, offsets[key] + start + size) for key, start, size in sources] or [np.zeros(0, np.int64)]).astype(np.int64)
+        starts = np.array([offsets[key] + start for key, start in sources], np.int64)
+        held_index = _ranges(starts, counts)
         held_offset = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
         return (columns, np.concatenate(stamps)), held_index, held_offset, counts
 
@@ -309,6 +311,15 @@ class LengthAggregateKernel(Kernel):
         _, last_reversed = np.unique(combined[::-1], return_index=True)
         last = count - 1 - last_reversed
         return last[np.argsort(first, kind="stable")]
+
+
+def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """starts[0]..starts[0]+sizes[0]-1, then starts[1].., ... as one array."""
+    total = int(sizes.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    offsets = np.cumsum(sizes) - sizes
+    return np.repeat(starts - offsets, sizes) + np.arange(total)
 
 
 def analyse(receiver, window_class):
