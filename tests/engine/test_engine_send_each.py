@@ -297,3 +297,10 @@ def test_joins_give_the_same_both_ways(seed):
         raise AssertionError(f"{app}\n{error}") from None
     if "outer" not in app:
         assert RUNS["JoinKernel"] > before, "the join kernel did not run"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_length_batch_aggregates_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(6000 + seed)
+    app = _windowed_aggregate_app(rng).replace("#window.length(", "#window.lengthBatch(")
+    _assert_same_with_kernel("LengthBatchAggregateKernel", app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4])

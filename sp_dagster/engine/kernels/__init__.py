@@ -17,10 +17,10 @@ from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
 from sp_dagster.engine.kernels.partition import PartitionKernel
 from sp_dagster.engine.kernels.pattern import PatternKernel
 from sp_dagster.engine.kernels.join import JoinKernel
-from sp_dagster.engine.kernels.time_batch import TimeBatchAggregateKernel
+from sp_dagster.engine.kernels.time_batch import LengthBatchAggregateKernel, TimeBatchAggregateKernel
 
 #: Kernel classes, tried in order; the first whose `build` accepts a query is used.
-KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel, TimeBatchAggregateKernel, PartitionKernel, PatternKernel, JoinKernel)
+KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel, TimeBatchAggregateKernel, LengthBatchAggregateKernel, PartitionKernel, PatternKernel, JoinKernel)
 
 
 def plan_stream(runtime, junction) -> StreamPlan | None:

@@ -1,4 +1,4 @@
-"""timeBatch(t) windows under sum/count/avg selectors (with or without group by), in playback.
+"""timeBatch(t) windows (in playback) and lengthBatch(n) windows under sum/count/avg selectors.
 
 The event path keeps arrivals in the open batch; when the clock reaches the window's next
 emit time its timer flushes the batch: a RESET (the aggregates start over) then the batch's
@@ -21,6 +21,7 @@ from sp_dagster.engine.events import RESET, StreamEvent
 from sp_dagster.engine.kernels.aggregates import EXACT, Ops, _new_state, compute, integer_sum
 from sp_dagster.engine.kernels.base import Output, segment
 from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel, analyse
+from sp_dagster.engine.windows.length import LengthBatchWindow
 from sp_dagster.engine.windows.time import TimeBatchWindow
 
 
@@ -95,7 +96,8 @@ class TimeBatchAggregateKernel(LengthAggregateKernel):
         all_times = np.concatenate((held_times, times))
         numbers = np.concatenate((np.zeros(len(held_times), np.int64), passed[owner - start]))
         closed = int(np.searchsorted(numbers, last, side="left"))  # events of batches that close here
-        out, out_times, out_owner = self._closed(columns, all_times, numbers[:closed], passed, start)
+        out, out_times, out_batch = self._closed(columns, all_times, numbers[:closed])
+        out_owner = start + np.searchsorted(passed, out_batch, side="right")  # the chunk that fires the batch's timer
         # the state the event path leaves: the open batch, the next emit time armed, the aggregates of the last batch
         window.next_emit = first_emit + period * last
         window.timers.times.clear()
@@ -114,8 +116,9 @@ class TimeBatchAggregateKernel(LengthAggregateKernel):
         columns = [pa.array([e.data[i] for e in events], types[i]) for i in range(batch.num_columns)]
         return columns, np.array([e.timestamp for e in events], np.int64)
 
-    def _closed(self, columns, all_times, numbers, passed, start):
-        """Rows of the batches that close in the segment; each batch's go with the chunk that fires its timer."""
+    def _closed(self, columns, all_times, numbers):
+        """Rows of the batches that close in the segment (events numbered by batch): rows,
+        timestamps and the batch of every row."""
         out_schema = self.out_schema
         if not len(numbers):
             return pa.RecordBatch.from_pylist([], schema=out_schema), all_times[:0], numbers
@@ -142,8 +145,7 @@ class TimeBatchAggregateKernel(LengthAggregateKernel):
                 out_columns.append(pa.array(results[index][winners], field.type))
         out = pa.RecordBatch.from_arrays(out_columns, schema=out_schema)
         self._final_states(numbers, codes, keys, counts, wanted, ops)
-        fires = start + np.searchsorted(passed, numbers[winners], side="right")
-        return out, all_times[winners], fires
+        return out, all_times[winners], numbers[winners]
 
     def _final_states(self, numbers, codes, keys, counts, wanted, ops) -> None:
         """Every aggregator holds the groups of the last batch that closed (first-seen order)."""
@@ -174,3 +176,41 @@ class TimeBatchAggregateKernel(LengthAggregateKernel):
         window.current = list(map(StreamEvent, times.tolist(), rows))
         window.reset = StreamEvent(window.current[0].timestamp, window.current[0].data, RESET) if size else None
         window.pending = None
+
+
+class LengthBatchAggregateKernel(TimeBatchAggregateKernel):
+    """`from S[...]#window.lengthBatch(n) select <attributes, sum/count/avg> [group by a]`: every
+    n-th arrival flushes the batch, its rows one chunk of their own (as the window sends each flush)."""
+
+    @classmethod
+    def build(cls, receiver, runtime):
+        parts = analyse(receiver, LengthBatchWindow)
+        if parts is None:
+            return None
+        window = parts[1]
+        if window.stream_current or window.expired is not None or window.length < 1:
+            return None
+        return cls(receiver, *parts)
+
+    timers = None
+
+    def extent(self, run, start, end):
+        if not self.run_fits(run) or not self.window_fits(self.window, self.aggregators):
+            return start
+        return end
+
+    def run(self, run, start, end):
+        window = self.window
+        chunk, times, owner = segment(run, start, end, self.filters)
+        held_columns, held_times = self._open_batch(chunk.batch)
+        columns = [pa.concat_arrays([h, c]) for h, c in zip(held_columns, chunk.batch.columns)]
+        all_times = np.concatenate((held_times, times))
+        held, length = len(held_times), window.length
+        numbers = np.arange(len(all_times)) // length
+        closed = len(all_times) // length * length  # events of batches that fill up here
+        out, out_times, out_batch = self._closed(columns, all_times, numbers[:closed])
+        out_owner = owner[(out_batch + 1) * length - 1 - held]  # the arrival that fills the batch
+        window.count = len(all_times) - closed
+        self._open = ([c.slice(closed) for c in columns], all_times[closed:])
+        window.pending = self
+        return Output(self.query, out, out_times, out_owner, out_batch)

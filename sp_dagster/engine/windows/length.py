@@ -69,6 +69,8 @@ class LengthBatchWindow(BatchWindow):
         self.start_batches()
 
     def process(self, chunk):
+        if self.pending is not None:
+            self.pending.settle(self)
         now = self.clock.now()
         chunks, out = [], []
         for event in chunk:
@@ -99,10 +101,16 @@ class LengthBatchWindow(BatchWindow):
         for part in chunks:
             self.next.process(part)
 
+    def held(self):
+        self.settle()
+        return super().held()
+
     def dump(self):
+        self.settle()
         return [self.count, self.dump_batches()]
 
     def load(self, state):
+        self.pending = None
         self.count, batches = state
         self.load_batches(batches)
 
