@@ -40,7 +40,7 @@ class PatternKernel(Kernel):
     def build(cls, receiver, runtime):
         if not isinstance(receiver, PatternInput) or not receiver.together:
             return None
-        query = next((q for q in _queries(runtime) if any(r is receiver for _, r in q.subscriptions)), None)
+        query = next((q for q in runtime.queries.values() if any(r is receiver for _, r in q.subscriptions)), None)
         return cls.of(query, runtime) if query is not None else None
 
     @classmethod
@@ -231,10 +231,6 @@ class PatternKernel(Kernel):
             processor = lanes[code]
             processor.pending = pending[code] + [processor.pending[-1]]
             processor.now = int(last[code])
-
-
-def _queries(runtime):
-    yield from runtime.queries.values()
 
 
 def _mask(value, size: int) -> np.ndarray:
