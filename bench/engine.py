@@ -6,7 +6,9 @@ what a worker does per Kafka message), `sequential` (send_each() of 1,000 events
 semantics at once) and `chunks` (send() of B-row record batches: Siddhi's send(Event[])
 semantics, a different workload). Each line has Siddhi's single-send figure on this machine
 (issue 13) and the ratio to it; a last line breaks down, per event, where the slowest
-workload's sequential form spends its time.
+workload's sequential form spends its time, and (with the single form) one more the fixed cost
+of one send alone (`fixed_cost_us`). The issue's own single-send measure (one-row record
+batches, a drain after each) is `--forms chunks --batch 1`.
 Workloads (1,000,000 events each by default):
 filter; projection with arithmetic; length(1000) sum/count group by symbol; timeBatch(1 sec)
 avg group by symbol in playback; partitioned length(10) avg; a length(100) stream-stream
@@ -29,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from sp_dagster.engine import AppRuntime
+from sp_dagster.engine.events import StreamEvent
 
 STREAM = "define stream Trades (symbol string, price double, volume long);\n"
 QUOTES = "define stream Quotes (symbol string, price double, volume long);\n"
@@ -75,7 +78,7 @@ SIDDHI: dict[str, float | None] = {
     "aggregation_sec_to_year_playback": None,
 }
 #: How events are sent: one send() per event, send_each() runs, or multi-row chunks.
-FORMS = ("single", "sequential", "chunks")
+FORMS = ("single", "single_drain", "single_callback", "sequential", "chunks")
 #: Streams a workload's events go to, taking turns in slices of SLICE rows (default: Trades).
 TARGETS = {"length_window_join": ("Trades", "Quotes")}
 SLICE = 100
@@ -138,26 +141,35 @@ def run(name: str, events: int, size: int, form: str = "chunks", profile=None) -
     """Send `events` events (scaled down for some workloads) through `name` in one form; its figures.
 
     Forms: `single` = one send() per event (rows, as a worker sends a decoded message), the
-    buffer drained every `size` sends; `sequential` = send_each() of `size` events, each its
+    buffer drained every `size` sends; `single_drain` = one send() of a one-row record batch per
+    event and a drain after each (the issue's measure); `single_callback` = one send() per event
+    (rows), outputs to a stream callback instead of a buffer; `sequential` = send_each() of `size` events, each its
     own send (per-event semantics), drained after each; `chunks` = one send() of `size` rows
     (Siddhi's send(Event[]) semantics: a different workload, e.g. one row per group per chunk).
     """
     events = int(events * SCALE.get(name, 1.0))
     runtime = AppRuntime(WORKLOADS[name])
     output = runtime.add_buffer("Out")
+    if form == "single_drain":
+        size = 1
     data = list(sends(name, events, size))
-    if form == "single":
+    seen = []
+    if form == "single_callback":
+        runtime.context.junctions["Out"].callbacks.remove(output)
+        runtime.add_callback("Out", seen.extend)
+    if form in ("single", "single_callback"):
         data = [(stream, list(zip(*[c.to_pylist() for c in batch.columns])), timestamps.to_pylist()) for stream, batch, timestamps in data]
     outputs = 0
     if profile is not None:
         profile.enable()
     start = time.perf_counter()
-    if form == "single":
+    if form in ("single", "single_callback"):
         for stream, rows, stamps in data:
             send = runtime.send
             for row, stamp in zip(rows, stamps):
                 send(stream, [row], [stamp])
-            outputs += output.drain()[0].num_rows
+            outputs += output.drain()[0].num_rows + len(seen)
+            seen.clear()
     elif form == "sequential":
         for stream, batch, timestamps in data:
             runtime.send_each(stream, batch, timestamps)
@@ -193,6 +205,31 @@ def breakdown(name: str, events: int, form: str = "sequential", size: int = 1000
     }
 
 
+def fixed_cost(sends: int = 50_000) -> dict:
+    """The fixed cost of one send, alone (a filter that passes nothing: no output to buffer), in µs:
+    a one-row send as rows and as a one-row record batch, and a buffer's drain when it holds
+    one row and when it holds nothing (what a host that drains after every send adds)."""
+    runtime = AppRuntime(STREAM + "from Trades[price > 1000000.0] select symbol, price insert into Out;")
+    buffer = runtime.add_buffer("Out")
+    row = ("S1", 150.0, 10)
+    batch = pa.RecordBatch.from_pylist([dict(zip(("symbol", "price", "volume"), row))], schema=runtime.schema("Trades").arrow_schema())
+    stamp = pa.array([1], pa.int64())
+    figures = {"bench": "engine", "fixed_cost_us": {}, "sends": sends}
+
+    def timed(name, action):
+        start = time.perf_counter()
+        for i in range(sends):
+            action(i)
+        figures["fixed_cost_us"][name] = round((time.perf_counter() - start) / sends * 1e6, 3)
+
+    timed("send_row", lambda i: runtime.send("Trades", [row], [i]))
+    timed("send_one_row_batch", lambda i: runtime.send("Trades", batch, stamp))
+    timed("drain_empty", lambda i: buffer.drain())
+    timed("drain_one_row", lambda i: (buffer.receive([StreamEvent(i, ("S1", 150.0))]), buffer.drain()))
+    runtime.shutdown()
+    return figures
+
+
 def main() -> None:
     """Run the workloads named on the command line (all by default)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -214,6 +251,8 @@ def main() -> None:
                     slowest = (figures["ratio_to_siddhi"], name)
     if slowest is not None and not args.no_breakdown:
         print(json.dumps(breakdown(slowest[1], min(args.events, 50_000))), flush=True)
+    if "single" in args.forms and not args.no_breakdown:
+        print(json.dumps(fixed_cost()), flush=True)
 
 
 if __name__ == "__main__":

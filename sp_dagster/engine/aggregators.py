@@ -85,11 +85,13 @@ class Aggregator:
     def process(self, event):
         """Apply `event` (current: add, expired: remove) to its group; return the value."""
         key = self.context.key
-        state = self.states.get(key)
+        states = self.states
+        state = states.get(key)
         if state is None:
-            state = self.states[key] = self.new_state()
+            state = states[key] = self.new_state()
         kind = event.type
-        value = self.arg(event) if self.arg is not None else None
+        arg = self.arg
+        value = None if arg is None else arg(event)
         if kind == CURRENT:
             result = state.add(value)
         elif kind == EXPIRED:
@@ -97,7 +99,7 @@ class Aggregator:
         else:
             return state.current()
         if state.empty():
-            del self.states[key]
+            del states[key]
         return result
 
     def reset(self) -> None:

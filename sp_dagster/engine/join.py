@@ -19,6 +19,7 @@ from sp_dagster.engine.events import CURRENT, EXPIRED, RESET, TIMER, StreamEvent
 from sp_dagster.engine.expressions import JoinedScope, StreamScope, compile_expression, locate
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.schema import Schema
+from sp_dagster.engine.windows.length import LengthWindow
 from sp_dagster.siddhi import ast
 
 
@@ -84,22 +85,34 @@ class JoinSide(Processor):
             self.other.unmatched(chunk)  # an aggregation side reports a trigger that matched nothing
 
     def _keyed_lookup(self):
-        """A function from an event to the held events with its key, indexed on first use."""
+        """A function from an event to the held events with its key, indexed on first use
+        (or kept from the last chunk while the other side, a length window, holds the same)."""
         mine, theirs = self.keys
         index: dict | None = None
 
         def lookup(event):
             nonlocal index
             if index is None:
-                index = {}
-                for found in self.other.held():
-                    key = found.data[theirs]
-                    if key is not None:  # null never equals anything
-                        index.setdefault(key, []).append(found)
+                index = self._index(theirs)
             key = event.data[mine]
             return () if key is None else index.get(key, ())
 
         return lookup
+
+    def _index(self, theirs: int) -> dict:
+        held = self.other.held()
+        # a length window only appends and drops its oldest: the same deque, size and ends hold the same
+        stamp = (id(held), len(held), held[0] if held else None, held[-1] if held else None) if type(self.other) is LengthWindow else None
+        kept = getattr(self, "_kept", None)
+        if stamp is not None and kept is not None and kept[0] == stamp and kept[1] is held:
+            return kept[2]
+        index: dict = {}
+        for found in held:
+            key = found.data[theirs]
+            if key is not None:  # null never equals anything
+                index.setdefault(key, []).append(found)
+        self._kept = (stamp, held, index) if stamp is not None else None
+        return index
 
 
 def join_scope(join: ast.JoinInput, left: Schema, right: Schema, context) -> JoinedScope:

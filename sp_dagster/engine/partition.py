@@ -10,6 +10,7 @@ same key, as Siddhi splits it.
 
 from __future__ import annotations
 
+from sp_dagster.engine.events import as_events
 from sp_dagster.engine.expressions import StreamScope, compile_expression
 from sp_dagster.engine.junction import StreamJunction
 from sp_dagster.engine.query import QueryRuntime, Streams
@@ -130,6 +131,8 @@ def _key_executors(key, scope) -> list:
     if isinstance(key, ast.ValuePartition):
         executor = compile_expression(key.expression, scope)
         row, kind = executor.row, executor.type
+        if kind == "string":  # a string is its own key
+            return [row]
         return [lambda e: None if (v := row(e)) is None else java_str(v, kind)]
     functions = []
     for condition in key.ranges:
@@ -148,8 +151,6 @@ class _PartitionReceiver:
 
     def receive(self, chunk) -> None:
         """Split by key (or broadcast, for streams without a key) and deliver."""
-        from sp_dagster.engine.events import as_events
-
         runtime = self.runtime
         if not self.executors:
             for instance in list(runtime.instances.values()):
@@ -157,10 +158,12 @@ class _PartitionReceiver:
             return
         events = as_events(chunk)
         if len(events) == 1:
+            instances = runtime.instances
             for executor in self.executors:
                 key = executor(events[0])
                 if key is not None:
-                    runtime.instance(key).send(self.stream, events)
+                    instance = instances.get(key) or runtime.instance(key)
+                    instance.local[self.stream].send(events)
             return
         for key, part in self._runs(events):
             runtime.instance(key).send(self.stream, part)

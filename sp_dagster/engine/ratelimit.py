@@ -62,7 +62,8 @@ class PassThrough(RateLimiter):
     accepts_arrow = True
 
     def process(self, chunk):
-        self.emit(chunk)
+        if chunk:
+            self.output.send(chunk)
 
     def process_arrow(self, chunk: ArrowChunk):
         self.output.send_arrow(chunk)

@@ -10,6 +10,10 @@ import pyarrow as pa
 from sp_dagster.engine.values import ARROW_TYPES
 
 
+#: Where a Schema keeps its Arrow schema once made (in its name index, under a key no name can be).
+_ARROW = object()
+
+
 @dataclass(frozen=True)
 class Schema:
     """The attributes of a stream, in order."""
@@ -20,6 +24,7 @@ class Schema:
 
     def __post_init__(self) -> None:
         self._index.update({name: i for i, name in enumerate(self.names)})
+        object.__setattr__(self, "arrow_capable", all(t in ARROW_TYPES for t in self.types))
 
     @classmethod
     def of(cls, attributes: Iterable[tuple[str, str]]) -> Schema:
@@ -34,14 +39,15 @@ class Schema:
     def __len__(self) -> int:
         return len(self.names)
 
-    @property
-    def arrow_capable(self) -> bool:
-        """True when every attribute has an Arrow type (no `object` attributes)."""
-        return all(t in ARROW_TYPES for t in self.types)
+    #: True when every attribute has an Arrow type (no `object` attributes); set in __post_init__
+    arrow_capable: bool = field(default=False, init=False, compare=False, repr=False)
 
     def arrow_schema(self) -> pa.Schema:
-        """The Arrow schema of this stream."""
-        return pa.schema([pa.field(n, ARROW_TYPES[t]) for n, t in zip(self.names, self.types)])
+        """The Arrow schema of this stream (made once)."""
+        made = self._index.get(_ARROW)
+        if made is None:
+            made = self._index[_ARROW] = pa.schema([pa.field(n, ARROW_TYPES[t]) for n, t in zip(self.names, self.types)])
+        return made
 
     def describe(self) -> str:
         """`(a int, b string)`."""

@@ -95,7 +95,7 @@ class Selector(Processor):
         return self._row(event, key)
 
     def _row(self, event: StreamEvent, key) -> StreamEvent:
-        return StreamEvent(event.timestamp, event.data, event.type, tuple(row(event) for row in self.rows), key)
+        return StreamEvent(event.timestamp, event.data, event.type, tuple([row(event) for row in self.rows]), key)
 
     def _keep(self, out: StreamEvent) -> bool:
         return self.having is None or self.having(out) is True
@@ -107,6 +107,10 @@ class Selector(Processor):
         if len(self.group_by) == 1:
             return self.group_by[0](event)
         return tuple(g(event) for g in self.group_by)
+
+    @staticmethod
+    def _no_key(event: StreamEvent):
+        return None
 
     # -- processing
 
@@ -210,7 +214,7 @@ class Selector(Processor):
         aggregation = self.aggregation
         apply = aggregation.apply
         current_on, expired_on = self.current_on, self.expired_on
-        group_key = self._group_key if grouped else (lambda e: None)
+        group_key = (self.group_by[0] if len(self.group_by) == 1 else self._group_key) if grouped else self._no_key
         winners: dict = {}
         for event in chunk:
             kind = event.type

@@ -37,17 +37,21 @@ class Run:
         self._batch = batch
         self.times = times
         self.count = len(times)
-        send_starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-        if playback and self.count:
-            changes = np.flatnonzero(times[1:] != times[:-1]) + 1
-            starts = np.union1d(send_starts, changes)
+        if len(sizes) == self.count:  # every row its own send: every row its own chunk
+            starts = np.arange(self.count, dtype=np.int64)
+            self.send_of, self.opens = starts, np.ones(self.count, bool)
         else:
-            starts = send_starts
-        #: first row of every chunk (and one past the last row at the end)
+            send_starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+            if playback and self.count:
+                changes = np.flatnonzero(times[1:] != times[:-1]) + 1
+                starts = np.union1d(send_starts, changes)
+            else:
+                starts = send_starts
+            self.send_of = np.searchsorted(send_starts, starts, side="right") - 1
+            self.opens = np.isin(starts, send_starts)
+        #: first row of every chunk (and one past the last row at the end); the send each chunk
+        #: belongs to (send_of); True where a chunk is a send's first (opens)
         self.bounds = np.append(starts, self.count).astype(np.int64)
-        #: the send each chunk belongs to; True where a chunk is a send's first
-        self.send_of = np.searchsorted(send_starts, starts, side="right") - 1
-        self.opens = np.isin(starts, send_starts)
         self.chunk_times = times[starts] if self.count else times[:0]
 
     @property
@@ -137,7 +141,7 @@ def _fast(runtime, junction, run: Run, plan, before) -> None:
     while chunk < total:
         end = total
         if playback:
-            end = _segment_end(run, advancing, chunk, clock.next_due())
+            end = _segment_end(run, advancing, chunk, plan.next_due(clock))
         if end > chunk:
             end = plan.extent(run, chunk, end)
         if end <= chunk:
@@ -178,11 +182,14 @@ def _deliver(runtime, junction, run: Run, plan, outputs, start: int, end: int, b
     clock, playback = runtime.clock, runtime.playback
     receivers = list(junction.receivers)
     callbacks = junction.callbacks
+    timed = [outputs[key] for key in plan.timed]  # what a kernel's own timers emit, as the clock moves
     for chunk in range(start, end):
         if before is not None and run.opens[chunk]:
             before(int(run.send_of[chunk]))
         if playback:
             clock.advance(int(run.chunk_times[chunk]))
+            for output in timed:
+                output.deliver(chunk)
         events = None
         for receiver in receivers:
             output = outputs.get(id(receiver))

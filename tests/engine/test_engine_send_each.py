@@ -157,29 +157,150 @@ def _windowed_aggregate_app(rng) -> str:
     return playback + STREAM + f"from {source} {selector} insert into Out;\n"
 
 
+def _assert_same_with_kernel(kernel: str, app: str, rng, nulls: float, expected: bool = True) -> None:
+    """Random runs give the same both ways, and (if `expected`, without nulls, which make kernels
+    fall back) `kernel` ran."""
+    from sp_dagster.engine.kernels import RUNS
+
+    before = RUNS[kernel]
+    _assert_same_on_random_runs(app, rng, sends=4, events=150, nulls=nulls)
+    if expected and not nulls:
+        assert RUNS[kernel] > before, f"{kernel} did not run"
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_windowed_aggregates_give_the_same_both_ways(seed):
     rng = np.random.default_rng(1000 + seed)
     app = _windowed_aggregate_app(rng)
-    _assert_same_on_random_runs(app, rng, sends=4, events=150, nulls=(0.0, 0.0, 0.0, 0.02)[seed % 4])
+    _assert_same_with_kernel("LengthAggregateKernel", app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4])
 
 
-def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path():
-    app = "@app:playback\n" + STREAM + "from S#window.length(5) select symbol, sum(volume) as v, avg(price) as p group by symbol insert into Out;"
+SNAPSHOT_APPS = {
+    "length": "from S#window.length(5) select symbol, sum(volume) as v, avg(price) as p group by symbol insert into Out;",
+    "partition": "partition with (symbol of S) begin from S#window.length(3) select symbol, avg(price) as p insert into Out; end;",
+    "time_batch": "from S#window.timeBatch(7) select symbol, sum(volume) as v, count() as n group by symbol insert into Out;",
+    "pattern": "partition with (symbol of S) begin from every e1=S[price > 100.0] -> e2=S[price > e1.price] within 20 milliseconds "
+    "select e1.price as a, e2.price as b insert into Out; end;",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SNAPSHOT_APPS))
+def test_a_snapshot_after_send_each_restores_and_goes_on_like_the_event_path(kind):
+    app = "@app:playback\n" + STREAM + SNAPSHOT_APPS[kind]
     rng = np.random.default_rng(5)
-    rows, times = _random_events(rng, 40, 0.0)
+    rows, times = _random_events(rng, 80, 0.0)
     fast, slow = AppRuntime(app), AppRuntime(app)
-    fast.send_each("S", rows[:20], times[:20])
-    for row, time in zip(rows[:20], times[:20]):
+    fast.send_each("S", rows[:40], times[:40])
+    for row, time in zip(rows[:40], times[:40]):
         slow.send("S", [row], [time])
     restored = AppRuntime(app)
     restored.restore(fast.snapshot())
-    seen = {"restored": [], "slow": []}
-    restored.add_callback("Out", lambda events: seen["restored"].append([(e.timestamp, e.data) for e in events]))
-    slow.add_callback("Out", lambda events: seen["slow"].append([(e.timestamp, e.data) for e in events]))
-    restored.send_each("S", rows[20:], times[20:])
-    for row, time in zip(rows[20:], times[20:]):
+    seen = {"restored": [], "slow": [], "fast": []}
+    for name, runtime in (("restored", restored), ("slow", slow), ("fast", fast)):
+        runtime.add_callback("Out", lambda events, n=name: seen[n].append([(e.timestamp, e.data) for e in events]))
+    restored.send_each("S", rows[40:], times[40:])
+    fast.send_each("S", rows[40:], times[40:])  # the snapshot took back what kernels held: on from there
+    for row, time in zip(rows[40:], times[40:]):
         slow.send("S", [row], [time])
-    assert seen["restored"] == seen["slow"] and len(seen["slow"]) == 20
+    assert seen["restored"] == seen["slow"] == seen["fast"] and seen["slow"]
     for runtime in (fast, slow, restored):
         runtime.shutdown()
+
+
+def _partitioned_app(rng) -> str:
+    """A value partition (on a string or an int) of length-window aggregate queries (the partition kernel)."""
+    key = "symbol" if rng.random() < 0.75 else "qty"
+    queries = [_windowed_aggregate_app(rng).split(STREAM)[1].replace("Out", f"Out{i}") for i in range(int(rng.integers(1, 3)))]
+    if rng.random() < 0.3:  # a second query into the same stream: outputs interleave per sub-chunk
+        queries.append(queries[0].replace("#window.length(", "#window.length(1"))
+    queries = "".join(queries)
+    playback = "@app:playback\n" if rng.random() < 0.5 else ""
+    return playback + STREAM + f"partition with ({key} of S) begin\n{queries}end;\n"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_partitioned_aggregates_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(2000 + seed)
+    _assert_same_with_kernel("PartitionKernel", _partitioned_app(rng), rng, (0.0, 0.0, 0.05, 0.02)[seed % 4])
+
+
+def _time_batch_app(rng) -> tuple[str, bool]:
+    """timeBatch windows under sum/count/avg in playback (the timeBatch kernel), sometimes beside other queries."""
+    query = _windowed_aggregate_app(rng).split(STREAM)[1]
+    start = f", {rng.integers(0, 2000)}" if rng.random() < 0.3 else ""
+    query = query.replace("#window.length(", "#window.timeBatch(").replace(")", f"{start})", 1) if "[" not in query.split("#")[0] else query.replace("#window.length(", "#window.timeBatch(")
+    extra = ""
+    if rng.random() < 0.3:  # a kernel beside it; reading Out, or a query without a kernel: no timeBatch kernel then
+        extra = rng.choice(["from S[price > 100.0] select symbol insert into Other;\n", "from Out select * insert into Again;\n", "from S#window.time(5) select count() as n insert into Other;\n"])
+    return "@app:playback\n" + STREAM + query + extra, extra in ("", "from S[price > 100.0] select symbol insert into Other;\n")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_time_batch_aggregates_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(3000 + seed)
+    app, expected = _time_batch_app(rng)
+    _assert_same_with_kernel("TimeBatchAggregateKernel", app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4], expected)
+
+
+def _pattern_app(rng) -> tuple[str, str]:
+    """`every e1=S[c1] -> e2=S[c2] within t` (the pattern kernel), maybe inside a partition; and the kernel expected."""
+    c1 = rng.choice(["price > 150.0", "volume < 300", "price > 120.0 and qty > 10", "not (price < 140.0)", "symbol == 'IBM'", "qty >= 40 or price > 190.0"])
+    c2 = rng.choice(["price > e1.price", "symbol == e1.symbol and price > e1.price", "e2.volume >= e1.volume", "qty != e1.qty and price < e1.price",
+                     "symbol == e1.symbol", "price > e1.price + 10.0", "symbol != e1.symbol or volume > 900"])
+    within = f" within {rng.integers(1, 40)} milliseconds" if rng.random() < 0.8 else ""
+    selected = rng.choice(["e1.symbol as symbol, e1.price as first, e2.price as second", "e2.volume as v, e1.qty as q, e2.symbol as s", "e1.price as p"])
+    query = f"from every e1=S[{c1}] -> e2=S[{c2}]{within} select {selected} insert into Out;\n"
+    playback = "@app:playback\n" if rng.random() < 0.5 else ""
+    if rng.random() < 0.5:
+        key = "symbol" if rng.random() < 0.75 else "qty"
+        if rng.random() < 0.4:  # beside a length-window aggregate: both kernels per key, outputs interleaved per sub-chunk
+            query += "from S#window.length(3) select symbol, avg(price) as p insert into Out2;\n"
+        return playback + STREAM + f"partition with ({key} of S) begin\n{query}end;\n", "PartitionKernel"
+    return playback + STREAM + query, "PatternKernel"
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_patterns_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(4000 + seed)
+    app, kernel = _pattern_app(rng)
+    expected = "+ 10.0" not in app  # arithmetic in a condition: the event path
+    _assert_same_with_kernel(kernel, app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4], expected)
+
+
+def _join_app(rng) -> str:
+    """A length-window join on an equality (the join kernel on each triggering side)."""
+    left = "S" + (f"[price > {rng.integers(20, 150)}.0]" if rng.random() < 0.3 else "") + f"#window.length({rng.integers(1, 12)})"
+    right = "T" + rng.choice([f"#window.length({rng.integers(1, 12)})", f"#window.lengthBatch({rng.integers(1, 4)})", f"#window.time({rng.integers(1, 20)})"])
+    key = rng.choice(["S.symbol == T.symbol", "T.qty == S.qty", "S.volume == T.volume"])
+    kind = rng.choice(["join", "join", "join", "unidirectional join", "left outer join"])
+    selected = rng.choice(["S.symbol as symbol, S.price as price, T.price as quote", "T.volume + S.volume as v, S.qty as q", "T.symbol as ts, S.symbol as ss"])
+    playback = "@app:playback\n" if rng.random() < 0.7 or "time" in right else ""
+    return playback + STREAM + STREAM.replace("stream S", "stream T") + f"from {left} {kind} {right} on {key} select {selected} insert into Out;\n"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_joins_give_the_same_both_ways(seed):
+    from sp_dagster.engine.kernels import RUNS
+
+    rng = np.random.default_rng(5000 + seed)
+    app = _join_app(rng)
+    groups, shift = [], 0
+    for turn in range(6):
+        rows, times = _random_events(rng, int(rng.integers(1, 60)), (0.0, 0.03)[seed % 2])
+        times = [t - 1000 + shift for t in times]
+        shift = times[-1]
+        groups.append(("ST"[turn % 2], rows, times, random_sizes(rng, len(rows))))
+    before = RUNS["JoinKernel"]
+    try:
+        assert_same(app, groups, wall_times="@app:playback" not in app)
+    except AssertionError as error:
+        raise AssertionError(f"{app}\n{error}") from None
+    if "outer" not in app:
+        assert RUNS["JoinKernel"] > before, "the join kernel did not run"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_length_batch_aggregates_give_the_same_both_ways(seed):
+    rng = np.random.default_rng(6000 + seed)
+    app = _windowed_aggregate_app(rng).replace("#window.length(", "#window.lengthBatch(")
+    _assert_same_with_kernel("LengthBatchAggregateKernel", app, rng, (0.0, 0.0, 0.0, 0.02)[seed % 4])

@@ -10,13 +10,17 @@ finds the kernels of a stream's subscribers (cached per stream); sequential.py d
 
 from __future__ import annotations
 
-from sp_dagster.engine.kernels.base import Kernel, Output, StreamPlan
+from sp_dagster.engine.kernels.base import RUNS, Kernel, Output, StreamPlan
 from sp_dagster.engine.kernels.eligibility import written_streams
 from sp_dagster.engine.kernels.stateless import StatelessKernel
 from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
+from sp_dagster.engine.kernels.partition import PartitionKernel
+from sp_dagster.engine.kernels.pattern import PatternKernel
+from sp_dagster.engine.kernels.join import JoinKernel
+from sp_dagster.engine.kernels.time_batch import LengthBatchAggregateKernel, TimeBatchAggregateKernel
 
 #: Kernel classes, tried in order; the first whose `build` accepts a query is used.
-KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel)
+KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel, TimeBatchAggregateKernel, LengthBatchAggregateKernel, PartitionKernel, PatternKernel, JoinKernel)
 
 
 def plan_stream(runtime, junction) -> StreamPlan | None:
@@ -37,7 +41,22 @@ def _plan(runtime, junction) -> StreamPlan | None:
             if kernel is not None:
                 kernels[id(receiver)] = kernel
                 break
+    timed = [k for k in kernels.values() if getattr(k, "timers", None) is not None]
+    if timed and not _may_fire_timers(junction, kernels, timed):
+        kernels = {key: k for key, k in kernels.items() if k not in timed}
     return StreamPlan(kernels) if kernels else None
 
 
-__all__ = ["KERNELS", "Kernel", "Output", "StreamPlan", "plan_stream"]
+def _may_fire_timers(junction, kernels, timed) -> bool:
+    """A kernel may fire its own timers inside a segment only where nothing else can arm a timer
+    during the segment's delivery: every subscriber has a kernel, no stream they write is read."""
+    if len(timed) > 1 or any(id(receiver) not in kernels for receiver in junction.receivers):
+        return False
+    for kernel in kernels.values():
+        target = getattr(kernel.query.output, "target", None)
+        if target is not None and target.receivers:
+            return False
+    return True
+
+
+__all__ = ["KERNELS", "RUNS", "Kernel", "Output", "StreamPlan", "plan_stream"]

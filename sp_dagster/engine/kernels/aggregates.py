@@ -59,19 +59,25 @@ class Ops:
         return matrix[self.groups, self.rank + 1]
 
 
-def compute(aggregator, ops: Ops, values: np.ndarray | None):
-    """(value after every op, apply) for one aggregator; apply() writes the final states back."""
-    keys, states = ops.keys, aggregator.states
-    counts0 = np.array([_count(states.get(k)) for k in keys], np.int64)
+def compute(aggregator, ops: Ops, values: np.ndarray | None, stores: list | None = None):
+    """(value after every op, apply) for one aggregator; apply() writes the final states back.
+
+    `stores[code]` is (states dict, key) of group `code`: by default the aggregator's own
+    states under ops.keys (partitions pass every group's instance's dict).
+    """
+    if stores is None:
+        stores = [(aggregator.states, key) for key in ops.keys]
+    olds = [states.get(key) for states, key in stores]
+    counts0 = np.array([_count(s) for s in olds], np.int64)
     counts = ops.running_int(counts0, ops.signs)
     if isinstance(aggregator, Count):
         result, sums, sums0 = counts, None, None
     elif integer_sum(aggregator):
-        sums0 = np.array([_sum(states.get(k), 0) for k in keys], np.int64)
+        sums0 = np.array([_sum(s, 0) for s in olds], np.int64)
         sums = ops.running_int(sums0, ops.signs * values)
         result = sums
     else:
-        sums0 = np.array([_sum(states.get(k), 0.0) for k in keys], np.float64)
+        sums0 = np.array([_sum(s, 0.0) for s in olds], np.float64)
         sums = ops.running_float(sums0, np.where(ops.signs > 0, values, -values))
         if isinstance(aggregator, Avg):
             with np.errstate(divide="ignore", invalid="ignore"):  # after removes that empty a group: unread
@@ -80,7 +86,7 @@ def compute(aggregator, ops: Ops, values: np.ndarray | None):
             result = sums
 
     def apply() -> None:
-        _write_back(aggregator, ops, counts, sums)
+        _write_back(aggregator, ops, counts, sums, stores)
 
     return result, apply
 
@@ -108,14 +114,13 @@ def _new_state(aggregator, count: int, total):
     return state
 
 
-def _write_back(aggregator, ops: Ops, counts: np.ndarray, sums: np.ndarray | None) -> None:
+def _write_back(aggregator, ops: Ops, counts: np.ndarray, sums: np.ndarray | None, stores: list) -> None:
     """Final states in the event path's dict order: survivors first, groups made anew after, by when."""
     empty = counts == 0
     if sums is not None:
         empty &= sums == 0
-    states = aggregator.states
     remade = []
-    for code, key in enumerate(ops.keys):
+    for code, (states, key) in enumerate(stores):
         first, last = ops.starts[code], ops.ends[code]
         if first == last:
             continue
@@ -130,8 +135,8 @@ def _write_back(aggregator, ops: Ops, counts: np.ndarray, sums: np.ndarray | Non
             continue  # empty at the end: forgotten
         made = positions[emptied[-1] + 1] if len(emptied) else positions[0]
         final = positions[-1]
-        remade.append((made, key, _new_state(aggregator, int(counts[final]), 0 if sums is None else sums[final])))
-    for _, key, state in sorted(remade, key=lambda item: item[0]):
+        remade.append((made, states, key, _new_state(aggregator, int(counts[final]), 0 if sums is None else sums[final])))
+    for _, states, key, state in sorted(remade, key=lambda item: item[0]):
         states[key] = state
 
 

@@ -34,46 +34,23 @@ class LengthAggregateKernel(Kernel):
 
     @classmethod
     def build(cls, receiver, runtime):
-        query = plain_query(receiver)
-        if query is None or not query.processors or not isinstance(query.processors[-1], LengthWindow):
+        parts = analyse(receiver, LengthWindow)
+        if parts is None or parts[1].length < 1:
             return None
-        filters, window = query.processors[:-1], query.processors[-1]
-        if window.length < 1 or not all(isinstance(p, FilterProcessor) and p.vector is not None for p in filters):
-            return None
-        selector, node = query.selector, query.query.selector
-        if not selector.batching or not selector.current_on or selector.expired_on or node.star:
-            return None
-        if selector.having is not None or selector.order_by or selector.limit is not None or selector.offset is not None:
-            return None
-        schema = window.context.schema
-        if not schema.arrow_capable:
-            return None
-        aggregators = selector.aggregation.aggregators
-        if not aggregators or not all(type(a) in SUPPORTED for a in aggregators):
-            return None
-        arguments = []
-        for aggregator in aggregators:
-            index = _attribute(aggregator.node.args[0], schema) if aggregator.node.args else None
-            if aggregator.node.args and (index is None or schema.types[index] not in NUMERIC):
-                return None
-            arguments.append(index)
-        columns = []  # per output attribute: ("input", index) or ("aggregate", index)
-        for attribute, executor in zip(node.attributes, selector.executors):
-            expression = attribute.expression
-            if isinstance(expression, ast.Variable) and (index := _attribute(expression, schema)) is not None:
-                columns.append(("input", index))
-            elif isinstance(expression, ast.FunctionCall) and len(executor.aggregators) == 1:
-                columns.append(("aggregate", aggregators.index(executor.aggregators[0])))
-            else:
-                return None
-        group = None
-        if node.group_by:
-            if len(node.group_by) != 1:
-                return None
-            group = _attribute(node.group_by[0], schema)
-            if group is None or schema.types[group] not in KEY_TYPES:
-                return None
-        return cls(query, filters, window, arguments, columns, group)
+        return cls(receiver, *parts)
+
+    @classmethod
+    def inner(cls, query, runtime):
+        """The kernel of a partition's inner query `query`, or None."""
+        return cls.build(query, runtime)
+
+    def lane(self, query):
+        """What one instance of the query keeps: its window and aggregators."""
+        return query.processors[-1], query.selector.aggregation.aggregators
+
+    def lane_fits(self, lane, run=None) -> bool:
+        """What one instance holds fits the kernel."""
+        return self.window_fits(*lane)
 
     def __init__(self, query, filters, window, arguments, columns, group):
         super().__init__(query)
@@ -83,17 +60,22 @@ class LengthAggregateKernel(Kernel):
         self.columns = columns
         self.group = group
         self.aggregators = query.selector.aggregation.aggregators
+        self.out_schema = query.selector.output_schema.arrow_schema()
+        self._held: dict[int, tuple] = {}  # id(window) -> what it held after the last segment (see _held_columns)
 
     # -- what the event path would do differently
 
     def extent(self, run, start, end):
+        return end if self.run_fits(run) and self.window_fits(self.window, self.aggregators) else start
+
+    def run_fits(self, run) -> bool:
+        """No nulls where aggregates read, no -0.0, integer sums far from overflowing (once per run)."""
         checked = run.cache.get(id(self))
         if checked is None:
             checked = run.cache[id(self)] = self._run_fits(run)
-        return end if checked and self._window_fits() else start
+        return checked
 
     def _run_fits(self, run) -> bool:
-        """No nulls where aggregates read, no -0.0, integer sums far from overflowing."""
         batch = run.batch()
         for aggregator, index in zip(self.aggregators, self.arguments):
             if index is None:
@@ -104,15 +86,22 @@ class LengthAggregateKernel(Kernel):
             values = column.to_numpy()
             if values.dtype.kind == "f" and np.any((values == 0) & np.signbit(values)):
                 return False
-            if integer_sum(aggregator) and len(values) and int(np.abs(values).max()) * (self.window.length + 1) >= EXACT:
+            if integer_sum(aggregator) and len(values) and int(np.abs(values).max()) * self.span(run) >= EXACT:
                 return False
         return True
 
-    def _window_fits(self) -> bool:
-        for aggregator, index in zip(self.aggregators, self.arguments):
+    def span(self, run) -> int:
+        """How many values an integer sum may add up at most (with one to spare)."""
+        return self.window.length + 1
+
+    def window_fits(self, window, aggregators) -> bool:
+        """What `window` holds (and its aggregators' sums) fits too: no nulls, no -0.0, no huge sums."""
+        if self._valid(window) is not None:
+            return True  # held events the kernel itself wrote (checked as arrivals)
+        for aggregator, index in zip(aggregators, self.arguments):
             if index is None:
                 continue
-            for event in self.window.queue:
+            for event in window.queue:
                 value = event.data[index]
                 if value is None or (value == 0 and isinstance(value, float) and np.signbit(value)):
                     return False
@@ -124,64 +113,178 @@ class LengthAggregateKernel(Kernel):
 
     def run(self, run, start, end):
         chunk, times, owner = segment(run, start, end, self.filters)
-        arrivals = chunk.batch.num_rows
-        out_schema = self.query.selector.output_schema.arrow_schema()
+        out, out_times, out_owner, _ = self.compute(chunk.batch, times, owner, np.zeros(len(times), np.int64), [(self.window, self.aggregators)])
+        return Output(self.query, out, out_times, out_owner)
+
+    def compute(self, batch: pa.RecordBatch, times: np.ndarray, owner: np.ndarray, lane: np.ndarray, lanes: list):
+        """Outputs (batch, timestamps, owner) of `batch`'s arrivals; arrival i goes to lane `lane[i]`.
+
+        A lane is one instance of the query, (window, aggregators): the query itself, or one
+        partition key's. Owners must increase with i and a chunk (owner) feeds one lane. Every
+        touched lane's window and aggregator states are left as the event path leaves them.
+        """
+        arrivals = batch.num_rows
+        out_schema = self.out_schema
         if arrivals == 0:
-            return Output(self.query, pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0])
-        window = self.window
-        held = list(window.queue)
-        length, q = window.length, len(held)
-        # adds of every arrival; a remove before each arrival that finds the window full
-        full_from = max(0, min(arrivals, length - q))
-        expiring = np.arange(full_from, arrivals) + q - length  # positions in held+arrivals
-        adds = np.arange(arrivals) + q
-        ops_at = np.concatenate((adds[:full_from], np.column_stack((expiring, adds[full_from:])).ravel()))
-        signs = np.concatenate((np.ones(full_from, np.int64), np.tile(np.array([-1, 1], np.int64), arrivals - full_from)))
+            return pa.RecordBatch.from_pylist([], schema=out_schema), times[:0], owner[:0], None
+        length, count = self.window.length, len(lanes)
+        # held events of every lane: their global index (held columns, then arrivals)
+        everything, held_index, held_offset, held_count = self._held_columns([window for window, _ in lanes], batch, times)
+        base = len(everything[1]) - arrivals
+        columns = {i: everything[0][i] for i in {self.group, *self.arguments} if i is not None}
+        per_lane = np.bincount(lane, minlength=count)
+        lane_start = np.concatenate(([0], np.cumsum(per_lane)[:-1]))
+        by_lane = np.argsort(lane, kind="stable")
+        rank = np.empty(arrivals, np.int64)
+        rank[by_lane] = np.arange(arrivals) - np.repeat(lane_start, per_lane)
+        q = held_count[lane]
+        position = q + rank  # in the lane's held events then its arrivals
+        removes = position >= length
+        gone = position - length  # the position that expires before arrival i
+        from_held = gone < q
+        gone_held = held_index[np.clip(held_offset[lane] + gone, 0, max(len(held_index) - 1, 0))] if len(held_index) else np.zeros(arrivals, np.int64)
+        gone_new = base + by_lane[np.clip(lane_start[lane] + gone - q, 0, arrivals - 1)]
+        expiring = np.where(from_held, gone_held, gone_new)
+        add_at = np.arange(arrivals) + np.cumsum(removes)
+        total = arrivals + int(removes.sum())
+        ops_at = np.empty(total, np.int64)
+        signs = np.empty(total, np.int64)
+        ops_at[add_at], signs[add_at] = base + np.arange(arrivals), 1
+        ops_at[add_at[removes] - 1], signs[add_at[removes] - 1] = expiring[removes], -1
+        # groups: (lane, group key) of every held event and arrival
+        size = base + arrivals
+        lane_of = np.empty(size, np.int64)
+        if len(held_index):
+            lane_of[held_index] = np.repeat(np.arange(count), held_count)
+        lane_of[base:] = lane
+        group_keys, group_codes = self._groups(columns, size)
+        combined, codes = np.unique(lane_of[ops_at] * len(group_keys) + group_codes[ops_at], return_inverse=True)
+        codes = codes.reshape(-1)
+        keys = [group_keys[c % len(group_keys)] for c in combined.tolist()]
+        owners = (combined // len(group_keys)).tolist()
+        values = [None if index is None else columns[index].to_numpy()[ops_at] for index in self.arguments]
+        ops = Ops(codes, signs, keys, values)
         add_ops = np.flatnonzero(signs > 0)
-        columns_now = self._held_columns(window.queue, chunk.batch)  # held events then arrivals
-        keys, codes = self._groups(columns_now, q + arrivals)
-        groups = codes[ops_at]
-        values = [None if index is None else columns_now[index].to_numpy()[ops_at] for index in self.arguments]
-        ops = Ops(groups, signs, keys, values)
         results, appliers = [], []
-        for aggregator, value in zip(self.aggregators, values):
-            result, apply = compute(aggregator, ops, value)
+        for slot, value in enumerate(values):
+            stores = [(lanes[o][1][slot].states, key) for o, key in zip(owners, keys)]
+            result, apply = compute(self.aggregators[slot], ops, value, stores)
             results.append(result[add_ops])
             appliers.append(apply)
-        winners = self._winners(owner, codes[q:])
-        columns = []
+        winners = self._winners(owner, codes[add_ops])
+        out_columns = []
         for (kind, index), field in zip(self.columns, out_schema):
             if kind == "input":
-                columns.append(chunk.batch.column(index).take(pa.array(winners)))
+                out_columns.append(batch.column(index).take(pa.array(winners)))
             else:
-                columns.append(pa.array(results[index][winners], field.type))
-        out = pa.RecordBatch.from_arrays(columns, schema=out_schema)
-        # the state the event path leaves: the window's last n events, every group's aggregates
+                out_columns.append(pa.array(results[index][winners], field.type))
+        out = pa.RecordBatch.from_arrays(out_columns, schema=out_schema)
         for apply in appliers:
             apply()
-        kept = min(length, arrivals)
-        tail = chunk.batch.slice(arrivals - kept, kept)
-        tail_rows = zip(*[c.to_pylist() for c in tail.columns]) if tail.num_columns else [()] * kept
-        queue = deque(held[max(0, q + arrivals - length) :])
-        queue.extend(map(StreamEvent, times[arrivals - kept :].tolist(), tail_rows, repeat(EXPIRED, kept)))
+        self._write_windows(lanes, everything, times, lane, rank, per_lane, held_index, held_offset, held_count, base)
+        return out, times[winners], owner[winners], None
+
+    def _write_windows(self, lanes, columns, times, lane, rank, per_lane, held_index, held_offset, held_count, base) -> None:
+        """Every touched lane's window: its last n events, kept column-wise (the window settles
+        them into events, EXPIRED clones as the event path keeps them, when something reads it)."""
+        length = self.window.length
+        kept = rank >= per_lane[lane] - length  # arrivals still held at the end
+        new_index = np.flatnonzero(kept)
+        new_lane = lane[new_index]
+        # what each lane holds at the end, as global indices: its held events then arrivals, the last n
+        total = held_count + per_lane
+        held_lane = np.repeat(np.arange(len(lanes)), held_count)
+        held_position = np.arange(len(held_index)) - np.repeat(held_offset, held_count)
+        keep_held = (held_position >= total[held_lane] - length) & (per_lane[held_lane] > 0)
+        final_lane = np.concatenate((held_lane[keep_held], new_lane))
+        final_global = np.concatenate((held_index[keep_held], base + new_index))
+        final_global = final_global[np.argsort(final_lane, kind="stable")]
+        final_count = np.bincount(final_lane, minlength=len(lanes))
+        final_bounds = np.concatenate(([0], np.cumsum(final_count))).tolist()
+        touched = np.flatnonzero(per_lane > 0).tolist()
+        if not touched:
+            return
+        take = pa.array(final_global)
+        kept_columns = ([c.take(take) for c in columns[0]], columns[1][final_global])
+        held = self._held
+        for code in touched:
+            window = lanes[code][0]
+            first = final_bounds[code]
+            window.count = final_bounds[code + 1] - first
+            window.pending = self
+            held[id(window)] = (kept_columns, first, window.count, None, None, None)
+
+    def settle(self, window) -> None:
+        """Make the events this kernel holds for `window` its queue again."""
+        (columns, times), first, size = self._held[id(window)][:3]
+        rows = zip(*[c.slice(first, size).to_pylist() for c in columns]) if columns else repeat((), size)
+        queue = deque(map(StreamEvent, times[first : first + size].tolist(), rows, repeat(EXPIRED, size)))
         window.queue = queue
-        self._held = (queue, queue[0], queue[-1], {i: c.slice(len(c) - len(queue)) for i, c in columns_now.items()})
-        window.count = min(length, window.count + arrivals)
-        return Output(self.query, out, times[winners], owner[winners])
+        window.pending = None
+        self._held[id(window)] = ((columns, times), first, size, queue, queue[0] if queue else None, queue[-1] if queue else None)
 
-    def _held_columns(self, queue, batch) -> dict[int, pa.Array]:
-        """The group and argument columns of the held events followed by the arrivals'.
+    def _valid(self, window):
+        """What this kernel holds for `window`, while the window holds just that, or None."""
+        entry = self._held.get(id(window))
+        if entry is None:
+            return None
+        if window.pending is self:
+            return entry
+        queue = window.queue
+        if entry[3] is queue and len(queue) == entry[2] and (not queue or (queue[0] is entry[4] and queue[-1] is entry[5])):
+            return entry
+        return None
 
-        The held part is kept from the last segment while the window still holds exactly what
-        that segment left (the event path appends new event objects, so identity tells)."""
-        wanted = {i for i in (self.group, *self.arguments) if i is not None}
-        cached = getattr(self, "_held", None)
-        if cached is not None and cached[0] is queue and queue and queue[0] is cached[1] and queue[-1] is cached[2]:
-            held = cached[3]
-        else:
-            types = batch.schema.types
-            held = {i: pa.array([e.data[i] for e in queue], types[i]) for i in wanted}
-        return {i: pa.concat_arrays([held[i], batch.column(i)]) for i in wanted}
+    def _held_columns(self, windows, batch, times):
+        """Every column of every lane's held events, then the arrivals' (and their timestamps);
+        where each lane's held events are (global index, offset into that index, count).
+
+        A lane's held part comes from what the kernel kept after the last segment while the
+        window still holds just that; else from its events."""
+        width = batch.num_columns
+        types = batch.schema.types
+        counts = np.empty(len(windows), np.int64)
+        generations: dict[int, list] = {}  # id(kept columns) -> [kept, firsts, sizes]
+        sources = []  # per lane: (generation id or None, where its events start in that part)
+        built = []
+        for code, window in enumerate(windows):
+            entry = self._valid(window)
+            if entry is not None:
+                kept, first, size = entry[:3]
+                generation = generations.setdefault(id(kept), [kept, [], [], 0])
+                sources.append((id(kept), generation[3]))
+                generation[1].append(first)
+                generation[2].append(size)
+                generation[3] += size
+                counts[code] = size
+            else:
+                queue = window.queue
+                sources.append((None, len(built)))
+                built.extend(queue)
+                counts[code] = len(queue)
+        pieces = [[] for _ in range(width)]
+        stamps = []
+        offsets, at = {}, 0
+        for key, (kept, firsts, sizes, size) in generations.items():
+            offsets[key] = at
+            take = _ranges(np.array(firsts, np.int64), np.array(sizes, np.int64))
+            for i in range(width):
+                pieces[i].append(kept[0][i].take(pa.array(take)))
+            stamps.append(kept[1][take])
+            at += size
+        offsets[None] = at
+        if built:
+            for i in range(width):
+                pieces[i].append(pa.array([e.data[i] for e in built], types[i]))
+            stamps.append(np.array([e.timestamp for e in built], np.int64))
+        for i in range(width):
+            pieces[i].append(batch.column(i))
+        stamps.append(times)
+        columns = [pa.concat_arrays(p) if len(p) > 1 else p[0] for p in pieces]
+        starts = np.array([offsets[key] + start for key, start in sources], np.int64)
+        held_index = _ranges(starts, counts)
+        held_offset = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        return (columns, np.concatenate(stamps)), held_index, held_offset, counts
 
     def _groups(self, columns: dict[int, pa.Array], size: int) -> tuple[list, np.ndarray]:
         """Group keys, and the group code of every held event then every arrival (`size` in all)."""
@@ -208,6 +311,60 @@ class LengthAggregateKernel(Kernel):
         _, last_reversed = np.unique(combined[::-1], return_index=True)
         last = count - 1 - last_reversed
         return last[np.argsort(first, kind="stable")]
+
+
+def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """starts[0]..starts[0]+sizes[0]-1, then starts[1].., ... as one array."""
+    total = int(sizes.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    offsets = np.cumsum(sizes) - sizes
+    return np.repeat(starts - offsets, sizes) + np.arange(total)
+
+
+def analyse(receiver, window_class):
+    """(filters, window, arguments, columns, group) of `from S[...]#window.<window_class>(...) select
+    <attributes, sum/count/avg> [group by a]`, or None when `receiver` is not such a query."""
+    query = plain_query(receiver)
+    if query is None or not query.processors or not isinstance(query.processors[-1], window_class):
+        return None
+    filters, window = query.processors[:-1], query.processors[-1]
+    if not all(isinstance(p, FilterProcessor) and p.vector is not None for p in filters):
+        return None
+    selector, node = query.selector, query.query.selector
+    if not selector.batching or not selector.current_on or selector.expired_on or node.star:
+        return None
+    if selector.having is not None or selector.order_by or selector.limit is not None or selector.offset is not None:
+        return None
+    schema = window.context.schema
+    if not schema.arrow_capable:
+        return None
+    aggregators = selector.aggregation.aggregators
+    if not aggregators or not all(type(a) in SUPPORTED for a in aggregators):
+        return None
+    arguments = []
+    for aggregator in aggregators:
+        index = _attribute(aggregator.node.args[0], schema) if aggregator.node.args else None
+        if aggregator.node.args and (index is None or schema.types[index] not in NUMERIC):
+            return None
+        arguments.append(index)
+    columns = []  # per output attribute: ("input", index) or ("aggregate", index)
+    for attribute, executor in zip(node.attributes, selector.executors):
+        expression = attribute.expression
+        if isinstance(expression, ast.Variable) and (index := _attribute(expression, schema)) is not None:
+            columns.append(("input", index))
+        elif isinstance(expression, ast.FunctionCall) and len(executor.aggregators) == 1:
+            columns.append(("aggregate", aggregators.index(executor.aggregators[0])))
+        else:
+            return None
+    group = None
+    if node.group_by:
+        if len(node.group_by) != 1:
+            return None
+        group = _attribute(node.group_by[0], schema)
+        if group is None or schema.types[group] not in KEY_TYPES:
+            return None
+    return filters, window, arguments, columns, group
 
 
 def _attribute(node, schema) -> int | None:

@@ -40,6 +40,14 @@ class WindowProcessor(Processor):
     name = ""
     mode = "slide"
     uses_timers = False
+    #: a kernel that holds this window's events column-wise (sp_dagster.engine.kernels); the
+    #: window calls settle() before it reads or changes them, which makes them events again
+    pending = None
+
+    def settle(self) -> None:
+        """Take back the events a kernel holds for this window."""
+        if self.pending is not None:
+            self.pending.settle(self)
 
     def __init__(self, params: list[Param], context: WindowContext):
         self.params = params

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from sp_dagster.engine.events import EXPIRED, RESET
+from sp_dagster.engine.events import EXPIRED, RESET, StreamEvent
 from sp_dagster.engine.windows.base import BatchWindow, WindowProcessor, dump_events, load_events
 
 
@@ -20,10 +20,12 @@ class LengthWindow(WindowProcessor):
         self.queue: deque = deque()
 
     def process(self, chunk):
+        if self.pending is not None:
+            self.pending.settle(self)
         now = self.clock.now()
         out = []
         for event in chunk:
-            clone = event.copy(EXPIRED)
+            clone = StreamEvent(event.timestamp, event.data, EXPIRED)
             if self.count < self.length:
                 self.count += 1
                 self.queue.append(clone)
@@ -41,12 +43,15 @@ class LengthWindow(WindowProcessor):
         self.forward(out)
 
     def held(self):
+        self.settle()
         return self.queue
 
     def dump(self):
+        self.settle()
         return [self.count, dump_events(self.queue)]
 
     def load(self, state):
+        self.pending = None
         self.count, events = state
         self.queue = deque(load_events(events))
 
@@ -64,6 +69,8 @@ class LengthBatchWindow(BatchWindow):
         self.start_batches()
 
     def process(self, chunk):
+        if self.pending is not None:
+            self.pending.settle(self)
         now = self.clock.now()
         chunks, out = [], []
         for event in chunk:
@@ -94,10 +101,16 @@ class LengthBatchWindow(BatchWindow):
         for part in chunks:
             self.next.process(part)
 
+    def held(self):
+        self.settle()
+        return super().held()
+
     def dump(self):
+        self.settle()
         return [self.count, self.dump_batches()]
 
     def load(self, state):
+        self.pending = None
         self.count, batches = state
         self.load_batches(batches)
 

@@ -103,6 +103,8 @@ class TimeBatchWindow(BatchWindow):
         self.start_batches()
 
     def process(self, chunk):
+        if self.pending is not None:
+            self.pending.settle(self)
         now = self.clock.now()
         if self.next_emit == -1:
             if self.start_time is not None:
@@ -129,10 +131,16 @@ class TimeBatchWindow(BatchWindow):
             self.flush(out, now, stamp_reset=False)
         self.forward(out)
 
+    def held(self):
+        self.settle()
+        return super().held()
+
     def dump(self):
+        self.settle()
         return [self.next_emit, self.dump_batches()]
 
     def load(self, state):
+        self.pending = None
         self.next_emit, batches = state
         self.load_batches(batches)
 
