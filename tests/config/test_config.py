@@ -23,7 +23,7 @@ def test_shipped_files_load_with_embedded_defaults(sp_home):
     assert worker.control_plane.url == manager.control_plane.url
     assert worker.persistence.enabled and worker.persistence.persistence_store == "database"
     assert worker.persistence_datasource.url == f"sqlite:///{sp_home}/persistence.db"
-    assert worker.spark.master == "local[*]"
+    assert worker.spark.master == "local[8]" and worker.spark.execution_mode == "continuous"
     assert worker.node_id == "worker-1" and worker.shard_id == "worker-1"
 
 
