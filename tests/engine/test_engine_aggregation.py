@@ -377,3 +377,23 @@ select A.symbol, A.total insert into TotalsStream;
     finally:
         writer.shutdown()
         reader.shutdown()
+
+
+def test_a_copy_that_only_reads_the_store_sees_what_the_writer_wrote_since_its_last_read(store):  # noqa: F811
+    """A group joining an unsharded aggregation holds a copy that only reads the tables: each retrieval
+    reads them anew, so rows the writer rolled up after the copy's first read are never counted twice."""
+    app = _app(store.annotation())
+    writer, reader = AppRuntime(app), AppRuntime(app)
+    minutes = "from TradeAgg within '2017-06-** **:**:**' per 'hours' select total, n"
+    try:
+        writer.send("Trades", [("IBM", 10.0, 2, BASE), ("IBM", 20.0, 4, BASE + 1000)], [BASE, BASE + 1000])
+        writer.advance_time(BASE + 2000)  # the seconds are written; the minute is open in the writer
+        assert _rows(reader, minutes) == [(30.0, 2)]
+        writer.advance_time(BASE + 70_000)  # the minute rolls over and is written
+        assert _rows(reader, minutes) == _rows(writer, minutes) == [(30.0, 2)]
+        writer.send("Trades", [("IBM", 5.0, 6, BASE + 71_000)], [BASE + 71_000])
+        writer.advance_time(BASE + 72_000)
+        assert _rows(reader, minutes) == _rows(writer, minutes) == [(35.0, 3)]
+    finally:
+        writer.shutdown()
+        reader.shutdown()

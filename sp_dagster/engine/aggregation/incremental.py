@@ -65,12 +65,7 @@ class IncrementalAggregation:
             self.event_time = (lambda e: _text_time(read(e))) if by.type == "string" else read
         self.retention = _purge(definition, self.durations)
         self.store = self._store(definition)
-        child = None
-        self.executors: dict[str, Executor] = {}
-        for duration in reversed(self.durations):
-            child = Executor(duration, self.plan, self.tz, self.external, self.shard if self.distributed else None, self.store, child)
-            self.executors[duration] = child
-        self.root = child
+        self._build_executors()
         self.timer = self.clock.scheduler(f"aggregation:{self.name}").queue(self._fire)
         self.timer_started = False
         self.initialised = False
@@ -104,6 +99,15 @@ class IncrementalAggregation:
         if self.context.connections is None:
             self.context.connections = Connections()
         return RdbmsStore(self.name, self.durations, self.plan, self.distributed, self.external, options, self.context.connections)
+
+    def _build_executors(self) -> None:
+        """One executor per granularity, each rolling up into the next."""
+        child = None
+        self.executors: dict[str, Executor] = {}
+        for duration in reversed(self.durations):
+            child = Executor(duration, self.plan, self.tz, self.external, self.shard if self.distributed else None, self.store, child)
+            self.executors[duration] = child
+        self.root = child
 
     # -- events in
 
@@ -178,7 +182,12 @@ class IncrementalAggregation:
                 f"The aggregate values for {per} granularity cannot be provided since aggregation definition "
                 f"{self.name} does not contain {per} duration"
             )
-        if not self.distributed and not self.initialised:
+        if not self.distributed and not self.fed and self.store.persistent:
+            # A copy that only reads a database store (a group joining the aggregation, `sp-dagster
+            # query`) rebuilds from the tables at every retrieval: the writer may have written since.
+            self._build_executors()
+            self._initialise()
+        elif not self.distributed and not self.initialised:
             self._initialise()  # a runtime that has seen no event yet reads what a database store holds
         column = EVENT_TS if self.external else AGG_TS
         records = self.store.read(per, column, start, end)
