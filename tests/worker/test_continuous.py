@@ -75,6 +75,16 @@ class Running:
         return self.line.checkpoints[-1] if self.line.checkpoints else None
 
 
+def checkpoints_now(running: dict) -> dict:
+    """Ask every loop for a checkpoint; each one's first, once all have one."""
+    for r in running.values():
+        r.line.queue.append(("checkpoint",))
+    deadline = time.monotonic() + 30
+    while not all(r.line.checkpoints for r in running.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {n: r.line.checkpoints[0] for n, r in running.items()}
+
+
 def deploy_topics(kafka, text):
     topology = plan(parse(text))
     for topic in topology.topics:
@@ -145,12 +155,7 @@ def test_without_transactions_a_restore_from_an_older_checkpoint_replays_with_th
     topology = deploy_topics(kafka, APP.replace("Trades", name))
     plans = {i.name: plan_instance(i.name, i.siddhi) for i in topology.partial_apps}
     running = {n: Running(kafka, p, interval=3600, transactions=False) for n, p in plans.items()}
-    for r in running.values():
-        r.line.queue.append(("checkpoint",))
-    deadline = time.monotonic() + 30
-    while not all(r.line.checkpoints for r in running.values()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    early = {n: r.line.checkpoints[0] for n, r in running.items()}
+    early = checkpoints_now(running)
     rows, stamps = trades(3000, seed=9)
     publish(kafka, topology, rows, stamps)
     expected = reference(rows, stamps)
@@ -178,12 +183,7 @@ def test_with_transactions_a_crash_and_a_restore_from_an_older_checkpoint_publis
     topology = deploy_topics(kafka, APP.replace("Trades", name))
     plans = {i.name: plan_instance(i.name, i.siddhi) for i in topology.partial_apps}
     running = {n: Running(kafka, p, interval=3600) for n, p in plans.items()}
-    for r in running.values():
-        r.line.queue.append(("checkpoint",))
-    deadline = time.monotonic() + 30
-    while not all(r.line.checkpoints for r in running.values()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    early = {n: r.line.checkpoints[0] for n, r in running.items()}
+    early = checkpoints_now(running)
     assert all(r.loop.delivery == "exactly-once" for r in running.values())
     rows, stamps = trades(4000, seed=13)
     half = len(rows) // 2
