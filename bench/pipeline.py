@@ -7,7 +7,7 @@ Starts the embedded broker, then measures, in one run:
      topics: the floor any pipeline on this broker pays;
   2. app.<mode>: tests' two-group app (filter, parallel 2 -> partitioned length-window average,
      parallel 2) deployed on a local cluster (a manager, two Spark workers, SQLite), once per
-     execution mode (continuous tasks, micro-batch queries);
+     execution mode (continuous tasks with transactions, and without: at-least-once; micro-batch queries);
   3. scaling.<n>w: the same app with both groups at parallel 4 (4-partition topics), on one
      worker and then on two (continuous mode; throughput only).
 With --messaging nats the groups are wired through an embedded nats-server (JetStream) instead
@@ -172,10 +172,12 @@ def pipeline(transport, name: str, text: str, events: int, rate: float, seconds:
         path.write_text(app)
         loaded = load_app(path)
         topology = plan_app(loaded)
-        slots = sum(len(g.instances) for g in topology.groups) if mode == "continuous" else 1
+        slots = sum(len(g.instances) for g in topology.groups) if mode.startswith("continuous") else 1
         layer = {"messaging": "nats", "cluster_id": transport.cluster_id} if transport.kind == "nats" else {}
+        mode, _, delivery = mode.partition("-")  # continuous-at-least-once: no transactions
         cluster = LocalCluster(
-            Path(home), address or transport.bootstrap_servers, workers=workers, persist_every_min=1, mode=mode, slots=slots, **layer
+            Path(home), address or transport.bootstrap_servers, workers=workers, persist_every_min=1, mode=mode, slots=slots,
+            exactly_once=delivery != "at-least-once", **layer,
         ).start()
         try:
             cluster.deploy(path, timeout=300)
@@ -194,7 +196,10 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=50_000, help="events for the throughput figure")
     parser.add_argument("--rate", type=float, default=500.0, help="events/s for the latency figure")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the paced latency run lasts")
-    parser.add_argument("--modes", default="continuous,microbatch", help="execution modes to measure, separated by commas")
+    parser.add_argument(
+        "--modes", default="continuous,continuous-at-least-once,microbatch",
+        help="execution modes to measure, separated by commas (continuous-at-least-once: without transactions)",
+    )
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1 -> 2 workers figures")
     parser.add_argument("--messaging", choices=("kafka", "nats"), default="kafka", help="the layer between the app's groups")
     args = parser.parse_args()

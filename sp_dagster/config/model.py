@@ -183,6 +183,11 @@ class SparkConfig:
         doc="continuous mode: ms between an instance's checkpoints (engine snapshot and the input offsets it covers) "
         "kept by its worker; revisions go to the persistence store every `state.persistence.intervalInMin`",
     )
+    exactly_once: bool = setting(
+        "exactlyOnce", True,
+        doc="continuous mode on Kafka: publish each turn's outputs with its input offsets in one transaction "
+        "(exactly-once); false: at-least-once, replays dropped by origin between groups (fewer round trips per turn)",
+    )
     task_slots: int | None = setting(
         "taskSlots", None, minimum=1, shown="the application's default parallelism",
         doc="continuous mode: how many instances this worker runs at once (each holds one task slot); told to the "

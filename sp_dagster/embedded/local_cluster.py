@@ -1,6 +1,7 @@
 """A local cluster of real processes (one manager, N workers) on a given broker or NATS server, for tests and benchmarks.
 
-`mode` is the workers' spark.executionMode (continuous: `slots` task slots each).
+`mode` is the workers' spark.executionMode (continuous: `slots` task slots each, transactions
+unless `exactly_once` is False).
 
 The processes share a SQLite control plane and a SQLite persistence table under `home`, and
 run with short timings so failover takes seconds.
@@ -54,6 +55,7 @@ state.persistence:
 spark:
   master: local[{slots}]
   executionMode: {mode}
+  exactlyOnce: {exactly_once}
   checkpointInterval: 1000
   conf: {{spark.sql.shuffle.partitions: "1", spark.driver.memory: 768m}}
 """
@@ -73,7 +75,7 @@ class LocalCluster:
 
     def __init__(
         self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds",
-        mode: str = "continuous", slots: int = 6, messaging: str = "kafka", cluster_id: str = "sp-dagster",
+        mode: str = "continuous", slots: int = 6, exactly_once: bool = True, messaging: str = "kafka", cluster_id: str = "sp-dagster",
     ):
         self.home = home
         self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)
@@ -84,7 +86,7 @@ class LocalCluster:
         self.manager_conf.write_text(MANAGER_CONF.format(messaging=layer, home=home))
         # Continuous instances hold a task slot each; micro-batch queries share one (as before).
         worker_slots = slots if mode == "continuous" else 1
-        self.worker_conf.write_text(WORKER_CONF.format(messaging=layer, home=home, interval=persist_every_min, mode=mode, slots=worker_slots))
+        self.worker_conf.write_text(WORKER_CONF.format(messaging=layer, home=home, interval=persist_every_min, mode=mode, slots=worker_slots, exactly_once=str(exactly_once).lower()))
         self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": trigger, "PYTHONUNBUFFERED": "1"}
         self.processes: dict[str, subprocess.Popen] = {}
         self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]

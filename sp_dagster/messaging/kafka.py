@@ -237,7 +237,11 @@ class RawPublisher(RawPublisherBase):
 
     def __init__(self, transport: KafkaTransport):
         self.transport = transport
-        self.producer = Producer(transport.client_config(**{"linger.ms": 5, "acks": "all", "allow.auto.create.topics": False}))
+        # Idempotent: a retried send never lands twice or out of order, which the next group's
+        # origin check relies on (a later origin arriving first would make the earlier look replayed).
+        self.producer = Producer(
+            transport.client_config(**{"linger.ms": 5, "acks": "all", "enable.idempotence": True, "allow.auto.create.topics": False})
+        )
         self._failures: list[str] = []
         self._topics: set[str] = set()
 

@@ -208,7 +208,10 @@ class Worker:
             from sp_dagster.worker.instance_loop import LoopSettings
 
             users = tuple((u.username, u.password) for u in self.config.deployment.receiver_users)
-            settings = LoopSettings(dead_letters, checkpoint_interval_s=self.config.spark.checkpoint_interval / 1000, receiver_users=users)
+            spark = self.config.spark
+            settings = LoopSettings(
+                dead_letters, transactions=spark.exactly_once, checkpoint_interval_s=spark.checkpoint_interval / 1000, receiver_users=users
+            )
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()
         settings = QuerySettings(
             self.bootstrap,
