@@ -35,8 +35,10 @@ sys.path.insert(0, str(ROOT))
 from sp_dagster.deploy import load_app, plan_app  # noqa: E402
 from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
 from sp_dagster.embedded.local_cluster import LocalCluster  # noqa: E402
-from sp_dagster.messaging import EARLIEST, LATEST, Partitioned, codec_for  # noqa: E402
-from sp_dagster.messaging.kafka import KafkaTransport, RawPublisher  # noqa: E402
+from sp_dagster.messaging import EARLIEST, LATEST, Partitioned, RowPublisher, codec_for  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+
+from sp_dagster.messaging.kafka import KafkaTransport  # noqa: E402
 from sp_dagster.worker.instance_plan import plan_instance  # noqa: E402
 
 APP = ROOT / "tests" / "worker" / "apps" / "trades.siddhi"
@@ -110,7 +112,7 @@ def passthrough(transport, events: int, rate: float, seconds: float) -> None:
 
     def loop() -> None:
         reader = transport.reader(source, {0: EARLIEST, 1: EARLIEST}, codec_for("raw", [("value", "object")]))
-        out = RawPublisher(transport)
+        out = PlainProducer(transport)  # the floor: librdkafka's defaults
         while not stop.is_set():
             batch = reader.poll(max_events=50_000, timeout=0.1)
             for event in batch.events:
@@ -129,10 +131,43 @@ def passthrough(transport, events: int, rate: float, seconds: float) -> None:
 FLOOR: dict[str, float] = {}  # the passthrough's events/s in this run
 
 
+class PlainProducer:
+    """The load generator's raw side on Kafka: librdkafka's defaults (not the workers' idempotent
+    producer), so publishing the input never limits a figure."""
+
+    def __init__(self, transport):
+        self.producer = Producer(transport.client_config(**{"linger.ms": 5, "acks": "all"}))
+
+    def produce(self, topic, value, key, partition, timestamp, headers=None) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, partition=partition, timestamp=timestamp or 0)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def serve(self) -> None:
+        self.producer.poll(0)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        if self.producer.flush(timeout):
+            raise RuntimeError("the broker did not acknowledge every input event")
+
+    def close(self) -> None:
+        self.flush()
+
+
+def load_publisher(transport, topic: str, codec):
+    """A publisher of input rows keyed by symbol: a plain producer on Kafka, the transport's own otherwise."""
+    if transport.kind != "kafka":
+        return transport.publisher(topic, codec, Partitioned(0, "symbol"))
+    return RowPublisher(PlainProducer(transport), transport.require_topic(topic), codec, Partitioned(0, "symbol"))
+
+
 def measure(name, transport, source, sink, in_codec, out_codec, events, expected_out, rate, seconds) -> None:
     """Throughput (all at once) then, when `seconds`, latency (paced) from `source` to `sink`."""
     info = transport.require_topic(sink)
-    publisher = transport.publisher(source, in_codec, Partitioned(0, "symbol"))
+    publisher = load_publisher(transport, source, in_codec)
     collector = Collector(transport, sink, out_codec, info.partitions)
     collector.start()
     data = rows(events)
