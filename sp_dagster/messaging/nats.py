@@ -496,11 +496,16 @@ class NatsRawPublisher(RawPublisherBase):
             "is the NATS server running?"
         )
 
-    def flush(self, timeout: float = 30.0) -> None:
-        """Wait for every queued message's acknowledgement; raise on any failure."""
+    def serve(self) -> None:
+        """Send what is buffered now, without waiting for acknowledgements (a caller publishing a few
+        events at a time must not wait for a chunk to fill)."""
         with self._producing:
             if self._buffer:
                 self._hand_over()
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for every queued message's acknowledgement; raise on any failure."""
+        self.serve()
         self._wait(lambda: not self._pending, timeout)
         failures, self._failures = self._failures, []
         if failures:
