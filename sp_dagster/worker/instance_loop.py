@@ -170,16 +170,19 @@ class InstanceLoop:
 
     def _open(self) -> None:
         raw = RawCodec()
+        read = []  # (input, the partitions this instance reads of it)
         for source in self.plan.inputs:
             transport = self._transport(source.bootstrap, source.properties)
             partitions = self._partitions(source)
             start = {p: self.positions.get((source.topic, p), EARLIEST) for p in partitions}
             self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
+            read.append((source, partitions))
         if self.settings.transactions:
-            self._start_transactions()
+            self._start_transactions([(s.topic, p) for s, partitions in read if not s.bootstrap for p in partitions])
 
-    def _start_transactions(self) -> None:
-        """Publish in transactions with the input offsets; replay silently up to what the last owner committed."""
+    def _start_transactions(self, inputs: list[tuple[str, int]]) -> None:
+        """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read);
+        replay silently up to what the last owner committed."""
         from sp_dagster.errors import MessagingError
 
         try:
@@ -190,7 +193,6 @@ class InstanceLoop:
         if self._txn is None:
             return
         self._publishers[""] = self._txn
-        inputs = [(s.topic, p) for s in self.plan.inputs if not s.bootstrap for p in self._partitions(s)]
         self._txn_topics = {topic for topic, _p in inputs}
         for place, (offset, metadata) in self._txn.committed(inputs).items():
             if offset > self.positions.get(place, 0):
