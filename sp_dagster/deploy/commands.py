@@ -91,6 +91,8 @@ def run_deploy(args: argparse.Namespace) -> int:
 
     result = deploy(args.app, config, wait=not args.no_wait, timeout=args.timeout, progress=progress)
     print(f"deployed {result.app}" + ("" if result.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in result.topics)}")
+    for line in result.state_changes:
+        print(f"  state of {line}")
     print(result.state.describe())
     return 0
 

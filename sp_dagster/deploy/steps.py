@@ -144,6 +144,20 @@ def instance_specs(topology: Topology) -> list:
     return specs
 
 
+def state_changes(plane, topology: Topology) -> list[str]:
+    """What a redeploy does to the state of each changed instance: which queries keep theirs, which start empty."""
+    from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.engine.stateparts import carry_over
+
+    before = {i.instance_id: i.siddhi_app for i in list_instances(plane, topology.app)}
+    lines = []
+    for spec in instance_specs(topology):
+        old = before.get(spec.instance_id)
+        if old is not None and old != spec.siddhi_app:
+            lines.append(f"{spec.instance_id}: {carry_over(old, spec.siddhi_app).describe()}")
+    return lines
+
+
 def record(plane, loaded: LoadedApp, topology: Topology):
     """Record the desired state; unchanged instances keep their placement and state."""
     from sp_dagster.cluster.store.deployments import record_deployment
@@ -167,7 +181,8 @@ def deployment_state(plane, app: str) -> DeploymentState:
     if record_ is None:
         raise DeployError(f"no deployment named '{app}'; `sp-dagster status` lists the deployments")
     instances = tuple(
-        InstanceState(i.instance_id, i.group, i.node_id, i.status, i.status_detail) for i in list_instances(plane, app)
+        InstanceState(i.instance_id, i.group, i.node_id, i.status, i.status_detail or i.metrics.get("state_note"))
+        for i in list_instances(plane, app)
     )
     return DeploymentState(app, record_.status, record_.waiting_reason, instances)
 
@@ -211,6 +226,7 @@ class DeployResult:
     topics: list = field(default_factory=list)
     changed: bool = True
     state: DeploymentState | None = None
+    state_changes: list[str] = field(default_factory=list)
 
 
 def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.0, progress=None) -> DeployResult:
@@ -227,11 +243,12 @@ def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.
         transport.close()
     plane = ControlPlane.from_config(config)
     try:
+        changes = state_changes(plane, topology)
         result = record(plane, loaded, topology)
         state = wait_until_running(plane, topology.app, timeout, progress=progress) if wait else deployment_state(plane, topology.app)
     finally:
         plane.close()
-    return DeployResult(topology.app, topics, result.changed, state)
+    return DeployResult(topology.app, topics, result.changed, state, changes)
 
 
 def undeploy(plane, app: str, *, transport=None, delete_topics: bool = False) -> list[str]:
