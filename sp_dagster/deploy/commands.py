@@ -19,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deploy.add_argument("app", metavar="APP.siddhi")
     _conf(deploy)
     deploy.add_argument("--no-wait", action="store_true", help="record the deployment and return at once")
+    deploy.add_argument("--fresh", action="store_true", help="let stateful groups whose parallelism changes start empty (otherwise refused)")
     deploy.add_argument("--timeout", type=float, default=180.0, metavar="S", help="seconds to wait for every instance to run (default 180)")
     deploy.set_defaults(handler=run_deploy)
 
@@ -90,10 +91,10 @@ def run_deploy(args: argparse.Namespace) -> int:
         waiting = f" - {state.waiting_reason}" if state.waiting_reason else ""
         print(f"  {state.app}: {running}/{len(state.instances)} instances running{waiting}", flush=True)
 
-    result = deploy(args.app, config, wait=not args.no_wait, timeout=args.timeout, progress=progress)
+    result = deploy(args.app, config, wait=not args.no_wait, timeout=args.timeout, progress=progress, fresh=args.fresh)
     print(f"deployed {result.app}" + ("" if result.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in result.topics)}")
     for line in result.state_changes:
-        print(f"  state of {line}")
+        print(f"  state: {line}")
     print(result.state.describe())
     return 0
 

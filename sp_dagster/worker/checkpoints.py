@@ -129,8 +129,11 @@ class Resumed:
     restored: bool = False
 
 
-def resume(runtime, data: bytes | None, incarnations: Mapping[str, str], ends: Callable[[str], Mapping[int, int]]) -> Resumed:
-    """Restore `runtime` (an InstanceRuntime) from checkpoint bytes when they fit (see the module docstring)."""
+def resume(
+    runtime, data: bytes | None, incarnations: Mapping[str, str], ends: Callable[[str], Mapping[int, int]], *, fresh_since: int | None = None
+) -> Resumed:
+    """Restore `runtime` (an InstanceRuntime) from checkpoint bytes when they fit (see the module docstring);
+    a checkpoint saved before `fresh_since` (ms: a deploy asked for a fresh start) is not resumed."""
     if not data:
         return Resumed({})
     try:
@@ -138,6 +141,9 @@ def resume(runtime, data: bytes | None, incarnations: Mapping[str, str], ends: C
     except CheckpointError as exc:
         return _reset(str(exc))
     why = unfit_reason(saved, incarnations, ends)
+    if not why and fresh_since and saved.saved_at < fresh_since:  # state only: the offsets still say what was read
+        why = "its group was redeployed with --fresh"
+        return Resumed(dict(saved.positions), f"state started empty, offsets kept: {why}", why)
     if why:
         return _reset(why)
     try:

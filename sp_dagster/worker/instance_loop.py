@@ -132,7 +132,8 @@ class InstanceLoop:
         for source in self.plan.inputs:
             self.incarnations.update(topic_incarnations(self._transport(source.bootstrap, source.properties), [source.topic]))
         clusters = {s.topic: self._transport(s.bootstrap, s.properties) for s in self.plan.inputs}
-        resumed = resume(self.runtime, data, self.incarnations, lambda topic: clusters[topic].end_offsets(topic))
+        ends = lambda topic: clusters[topic].end_offsets(topic)  # noqa: E731
+        resumed = resume(self.runtime, data, self.incarnations, ends, fresh_since=self.plan.extras.get("fresh_since"))
         if resumed.set_aside and resumed.restored:  # a restore that failed half-way: start from a clean engine
             self.runtime.close()
             self.runtime = self._new_runtime()

@@ -199,7 +199,7 @@ class Worker:
 
         plan = plan_instance(assignment.instance_id, assignment.siddhi_app)
         engine = {**runtime_settings(self.config), "shard_id": assignment.extra.get("shard_id") or self.config.shard_id}
-        return dataclasses.replace(plan, extras={**plan.extras, "engine": engine})
+        return dataclasses.replace(plan, extras={**plan.extras, "engine": engine, "fresh_since": assignment.extra.get("fresh_since")})
 
     def _start(self, plan, assignment, checkpoint: Path):
         dead_letters = assignment.extra.get("dead_letter_topic")
