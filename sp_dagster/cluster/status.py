@@ -135,6 +135,6 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"app {d['app']}: {d['status']}, {placed}/{len(d['instances'])} instances placed{reason}")
         lines += ["  " + line for line in _table(
             ["INSTANCE", "NODE", "TERM", "STATUS", "EVENTS/S", "LAG", "LATENCY P50/P99", "DETAIL"],
-            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), i["detail"] or ""] for i in d["instances"]],
+            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), i["detail"] or (i.get("metrics") or {}).get("state_note") or ""] for i in d["instances"]],
         )]
     return "\n".join(lines).rstrip() + "\n"

@@ -19,13 +19,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deploy.add_argument("app", metavar="APP.siddhi")
     _conf(deploy)
     deploy.add_argument("--no-wait", action="store_true", help="record the deployment and return at once")
+    deploy.add_argument("--fresh", action="store_true", help="let stateful groups whose parallelism changes start empty (otherwise refused)")
     deploy.add_argument("--timeout", type=float, default=180.0, metavar="S", help="seconds to wait for every instance to run (default 180)")
     deploy.set_defaults(handler=run_deploy)
 
-    undeploy = subparsers.add_parser("undeploy", help="stop and remove a deployed app", description="Remove a deployment; its workers stop its instances. Topics are kept unless --delete-topics.")
+    undeploy = subparsers.add_parser("undeploy", help="stop and remove a deployed app", description="Remove a deployment; its workers stop its instances. Topics and state are kept unless --delete-topics / --drop-state.")
     undeploy.add_argument("name", metavar="NAME", help="the app's name (@App:name)")
     _conf(undeploy)
     undeploy.add_argument("--delete-topics", action="store_true", help="also delete the app's topics and the events in them")
+    undeploy.add_argument("--drop-state", action="store_true", help="also drop its instances' saved state (revisions and checkpoints), once its workers stopped them")
     undeploy.set_defaults(handler=run_undeploy)
 
     produce = subparsers.add_parser(
@@ -89,22 +91,28 @@ def run_deploy(args: argparse.Namespace) -> int:
         waiting = f" - {state.waiting_reason}" if state.waiting_reason else ""
         print(f"  {state.app}: {running}/{len(state.instances)} instances running{waiting}", flush=True)
 
-    result = deploy(args.app, config, wait=not args.no_wait, timeout=args.timeout, progress=progress)
+    result = deploy(args.app, config, wait=not args.no_wait, timeout=args.timeout, progress=progress, fresh=args.fresh)
     print(f"deployed {result.app}" + ("" if result.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in result.topics)}")
+    for line in result.state_changes:
+        print(f"  state: {line}")
     print(result.state.describe())
     return 0
 
 
 def run_undeploy(args: argparse.Namespace) -> int:
     """Remove a deployment."""
+    from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.deploy.state import drop_state
     from sp_dagster.deploy.steps import undeploy
 
-    _config, plane, transport = _context(args)
+    config, plane, transport = _context(args)
     try:
+        instances = [i.instance_id for i in list_instances(plane, args.name)]
         deleted = undeploy(plane, args.name, transport=transport, delete_topics=args.delete_topics)
+        print(f"undeployed {args.name}" + (f"; deleted topics {', '.join(deleted)}" if deleted else "; topics kept"), flush=True)
+        print(drop_state(plane, config, instances) if args.drop_state else "its state is kept: a redeploy resumes it (--drop-state drops it)")
     finally:
         plane.close()
-    print(f"undeployed {args.name}" + (f"; deleted topics {', '.join(deleted)}" if deleted else "; topics kept"))
     return 0
 
 

@@ -144,18 +144,40 @@ def instance_specs(topology: Topology) -> list:
     return specs
 
 
-def record(plane, loaded: LoadedApp, topology: Topology):
-    """Record the desired state; unchanged instances keep their placement and state."""
-    from sp_dagster.cluster.store.deployments import record_deployment
+def state_changes(plane, topology: Topology, *, fresh: bool = False) -> list[str]:
+    """What a redeploy does to state: groups whose parallelism changes (DeployError when a stateful one
+    would lose its state silently, unless `fresh`), and per changed instance the queries that keep theirs."""
+    from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.deploy.rescale import check_rescales, rescales
+    from sp_dagster.engine.stateparts import carry_over
+
+    found = rescales(plane, topology)
+    lines = check_rescales(found, fresh=fresh)
+    restarting = {r.group for r in found if not r.stateless}
+    before = {i.instance_id: i.siddhi_app for i in list_instances(plane, topology.app)}
+    for spec in instance_specs(topology):
+        old = before.get(spec.instance_id)
+        if old is not None and old != spec.siddhi_app and spec.extra["group"] not in restarting:
+            lines.append(f"{spec.instance_id}: {carry_over(old, spec.siddhi_app).describe()}")
+    return lines
+
+
+def record(plane, loaded: LoadedApp, topology: Topology, *, fresh: bool = False):
+    """Record the desired state; unchanged instances keep their placement and state (stateful groups
+    whose parallelism changes start empty when `fresh`: see deploy.rescale)."""
+    from sp_dagster.cluster.store.deployments import list_instances, record_deployment
+    from sp_dagster.deploy.rescale import fresh_specs, rescales
     from sp_dagster.topology.output import to_dict
 
+    found = rescales(plane, topology) if fresh else []
+    previous = {i.instance_id: i.extra for i in list_instances(plane, topology.app)}
     return record_deployment(
         plane,
         topology.app,
         content_hash=loaded.content_hash,
         source=loaded.text,
         plan=to_dict(topology),
-        instances=instance_specs(topology),
+        instances=fresh_specs(instance_specs(topology), found, previous),
     )
 
 
@@ -167,7 +189,8 @@ def deployment_state(plane, app: str) -> DeploymentState:
     if record_ is None:
         raise DeployError(f"no deployment named '{app}'; `sp-dagster status` lists the deployments")
     instances = tuple(
-        InstanceState(i.instance_id, i.group, i.node_id, i.status, i.status_detail) for i in list_instances(plane, app)
+        InstanceState(i.instance_id, i.group, i.node_id, i.status, i.status_detail or i.metrics.get("state_note"))
+        for i in list_instances(plane, app)
     )
     return DeploymentState(app, record_.status, record_.waiting_reason, instances)
 
@@ -211,27 +234,29 @@ class DeployResult:
     topics: list = field(default_factory=list)
     changed: bool = True
     state: DeploymentState | None = None
+    state_changes: list[str] = field(default_factory=list)
 
 
-def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.0, progress=None) -> DeployResult:
-    """Parse, plan, create topics, record, and (optionally) wait until every instance runs."""
+def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.0, progress=None, fresh: bool = False) -> DeployResult:
+    """Parse, plan, create topics, record, and (optionally) wait until every instance runs; `fresh`: see deploy.rescale."""
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.messaging import transport_for
 
     loaded = load_app(path)
     topology = plan_app(loaded)
-    transport = transport_for(config.messaging)
-    try:
-        topics = create_topics(topology, transport)
-    finally:
-        transport.close()
     plane = ControlPlane.from_config(config)
     try:
-        result = record(plane, loaded, topology)
+        changes = state_changes(plane, topology, fresh=fresh)  # before the topics grow: a refused rescale changes nothing
+        transport = transport_for(config.messaging)
+        try:
+            topics = create_topics(topology, transport)
+        finally:
+            transport.close()
+        result = record(plane, loaded, topology, fresh=fresh)
         state = wait_until_running(plane, topology.app, timeout, progress=progress) if wait else deployment_state(plane, topology.app)
     finally:
         plane.close()
-    return DeployResult(topology.app, topics, result.changed, state)
+    return DeployResult(topology.app, topics, result.changed, state, changes)
 
 
 def undeploy(plane, app: str, *, transport=None, delete_topics: bool = False) -> list[str]:

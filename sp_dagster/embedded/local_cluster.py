@@ -76,6 +76,7 @@ class LocalCluster:
     def __init__(
         self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds",
         mode: str = "continuous", slots: int = 6, exactly_once: bool = True, messaging: str = "kafka", cluster_id: str = "sp-dagster",
+        managers: int = 1,
     ):
         self.home = home
         self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)
@@ -90,6 +91,7 @@ class LocalCluster:
         self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": trigger, "PYTHONUNBUFFERED": "1"}
         self.processes: dict[str, subprocess.Popen] = {}
         self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]
+        self.manager_ids = ["manager"] + [f"manager-{i + 1}" for i in range(1, managers)]  # the first keeps its old name
 
     def _start(self, name: str, *args: str) -> None:
         log = open(self.home / f"{name}.log", "ab")
@@ -99,10 +101,20 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         """Start the manager and the workers."""
-        self._start("manager", "manager", "--conf", str(self.manager_conf))
-        for worker in self.worker_ids:
-            self._start(worker, "worker", "--conf", str(self.worker_conf), "--id", worker)
+        for name in self.manager_ids + self.worker_ids:
+            self.restart(name)
         return self
+
+    def restart(self, name: str) -> None:
+        """Start (again) the manager or worker called `name`."""
+        if name in self.worker_ids:
+            self._start(name, "worker", "--conf", str(self.worker_conf), "--id", name)
+        else:
+            self._start(name, "manager", "--conf", str(self.manager_conf), *(["--id", name] if name != "manager" else []))
+
+    def signal(self, name: str, signum: int) -> None:
+        """Send a signal to one process (SIGSTOP / SIGCONT to pause and resume it)."""
+        self.processes[name].send_signal(signum)
 
     def kill(self, name: str) -> None:
         """SIGKILL one process (no clean shutdown, no last state save)."""

@@ -17,6 +17,7 @@ the engine where no such thread may emit (a Spark task) passes `clock=DrivenCloc
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 import zlib
@@ -34,6 +35,7 @@ from sp_dagster.engine.named_window import named_windows
 from sp_dagster.engine.partition import PartitionRuntime
 from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
+from sp_dagster.engine.stateparts import CarryOver, fingerprints, match_parts
 from sp_dagster.engine.support import check_supported
 from sp_dagster.engine.tables import build_table
 from sp_dagster.engine.triggers import triggers
@@ -365,11 +367,19 @@ class AppRuntime:
                 "app": self.app.name,
                 "clock": self.clock.snapshot(),
                 "parts": {name: part.snapshot() for name, part in self._parts()},
+                "fingerprints": self.fingerprints,
             }
             return zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def restore(self, snapshot: bytes) -> None:
-        """Put the runtime back in the state `snapshot()` returned (same app)."""
+    @functools.cached_property
+    def fingerprints(self) -> dict[str, str]:
+        """Each stateful part's name and the fingerprint of its definition (engine.stateparts)."""
+        return fingerprints(self.app, self.context.analysis)
+
+    def restore(self, snapshot: bytes, *, partial: bool = False) -> CarryOver:
+        """Put the runtime back in the state `snapshot()` returned (same app); with `partial`, the
+        snapshot may come from an earlier version of the app: the parts whose definition is
+        unchanged get their state back, the others start empty. Returns which did which."""
         try:
             state = _SafeUnpickler(io.BytesIO(zlib.decompress(snapshot))).load()
         except (zlib.error, pickle.UnpicklingError, EOFError, ValueError) as exc:
@@ -377,12 +387,19 @@ class AppRuntime:
         if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
             raise EngineError("snapshot has an unknown format version")
         parts = dict(self._parts())
-        if set(state["parts"]) != set(parts):
+        if partial and "fingerprints" in state:
+            matched = match_parts(self.fingerprints, state["fingerprints"])
+        elif set(state["parts"]) == set(parts):
+            matched = {name: name for name in parts}
+        elif partial:  # saved before snapshots had fingerprints: all or nothing
+            matched = {}
+        else:
             raise EngineError("snapshot was taken from a different app (its queries differ)")
         with self.lock:
             self.clock.restore(state["clock"])
-            for name, saved in state["parts"].items():
-                parts[name].restore(saved)
+            for name, saved_name in matched.items():
+                parts[name].restore(state["parts"][saved_name])
+        return CarryOver(tuple(sorted(matched)), tuple(sorted(set(parts) - set(matched))))
 
     def shutdown(self) -> None:
         """Stop timers and detach every query."""

@@ -185,6 +185,8 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         if demo:
             state = _wait_running(config, stack.facts["app"], timeout)
             say(f"app          {state.app}: {len(state.instances)} instances running")
+            for instance, note in _state_notes(config, state.app).items():
+                say(f"             {instance}: {note}")
             generator = stack.start("generator", [sys.executable, "-m", "sp_dagster.orchestration.generator", "--conf", manager_conf, "--app", state.app], env)
             time.sleep(2)
             if not alive(generator):
@@ -277,6 +279,20 @@ def _wait_running(config, app: str, timeout: float):
             return wait_until_running(plane, app, timeout)
     except DeployError as exc:
         raise DemoError(f"{exc}\nthe workers' logs are in {home() / 'logs'}") from None
+
+
+def _state_notes(config, app: str, timeout: float = 15.0) -> dict[str, str]:
+    """What running instances say about the state they started with (a reset, a partial restore), once each has reported."""
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.cluster.store.deployments import list_instances
+
+    deadline = time.monotonic() + timeout
+    with ControlPlane.from_config(config) as plane:
+        while True:
+            instances = list_instances(plane, app)
+            if all(i.metrics for i in instances) or time.monotonic() > deadline:
+                return {i.instance_id: i.metrics["state_note"] for i in instances if i.metrics.get("state_note")}
+            time.sleep(0.5)
 
 
 def summary(stack: Stack) -> str:

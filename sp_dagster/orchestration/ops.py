@@ -87,7 +87,10 @@ def record_deployment(
 ) -> str:
     """Deploy step 4: steps.record (after the topics exist)."""
     with user_errors():
+        changes = steps.state_changes(control_plane.plane, topology)
         result = steps.record(control_plane.plane, loaded, topology)
+    for line in changes:
+        context.log.info(f"state: {line}")
     context.log.info(
         f"{result.app} generation {result.generation}: "
         + (f"{len(result.added)} added, {len(result.updated)} changed, {len(result.removed)} removed, {len(result.unchanged)} unchanged"

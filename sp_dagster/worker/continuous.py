@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from sp_dagster.worker.checkpoints import set_aside, set_aside_reason
 from sp_dagster.worker.control import ControlServer, DriverControl
 from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import InstancePlan
@@ -93,9 +94,11 @@ def read_checkpoint(directory: Path) -> bytes | None:
 
 
 def write_checkpoint(directory: Path, data: bytes) -> None:
-    """Keep a checkpoint in the directory, replacing the previous one atomically."""
+    """Keep a checkpoint in the directory, replacing the previous one atomically (or setting it aside when the new one says so)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    if (directory / CHECKPOINT_FILE).exists() and (why := set_aside_reason(data)):
+        set_aside(directory / CHECKPOINT_FILE, why)  # the instance did not use it: kept, never deleted
     temp = directory / f".{CHECKPOINT_FILE}.{os.getpid()}.{threading.get_ident()}"
     temp.write_bytes(data)
     os.replace(temp, directory / CHECKPOINT_FILE)

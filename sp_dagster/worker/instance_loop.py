@@ -13,7 +13,9 @@ timers fire on time (`advance`). Every `checkpoint_interval_s` (and when asked, 
 stop with save) the loop hands the control a *checkpoint*: the engine snapshot together with the
 input offsets it covers, taken after the outputs of those inputs were acknowledged. Restored, a
 checkpoint resumes the engine and re-reads from its offsets; what the instance publishes again
-carries the same origins, so the next group drops it (`InstanceRuntime`).
+carries the same origins, so the next group drops it (`InstanceRuntime`). A checkpoint whose
+offsets belong to other incarnations of the topics, or whose state does not fit the partial
+app, is not resumed silently (`checkpoints.py`).
 
 The loop stops at once, without a checkpoint, when its lease runs out: the worker renews the
 lease while its own heartbeat holds, so an instance never outlives its worker's claim on it.
@@ -22,7 +24,6 @@ lease while its own heartbeat holds, so an instance never outlives its worker's 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from typing import Protocol
 
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.transport import EARLIEST, Reader, Transport
+from sp_dagster.worker.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
 from sp_dagster.worker.sinks import HttpSinks, dead_letter_body
@@ -37,35 +39,7 @@ from sp_dagster.worker.spark_types import ORIGIN_HEADER
 
 log = logging.getLogger(__name__)
 
-_MAGIC = b"SPC1"
 _LATENCY_WINDOW = 4096
-
-
-class CheckpointError(ValueError):
-    """Bytes that are not a continuous-mode checkpoint."""
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """The engine's snapshot and, per input (topic, partition), the next offset it has not seen."""
-
-    positions: dict[tuple[str, int], int]
-    snapshot: bytes
-    saved_at: int = 0  # ms, wall clock
-
-    def encode(self) -> bytes:
-        """The checkpoint as bytes (a small JSON head, then the snapshot)."""
-        head = json.dumps({"positions": [[t, p, o] for (t, p), o in sorted(self.positions.items())], "saved_at": self.saved_at}).encode()
-        return _MAGIC + len(head).to_bytes(4, "big") + head + self.snapshot
-
-    @classmethod
-    def decode(cls, data: bytes) -> "Checkpoint":
-        """A checkpoint from encode()'s bytes."""
-        if data[:4] != _MAGIC:
-            raise CheckpointError("not a continuous-mode checkpoint (saved by a micro-batch worker or a newer version?)")
-        size = int.from_bytes(data[4:8], "big")
-        head = json.loads(data[8 : 8 + size])
-        return cls({(t, int(p)): int(o) for t, p, o in head["positions"]}, data[8 + size :], int(head.get("saved_at", 0)))
 
 
 class Control(Protocol):
@@ -131,23 +105,43 @@ class InstanceLoop:
         self.control = control
         # Inputs and outputs on another Kafka cluster (`bootstrap.servers` of their own).
         self.transports = dict(transports or {})
-        self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms(), partitions_of=self._topic_partitions)
+        self.runtime = self._new_runtime()
         self.http_sinks = HttpSinks(plan.http_outputs, plan.name) if plan.http_outputs else None
         self.positions: dict[tuple[str, int], int] = {}
-        if checkpoint:
-            restored = Checkpoint.decode(checkpoint)
-            self.runtime.restore(restored.snapshot)
-            self.positions = dict(restored.positions)
-            log.info("%s: resumed from a checkpoint of %d input partition(s)", plan.name, len(self.positions))
+        self._start_checkpoint = checkpoint  # restored in _open(), once the topics it read are checked
+        self.incarnations: dict[str, str] = {}  # input topic -> its incarnation (checkpoints.py)
+        self.state_note: str | None = None  # what the user should know about the state it started with
+        self._set_aside: str | None = None
         self.readers: list[tuple[str, Reader]] = []
         self._publishers: dict[str, object] = {}
         self._txn = None  # the transactional publisher (exactly-once), when the layer has transactions
         self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
+        self._txn_stamp = ""  # the incarnations of those inputs, stamped on every commit
         self.replay_until: dict[tuple[str, int], int] = {}  # inputs whose outputs up to here are already published
         self.replay_clock: int | None = None
         self._output_cluster = {o.topic: o.bootstrap for o in plan.outputs if o.bootstrap}
         self.stats = _Stats()
         self._last_checkpoint = self._last_metrics = time.monotonic()
+
+    def _new_runtime(self) -> InstanceRuntime:
+        return InstanceRuntime(self.plan, self.settings.dead_letter_topic, now=_now_ms(), partitions_of=self._topic_partitions)
+
+    def _resume(self) -> None:
+        """Restore the start checkpoint when it fits the input topics and the app (checkpoints.py); else start empty, and say so."""
+        data, self._start_checkpoint = self._start_checkpoint, None
+        for source in self.plan.inputs:
+            self.incarnations.update(topic_incarnations(self._transport(source.bootstrap, source.properties), [source.topic]))
+        clusters = {s.topic: self._transport(s.bootstrap, s.properties) for s in self.plan.inputs}
+        ends = lambda topic: clusters[topic].end_offsets(topic)  # noqa: E731
+        resumed = resume(self.runtime, data, self.incarnations, ends, fresh_since=self.plan.extras.get("fresh_since"))
+        if resumed.set_aside and resumed.restored:  # a restore that failed half-way: start from a clean engine
+            self.runtime.close()
+            self.runtime = self._new_runtime()
+        self.positions, self.state_note, self._set_aside = dict(resumed.positions), resumed.note, resumed.set_aside
+        if self.state_note:
+            log.warning("%s: %s", self.plan.name, self.state_note)
+        elif resumed.positions:
+            log.info("%s: resumed from a checkpoint of %d input partition(s)", self.plan.name, len(self.positions))
 
     def _transport(self, bootstrap: str | None, properties: tuple = ()) -> Transport:
         """The cluster's transport, or a Kafka client of another cluster or with a user source's own properties."""
@@ -169,6 +163,7 @@ class InstanceLoop:
         return self._transport(bootstrap).require_topic(topic).partitions
 
     def _open(self) -> None:
+        self._resume()
         raw = RawCodec()
         read = []  # (input, the partitions this instance reads of it)
         for source in self.plan.inputs:
@@ -194,11 +189,15 @@ class InstanceLoop:
             return
         self._publishers[""] = self._txn
         self._txn_topics = {topic for topic, _p in inputs}
+        self._txn_stamp = incarnation_digest({t: i for t, i in self.incarnations.items() if t in self._txn_topics})
         for place, (offset, metadata) in self._txn.committed(inputs).items():
+            clock, _, stamp = metadata.partition(":")
+            if stamp and stamp != self._txn_stamp:
+                continue  # committed while reading other incarnations of these topics: says nothing about these
             if offset > self.positions.get(place, 0):
                 self.replay_until[place] = offset
-            if metadata.isdigit():
-                self.replay_clock = max(self.replay_clock or 0, int(metadata))
+            if clock.isdigit():
+                self.replay_clock = max(self.replay_clock or 0, int(clock))
         if self.replay_until:
             log.info("%s: replaying %s without publishing: their outputs were committed before", self.plan.name, self.replay_until)
 
@@ -227,6 +226,7 @@ class InstanceLoop:
         """Loop until told to stop (or the lease runs out); returns why it stopped."""
         gc.freeze()  # what exists now lives as long as the loop: keep it out of every collection
         self._open()
+        self.control.metrics(self.metrics())  # at once: a state reset is told before the first turn
         try:
             while True:
                 save, asked = None, False
@@ -347,14 +347,16 @@ class InstanceLoop:
             publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
         for publisher in self._publishers.values():
             if publisher is self._txn:
-                self._txn.commit({place: o for place, o in self.positions.items() if place[0] in self._txn_topics}, str(now))
+                self._txn.commit({place: o for place, o in self.positions.items() if place[0] in self._txn_topics}, f"{now}:{self._txn_stamp}")
             elif publisher in groups:
                 publisher.flush(self.settings.flush_timeout_s)
 
     def _checkpoint(self) -> None:
         """Hand the control the engine's snapshot and the offsets it covers (outputs already acknowledged)."""
         self._last_checkpoint = time.monotonic()
-        self.control.checkpoint(Checkpoint(dict(self.positions), self.runtime.snapshot(), _now_ms()).encode())
+        checkpoint = Checkpoint(dict(self.positions), self.runtime.snapshot(), _now_ms(), self.incarnations, self._set_aside)
+        self.control.checkpoint(checkpoint.encode())
+        self._set_aside = None
 
     def metrics(self) -> dict:
         """Rows in/out, events/s, lag and processing latency (ms from a poll's return to its outputs' acknowledgement)."""
@@ -377,6 +379,7 @@ class InstanceLoop:
             "replayed": self.stats.replayed,
             "duplicates_dropped": self.runtime.duplicates,
             "rejected": self.runtime.rejected,
+            **({"state_note": self.state_note} if self.state_note else {}),
         }
         self.stats.latencies.clear()
         self.stats.window_start, self.stats.window_in = now, 0

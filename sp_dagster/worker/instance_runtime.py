@@ -306,15 +306,16 @@ class InstanceRuntime:
         head = json.dumps({"seen": seen, "tick": self._tick}).encode("utf-8")
         return len(head).to_bytes(4, "big") + head + self.engine.snapshot()
 
-    def restore(self, snapshot: bytes) -> None:
-        """Put the engine, the origins seen and the clock's naming back as snapshot() saved them."""
+    def restore(self, snapshot: bytes):
+        """Put the engine, the origins seen and the clock's naming back as snapshot() saved them; the
+        snapshot may be an earlier version's of the partial app (returns the engine's CarryOver)."""
         size = int.from_bytes(snapshot[:4], "big")
         head = json.loads(snapshot[4 : 4 + size])
         if isinstance(head, list):  # saved before the head had the clock's naming
             head = {"seen": head, "tick": [0, 0]}
         self.seen = {(t, p, k): tuple(q) for t, p, k, q in head["seen"]}
         self._tick = list(head["tick"])
-        self.engine.restore(snapshot[4 + size :])
+        return self.engine.restore(snapshot[4 + size :], partial=True)
 
     def close(self) -> None:
         """Stop the engine."""

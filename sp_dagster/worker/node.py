@@ -130,7 +130,7 @@ class Worker:
 
     def node_metrics(self) -> dict:
         """What the worker tells the control plane with each heartbeat (its capacity among it)."""
-        metrics = {"instances": len(self.running), "mode": self.mode}
+        metrics = {"instances": len(self.running), "mode": self.mode, "running": sorted(self.running)}
         if self.slots is not None:
             metrics["slots"] = self.slots
         return metrics
@@ -199,7 +199,7 @@ class Worker:
 
         plan = plan_instance(assignment.instance_id, assignment.siddhi_app)
         engine = {**runtime_settings(self.config), "shard_id": assignment.extra.get("shard_id") or self.config.shard_id}
-        return dataclasses.replace(plan, extras={**plan.extras, "engine": engine})
+        return dataclasses.replace(plan, extras={**plan.extras, "engine": engine, "fresh_since": assignment.extra.get("fresh_since")})
 
     def _start(self, plan, assignment, checkpoint: Path):
         dead_letters = assignment.extra.get("dead_letter_topic")
@@ -227,12 +227,15 @@ class Worker:
 
     def stop_instance(self, instance_id: str, *, save: bool) -> None:
         """Stop an instance (and save its state)."""
-        running = self.running.pop(instance_id, None)
+        running = self.running.get(instance_id)
         if running is None:
             return
-        running.handle.stop(save=save)
-        if save and self.config.persistence.enabled:
-            self._save(running)
+        try:
+            running.handle.stop(save=save)
+            if save and self.config.persistence.enabled:
+                self._save(running)
+        finally:
+            del self.running[instance_id]  # only now: its heartbeat says it still runs until its last state is saved
         self._report(instance_id, "stopped")
         log.info("worker %s: stopped %s", self.config.node_id, instance_id)
 

@@ -68,7 +68,15 @@ class FileStore:
         """Nothing: the checkpoint is already where every worker finds it."""
 
     def restore(self, instance: str, directory: Path) -> bool:
-        """Nothing to restore: True when the shared checkpoint exists."""
+        """True when the shared checkpoint exists; a changed instance (a new directory) starts from its
+        previous version's continuous checkpoint, whose unchanged queries keep their state."""
+        from sp_dagster.worker.checkpoints import predecessor
+        from sp_dagster.worker.continuous import CHECKPOINT_FILE
+
+        if not (directory / CHECKPOINT_FILE).exists() and (earlier := predecessor(directory, CHECKPOINT_FILE)) is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(earlier, directory / CHECKPOINT_FILE)
+            log.info("%s: starting from the checkpoint of its previous version (%s)", instance, earlier.parent.name)
         return directory.exists()
 
     def close(self) -> None:

@@ -18,7 +18,8 @@ from sp_dagster.errors import ProducerFenced
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.instance_loop import Checkpoint, CheckpointError, InstanceLoop, LoopSettings
+from sp_dagster.worker.checkpoints import Checkpoint, CheckpointError
+from sp_dagster.worker.instance_loop import InstanceLoop, LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 
 from tests.worker.test_instance_queries import APP, BATCHES, CLOCK_APP, GONE, reference, trades

@@ -1,0 +1,64 @@
+"""Dropping an undeployed app's state (`sp-dagster undeploy --drop-state`).
+
+Once the deployment is removed, its workers stop its instances, each with a last checkpoint.
+The state is dropped only after every live worker has said (in its heartbeat's `running`
+list) that it no longer runs any of them, so no last checkpoint lands after the drop. Then go:
+the instances' revisions in the persistence table, and their checkpoint directories under
+the file store's location and under `$SP_DAGSTER_HOME/worker-*/` (the workers' local ones,
+when they share this machine). A redeploy of the app then starts empty.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from sp_dagster.deploy.steps import DeployError
+
+
+def wait_until_released(plane, instance_ids: list[str], timeout: float, poll: float = 0.5) -> None:
+    """Wait until no live worker runs any of these instances; DeployError naming who still does."""
+    from sp_dagster.cluster.membership import ALIVE, read_nodes
+
+    wanted, deadline = set(instance_ids), time.monotonic() + timeout
+    while True:
+        with plane.transaction() as conn:
+            holders = {n.node_id: sorted(wanted & set((n.metrics or {}).get("running", ()))) for n in read_nodes(conn) if n.state == ALIVE}
+        holders = {node: ids for node, ids in holders.items() if ids}
+        if not holders:
+            return
+        if time.monotonic() > deadline:
+            held = "; ".join(f"{node} runs {', '.join(ids)}" for node, ids in sorted(holders.items()))
+            raise DeployError(f"the state was not dropped: after {timeout:.0f} s {held}; run `undeploy --drop-state` again once they stop")
+        time.sleep(poll)
+
+
+def checkpoint_directories(config, instance_ids: list[str]) -> list[Path]:
+    """Every checkpoint directory of these instances this machine holds."""
+    from sp_dagster.config.yamlsource import default_home
+
+    roots = [Path(default_home()).expanduser()]
+    if config.persistence.enabled and config.persistence.persistence_store == "file":
+        roots.append(Path(config.persistence.config.location).expanduser())
+    found = []
+    for root in roots:
+        for checkpoints in [root / "checkpoints", *root.glob("worker-*/checkpoints")]:
+            found += [checkpoints / i for i in instance_ids if (checkpoints / i).is_dir()]
+    return found
+
+
+def drop_state(plane, config, instance_ids: list[str], timeout: float = 120.0) -> str:
+    """Drop the state of removed instances once no worker runs them; says what went."""
+    from sp_dagster.cluster.store.revisions import RevisionStore
+
+    wait_until_released(plane, instance_ids, timeout)
+    store = RevisionStore.from_config(config, plane)
+    try:
+        revisions = store.delete(instance_ids)
+    finally:
+        store.close()
+    directories = checkpoint_directories(config, instance_ids)
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
+    return f"dropped the state of {len(instance_ids)} instance(s): {revisions} revision(s), {len(directories)} checkpoint director{'y' if len(directories) == 1 else 'ies'}"

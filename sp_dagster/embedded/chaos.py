@@ -1,0 +1,207 @@
+"""A chaos run: a steady stream through a two-group stateful app on a local cluster while processes fail.
+
+    run = ChaosRun(home, bootstrap, app_text)   # 2 managers, 2 workers (LocalCluster)
+    report = run.run(faults=["worker-kill", "worker-pause", "leader-kill"], seed=1)
+
+A producer sends keyed trades at a steady rate, a read_committed consumer collects the app's
+outputs with their arrival times, and at random moments one fault after another strikes:
+
+- `worker-kill`   SIGKILL a worker that runs instances, start it again a few seconds later;
+- `worker-pause`  SIGSTOP a worker past its heartbeat window (its instances move), then SIGCONT;
+- `leader-kill`   SIGKILL the leader manager (another takes over), start it again.
+
+At the end every key's outputs are compared with the in-process engine's over the same input.
+The report says events in, outputs, lost, duplicated, and per fault the longest time without
+any output from the fault on (the recovery gap). `tests/chaos/` asserts it; `bench/chaos.py`
+prints it as JSON lines.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sp_dagster.embedded.local_cluster import LocalCluster
+
+FAULTS = ("worker-kill", "worker-pause", "leader-kill")
+SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
+OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
+
+
+@dataclass
+class Fault:
+    """One fault: what, on which process, when (monotonic s) and the longest output gap after it (s)."""
+
+    kind: str
+    target: str
+    at: float
+    gap_s: float = 0.0
+
+
+@dataclass
+class Report:
+    """What a chaos run saw."""
+
+    events_in: int
+    outputs: int
+    expected: int
+    lost: int
+    duplicated: int
+    exact_per_key: bool
+    faults: list[Fault] = field(default_factory=list)
+
+    def lines(self) -> list[dict]:
+        """The report as JSON-ready dicts: one per fault, then the totals."""
+        rows = [{"fault": f.kind, "target": f.target, "longest_output_gap_s": round(f.gap_s, 2)} for f in self.faults]
+        totals = {k: getattr(self, k) for k in ("events_in", "outputs", "expected", "lost", "duplicated", "exact_per_key")}
+        return rows + [{"figure": "chaos", **totals}]
+
+
+class ChaosRun:
+    """A local cluster (2 managers, 2 workers) running one app on `bootstrap`, and the stream through it."""
+
+    def __init__(self, home: Path, bootstrap: str, app_text: str, *, rate: int = 200, workers: int = 2):
+        from sp_dagster.deploy import load_app, plan_app
+        from sp_dagster.messaging.kafka import KafkaTransport
+        from sp_dagster.worker.instance_plan import plan_instance
+
+        self.home = Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.app_path = self.home / "app.siddhi"
+        self.app_path.write_text(app_text)
+        self.loaded = load_app(self.app_path)
+        first = plan_app(self.loaded).group("filter").instances[0]
+        (self.entry,) = plan_instance(first.name, first.siddhi).inputs
+        self.output_topic = f"{self.loaded.name}.Averages"
+        self.cluster = LocalCluster(self.home / "cluster", bootstrap, workers=workers, managers=2, slots=4)
+        self.kafka = KafkaTransport(bootstrap, timeout=15)
+        self.rate = rate
+        self.rows: list[tuple] = []
+        self.stamps: list[int] = []
+        self.got: list[tuple[tuple, float]] = []  # (output row, arrival time)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- the stream --------------------------------------------------------------------------
+
+    def _produce(self, seed: int) -> None:
+        from sp_dagster.messaging import Partitioned, codec_for
+
+        rng = random.Random(seed)
+        publisher = self.kafka.publisher(self.entry.topic, codec_for(self.entry.codec, self.entry.attributes), Partitioned(0, "symbol"))
+        chunk = max(1, self.rate // 10)
+        while not self._stop.is_set():
+            rows = [(rng.choice(SYMBOLS), round(rng.uniform(10, 200), 2), rng.randint(1, 40)) for _ in range(chunk)]
+            stamps = [1_700_000_000_000 + len(self.stamps) + i for i in range(chunk)]
+            publisher.send(rows, stamps)
+            publisher.flush(60)
+            self.rows += rows
+            self.stamps += stamps
+            self._stop.wait(0.1)
+        publisher.close()
+
+    def _consume(self) -> None:
+        from sp_dagster.messaging import EARLIEST, codec_for
+
+        reader = self.kafka.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
+        try:
+            while not self._consumed.is_set():
+                for event in reader.poll(max_events=10_000, timeout=0.2).events:
+                    self.got.append(((*event.row, event.timestamp), time.monotonic()))
+        finally:
+            reader.close()
+
+    def expected(self) -> list[tuple]:
+        """What the in-process engine gives over everything produced."""
+        from sp_dagster.engine import AppRuntime
+        from sp_dagster.engine.clock import PlaybackClock
+
+        out: list[tuple] = []
+        with AppRuntime(self.loaded.text, clock=PlaybackClock()) as runtime:
+            runtime.add_callback("AverageStream", lambda events: out.extend((*e.data, e.timestamp) for e in events if not e.is_expired))
+            runtime.send("TradeStream", self.rows, self.stamps)
+        return out
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def _instances_on(self, node: str) -> list[str]:
+        from sp_dagster.cluster.store.deployments import list_instances
+
+        with self.cluster.plane() as plane:
+            return [i.instance_id for i in list_instances(plane, self.loaded.name) if i.node_id == node]
+
+    def _leader(self) -> str:
+        from sp_dagster.cluster.election import current_leader
+
+        with self.cluster.plane() as plane:
+            lease = current_leader(plane)
+        holder = lease.holder if lease else "manager-1"
+        return "manager" if holder == "manager-1" else holder
+
+    def _strike(self, kind: str, rng: random.Random) -> Fault:
+        """Cause one fault and bring the process back; returns it (its gap is measured later)."""
+        if kind == "leader-kill":
+            target = self._leader()
+        else:
+            busy = [w for w in self.cluster.worker_ids if self._instances_on(w)]
+            target = rng.choice(busy or self.cluster.worker_ids)
+        fault = Fault(kind, target, time.monotonic())
+        if kind == "worker-pause":
+            self.cluster.signal(target, signal.SIGSTOP)
+            time.sleep(12)  # past heartbeatInterval x heartbeatMaxRetry (2 s x 4)
+            self.cluster.signal(target, signal.SIGCONT)
+        else:
+            self.cluster.kill(target)
+            time.sleep(3)
+            self.cluster.restart(target)
+        return fault
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(self, faults=FAULTS, *, seed: int = 1, settle_s: tuple[float, float] = (8.0, 15.0), drain_timeout: float = 240.0) -> Report:
+        """Deploy, stream, strike each fault at a random moment, stop the stream, wait for every output; the report."""
+        rng = random.Random(seed)
+        self._consumed = threading.Event()
+        self.cluster.start()
+        try:
+            self.cluster.deploy(self.app_path, timeout=240)
+            self._threads = [threading.Thread(target=self._produce, args=(seed,), daemon=True), threading.Thread(target=self._consume, daemon=True)]
+            for thread in self._threads:
+                thread.start()
+            struck = []
+            for kind in faults:
+                time.sleep(rng.uniform(*settle_s))
+                struck.append(self._strike(kind, rng))
+            time.sleep(settle_s[1])
+            self._stop.set()
+            self._threads[0].join(60)
+            expected = self.expected()
+            deadline = time.monotonic() + drain_timeout
+            while len(self.got) < len(expected) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            time.sleep(3)  # anything beyond (a duplicate would come now)
+            self._consumed.set()
+            self._threads[1].join(30)
+        finally:
+            self.cluster.stop()
+            self.kafka.close()
+        return self._report(expected, struck)
+
+    def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
+        rows = [row for row, _at in self.got]
+        wanted, have = collections.Counter(expected), collections.Counter(rows)
+        per_key = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
+        arrivals = [at for _row, at in self.got]
+        for index, fault in enumerate(struck):
+            end = struck[index + 1].at if index + 1 < len(struck) else (arrivals[-1] if arrivals else fault.at)
+            times = [fault.at] + [t for t in arrivals if fault.at < t <= end]
+            fault.gap_s = max((b - a for a, b in zip(times, times[1:])), default=0.0)
+        return Report(
+            len(self.rows), len(rows), len(expected), sum((wanted - have).values()), sum((have - wanted).values()),
+            per_key(rows) == per_key(expected), struck,
+        )

@@ -1,0 +1,71 @@
+"""A restart of the whole stack on an in-memory broker (as `sp-dagster down` / `up` does): the control plane
+and the state revisions survive, the topics do not. Every key's result after the restart is exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from sp_dagster.deploy import deployment_state, load_app, plan_app
+from sp_dagster.embedded import EmbeddedBroker
+from sp_dagster.embedded.local_cluster import LocalCluster
+from sp_dagster.messaging.kafka import KafkaTransport
+from sp_dagster.worker.instance_plan import plan_instance
+
+from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, collect, expected_outputs, publish, trades
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker]
+
+
+def by_symbol(items):
+    return {s: [r for r in items if r[0] == s] for s in SYMBOLS}
+
+
+def test_up_deploy_produce_down_up_produce_gives_exact_results_per_key(tmp_path, monkeypatch):
+    app_path = tmp_path / "trades.siddhi"
+    app_path.write_text(APP_PATH.read_text().replace("Trades", "TradesRestart"))
+    loaded = load_app(app_path)
+    first = plan_app(loaded).group("filter").instances[0]
+    (entry,) = plan_instance(first.name, first.siddhi).inputs
+    port = None
+    for round_, seed in enumerate((31, 32)):
+        broker = EmbeddedBroker(port=port, log_path=tmp_path / f"broker-{round_}.log").start()
+        port = broker.port
+        cluster = LocalCluster(tmp_path / "cluster", broker.bootstrap_servers, workers=1, slots=4).start()
+        kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
+        try:
+            cluster.deploy(app_path, timeout=240)  # the second time: unchanged, its topics created afresh
+            rows, stamps = trades(20_000, seed=seed)
+            expected = expected_outputs(loaded.text, rows, stamps)  # the new topics hold only this round's events
+            publish(kafka, entry, rows, stamps)
+            got = collect(kafka, f"{loaded.name}.Averages", expected, timeout=180)
+            assert by_symbol(got) == by_symbol(expected), cluster.logs()
+            assert len(got) == len(expected)
+            if round_:
+                with cluster.plane() as plane:
+                    notes = {i.instance: i.detail for i in deployment_state(plane, loaded.name).instances}
+                assert all(note and note.startswith("state and offsets reset: ") for note in notes.values()), notes
+                _undeploy_dropping_state(cluster, loaded.name, monkeypatch)
+        finally:
+            kafka.close()
+            cluster.stop()
+            broker.stop()
+
+
+def _undeploy_dropping_state(cluster, app, monkeypatch):
+    """`undeploy --drop-state`: once the worker let go, no revision and no checkpoint of the app is left."""
+    from sp_dagster.cluster.store.revisions import RevisionStore
+    from sp_dagster.config.loader import load_config
+    from sp_dagster.deploy import undeploy
+    from sp_dagster.deploy.state import checkpoint_directories, drop_state
+
+    monkeypatch.setenv("SP_DAGSTER_HOME", str(cluster.home))  # where the workers keep their local checkpoints
+    config = load_config(cluster.worker_conf)
+    with cluster.plane() as plane:
+        instances = [i.instance for i in deployment_state(plane, app).instances]
+        assert checkpoint_directories(config, instances)
+        undeploy(plane, app)
+        assert drop_state(plane, config, instances, timeout=60).startswith(f"dropped the state of {len(instances)} instance(s)")
+        store = RevisionStore.from_config(config, plane)
+        assert all(store.revisions(i) == [] for i in instances)
+        store.close()
+    assert checkpoint_directories(config, instances) == []
