@@ -7,7 +7,6 @@ Spark tasks on workers."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import socket
 import threading
@@ -27,7 +26,7 @@ from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
 
-from tests.worker.test_continuous import Line, Running
+from tests.worker.test_continuous import Running
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
