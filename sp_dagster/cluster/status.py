@@ -105,6 +105,18 @@ def _flow(metrics: dict) -> list[str]:
     return [f"{rate:g}" if isinstance(rate, (int, float)) else "", str(metrics.get("lag", "")), latency]
 
 
+def receiver_urls(instance: dict) -> list[str]:
+    """The URLs a receiver instance listens at, as its worker reports them ([] for other instances, or before it runs)."""
+    urls = (instance.get("metrics") or {}).get("receiver_urls")
+    return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else []
+
+
+def _detail(instance: dict) -> str:
+    urls = receiver_urls(instance)
+    note = instance["detail"] or (instance.get("metrics") or {}).get("state_note") or ""
+    return "; ".join(filter(None, [note, "receiving at " + ", ".join(urls) if urls else ""]))
+
+
 def render_status(status: dict[str, Any]) -> str:
     """The human-readable form of cluster_status()."""
     lines = [f"control plane  {status['control_plane']} (schema {status['schema_version']})"]
@@ -135,6 +147,6 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"app {d['app']}: {d['status']}, {placed}/{len(d['instances'])} instances placed{reason}")
         lines += ["  " + line for line in _table(
             ["INSTANCE", "NODE", "TERM", "STATUS", "EVENTS/S", "LAG", "LATENCY P50/P99", "DETAIL"],
-            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), i["detail"] or (i.get("metrics") or {}).get("state_note") or ""] for i in d["instances"]],
+            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), _detail(i)] for i in d["instances"]],
         )]
     return "\n".join(lines).rstrip() + "\n"

@@ -1,7 +1,8 @@
 """A local cluster of real processes (one manager, N workers) on a given broker or NATS server, for tests and benchmarks.
 
 `mode` is the workers' spark.executionMode (continuous: `slots` task slots each, transactions
-unless `exactly_once` is False).
+unless `exactly_once` is False). `receivers` adds receiver nodes (`isReceiverNode: true`,
+`receiver-1`, ...) that host the HTTP receivers, accepting `receiver_users` (name -> password).
 
 The processes share a SQLite control plane and a SQLite persistence table under `home`, and
 run with short timings so failover takes seconds.
@@ -9,6 +10,7 @@ run with short timings so failover takes seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -42,7 +44,7 @@ deployment.config:
   heartbeatMaxRetry: 4
   leaderRetryInterval: 20000
   datasource: SP_MGT_DB
-  {messaging}
+  {messaging}{receiver}
 datasources:
   SP_MGT_DB: sqlite:///{home}/sp_mgt.db
   WSO2_PERSISTENCE_DB: sqlite:///{home}/persistence.db
@@ -76,7 +78,7 @@ class LocalCluster:
     def __init__(
         self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds",
         mode: str = "continuous", slots: int = 6, exactly_once: bool = True, messaging: str = "kafka", cluster_id: str = "sp-dagster",
-        managers: int = 1,
+        managers: int = 1, receivers: int = 0, receiver_users: dict[str, str] | None = None,
     ):
         self.home = home
         self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)
@@ -87,11 +89,17 @@ class LocalCluster:
         self.manager_conf.write_text(MANAGER_CONF.format(messaging=layer, home=home))
         # Continuous instances hold a task slot each; micro-batch queries share one (as before).
         worker_slots = slots if mode == "continuous" else 1
-        self.worker_conf.write_text(WORKER_CONF.format(messaging=layer, home=home, interval=persist_every_min, mode=mode, slots=worker_slots, exactly_once=str(exactly_once).lower()))
+        settings = dict(messaging=layer, home=home, interval=persist_every_min, mode=mode, slots=worker_slots, exactly_once=str(exactly_once).lower())
+        self.worker_conf.write_text(WORKER_CONF.format(**settings, receiver=""))
+        self.receiver_conf = home / "receiver.yaml"
+        users = "".join(f"\n    - {{username: {json.dumps(u)}, password: {json.dumps(p)}}}" for u, p in (receiver_users or {}).items())
+        receiver = "\n  isReceiverNode: true" + (f"\n  receiverUsers:{users}" if users else "")
+        self.receiver_conf.write_text(WORKER_CONF.format(**settings, receiver=receiver))
         self.env = {**os.environ, "SP_DAGSTER_HOME": str(home), "SP_TRIGGER_INTERVAL": trigger, "PYTHONUNBUFFERED": "1"}
         self.processes: dict[str, subprocess.Popen] = {}
         self.worker_ids = [f"worker-{i + 1}" for i in range(workers)]
         self.manager_ids = ["manager"] + [f"manager-{i + 1}" for i in range(1, managers)]  # the first keeps its old name
+        self.receiver_ids = [f"receiver-{i + 1}" for i in range(receivers)]
 
     def _start(self, name: str, *args: str) -> None:
         log = open(self.home / f"{name}.log", "ab")
@@ -100,15 +108,17 @@ class LocalCluster:
         )
 
     def start(self) -> "LocalCluster":
-        """Start the manager and the workers."""
-        for name in self.manager_ids + self.worker_ids:
+        """Start the managers, the workers and the receiver nodes."""
+        for name in self.manager_ids + self.worker_ids + self.receiver_ids:
             self.restart(name)
         return self
 
     def restart(self, name: str) -> None:
-        """Start (again) the manager or worker called `name`."""
+        """Start (again) the manager, worker or receiver node called `name`."""
         if name in self.worker_ids:
             self._start(name, "worker", "--conf", str(self.worker_conf), "--id", name)
+        elif name in self.receiver_ids:
+            self._start(name, "worker", "--conf", str(self.receiver_conf), "--id", name)
         else:
             self._start(name, "manager", "--conf", str(self.manager_conf), *(["--id", name] if name != "manager" else []))
 

@@ -52,6 +52,17 @@ def fetch_deployments(control_plane: ControlPlaneResource) -> dict[str, Any]:
     return snapshot
 
 
+def declared_receiver_urls(group: dict) -> list[str]:
+    """The URLs a receiver group's instances listen at, as its partial app declares them ([] for other groups)."""
+    if not group.get("receiver") or not group["instances"]:
+        return []
+    from sp_dagster.worker.http_receiver import receiver_urls
+    from sp_dagster.worker.instance_plan import plan_instance
+
+    first = group["instances"][0]
+    return list(receiver_urls(plan_instance(first["name"], first["siddhi"])))
+
+
 def _code(text: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"```\n{text.rstrip()}\n```")
 
@@ -101,6 +112,7 @@ class SpDagsterTranslator:
                 GROUP_META: exec_group,
                 "parallelism": group["parallelism"],
                 "receiver": bool(group.get("receiver")),
+                **({"receiver_urls": dg.MetadataValue.json(urls)} if (urls := declared_receiver_urls(group)) else {}),
                 "instances": instances,
                 "strategies": dg.MetadataValue.json({"in": inputs, "out": outputs}),
                 "placement": dg.MetadataValue.json(placement),

@@ -3,7 +3,7 @@
 One check op reads the control plane once per run and, for every partial-app asset, logs an
 `AssetObservation` (per-instance rows in/out, lag, processing latency p50/p99 (the slowest
 instance's at the top level), batch time in micro-batch mode, the worker and its last
-heartbeat; events per second since the previous observation) and evaluates:
+heartbeat, the URLs receivers listen at; events per second since the previous observation) and evaluates:
 
 - `live_worker`: every instance is placed on a worker that is alive and heartbeating
   (failed, severity ERROR, naming each instance without one and why);
@@ -19,6 +19,7 @@ from typing import Any
 
 import dagster as dg
 
+from sp_dagster.cluster.status import receiver_urls
 from sp_dagster.orchestration.ops import user_errors
 from sp_dagster.orchestration.resources import ControlPlaneResource
 
@@ -85,6 +86,7 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
         per_instance[i["instance"]] = {
             "worker": i["node"], "status": i["status"], **{m: _metric(i, m) for m in METRICS},
             "worker_heartbeat_s": round(node["last_heartbeat_ago_ms"] / 1000, 1) if node else None,
+            **({"receiver_urls": receiver_urls(i)} if receiver_urls(i) else {}),
         }
     totals = {m: sum(v[m] for v in per_instance.values() if v[m] is not None) for m in TOTALS}
     metadata: dict[str, Any] = {
@@ -100,6 +102,9 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
              for n in nodes.values() if n["node"] in {i["node"] for i in instances}}
         ),
     }
+    urls = sorted({url for i in instances for url in receiver_urls(i)})
+    if urls:
+        metadata["receiver_urls"] = dg.MetadataValue.json(urls)
     if previous:
         then, last = previous[-1]
         elapsed = now - then

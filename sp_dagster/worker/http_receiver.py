@@ -9,7 +9,9 @@ event loop, in a thread) takes each request:
     200  only once the request's events are in the instance's output topics (the broker acknowledged)
     503  publishing failed; the client should retry
 
-The loop thread takes whatever requests are waiting (one turn), runs them through
+In continuous mode a receiver runs as a Spark task like any instance; in micro-batch mode (a
+query cannot listen) the worker's driver hosts it on a thread (`HostedReceiver`), as
+bench/http.py does. The loop thread takes whatever requests are waiting (one turn), runs them through
 `InstanceRuntime` (one engine send per request), produces and flushes the outputs, then answers
 every request of the turn: many concurrent requests share one flush, so the endpoint keeps up
 with the broker. Each request gets an origin `<instance>@http|<sequence>` with a sequence that
@@ -28,6 +30,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import urlsplit
 
 from sp_dagster.errors import EventDecodeError
@@ -141,7 +144,9 @@ class ReceiverLoop:
     # -- the loop thread -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the HTTP server; raise when it cannot listen."""
+        """Start the HTTP server (once); raise when it cannot listen."""
+        if self.publisher is not None:
+            return
         self._thread = threading.Thread(target=self._serve, name=f"http-receiver-{self.plan.name}", daemon=True)
         self._thread.start()
         self._started.wait(30)
@@ -223,6 +228,82 @@ class ReceiverLoop:
             self.publisher.close()
             self.publisher = None
         self.runtime.close()
+
+
+class LocalControl:
+    """The control of a receiver hosted in this process: stop commands in, its newest metrics kept, a lease from a callable."""
+
+    def __init__(self, lease_remaining: Callable[[], float] = lambda: 30.0):
+        self.queue: list[tuple] = []
+        self.newest: dict = {}
+        self._lease = lease_remaining
+
+    def commands(self) -> list[tuple]:
+        """The commands given since the last call."""
+        queue, self.queue = self.queue, []
+        return queue
+
+    def lease_ok(self) -> bool:
+        """True while the node may run its instances."""
+        return self._lease() > 0
+
+    def metrics(self, values: dict) -> None:
+        """Keep the loop's newest metrics."""
+        self.newest = values
+
+
+class HostedReceiver:
+    """A receiver instance on a thread of this process, with the handle a worker keeps of an instance."""
+
+    mode = "receiver"
+
+    def __init__(self, plan: InstancePlan, transport: Transport, settings, *, users=(), lease_remaining=lambda: 30.0, own_transport: bool = False):
+        self.control = LocalControl(lease_remaining)
+        self.loop = ReceiverLoop(plan, transport, settings, control=self.control, users=users)
+        self.transport = transport if own_transport else None
+        self.reason: str | None = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"receiver-{plan.name}", daemon=True)
+
+    def start(self) -> "HostedReceiver":
+        """Start serving; raise when the receiver cannot listen."""
+        try:
+            self.loop.start()
+        except BaseException:
+            self.loop.close()
+            if self.transport is not None:
+                self.transport.close()
+            raise
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.reason = self.loop.run()
+        except Exception as exc:
+            self.error = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            log.error("%s: the receiver failed: %s", self.loop.plan.name, self.error)
+        finally:
+            if self.transport is not None:
+                self.transport.close()
+
+    @property
+    def active(self) -> bool:
+        """True while the receiver serves."""
+        return self._thread.is_alive()
+
+    def failure(self) -> str:
+        """Why the receiver stopped."""
+        return self.error or self.reason or "the receiver stopped"
+
+    def metrics(self) -> dict:
+        """The receiver's newest metrics."""
+        return dict(self.control.newest)
+
+    def stop(self, *, save: bool = True, timeout: float = 30.0) -> None:
+        """Stop serving (a receiver keeps no state: `save` changes nothing)."""
+        self.control.queue.append(("stop", save))
+        self._thread.join(timeout)
 
 
 def _answer(future: asyncio.Future, error: str | None) -> None:

@@ -34,7 +34,7 @@ from sp_dagster.messaging.transport import EARLIEST, Reader, Transport
 from sp_dagster.worker.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
-from sp_dagster.worker.sinks import HttpSinks, dead_letter_body
+from sp_dagster.worker.sinks import HttpSinks
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
 
 log = logging.getLogger(__name__)
@@ -330,13 +330,7 @@ class InstanceLoop:
         """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed."""
         if self.http_sinks is not None:
             # HTTP first: a turn's offsets are committed only once its requests ended (or went to dead letters).
-            for message in out:
-                if self.http_sinks.owns(message.topic):
-                    self.http_sinks.produce(message)
-            failures = self.http_sinks.flush(self.settings.flush_timeout_s)
-            out = [m for m in out if not self.http_sinks.owns(m.topic)]
-            if self.settings.dead_letter_topic:
-                out += [Message(self.settings.dead_letter_topic, 0, -1, m.timestamp, None, dead_letter_body(self.plan.name, m, why)) for m, why in failures]
+            out = self.http_sinks.deliver(out, self.settings.dead_letter_topic, self.settings.flush_timeout_s)
         if self._output_cluster:
             groups: dict = {}
             for message in out:

@@ -4,7 +4,7 @@ Every poll it heartbeats (registering first), and reconciles its instances with 
 assignments of the current leader term: it stops removed or changed instances first, then
 starts new ones, so two copies of an instance never run at once. Each instance runs as a
 long-running Spark task (`continuous.py`, the default) or a Structured Streaming query
-(`spark_query.py`, `spark.executionMode: microbatch`). When the control plane says it is
+(`spark_query.py`, `spark.executionMode: microbatch`; there the driver hosts HTTP receivers itself). When the control plane says it is
 fenced it stops everything and registers again as a new incarnation; continuous tasks also
 stop by themselves when the lease the worker renews while its heartbeat holds runs out. It
 reports each instance's status and metrics, saves state revisions every `intervalInMin`, and
@@ -203,8 +203,7 @@ class Worker:
 
     def _start(self, plan, assignment, checkpoint: Path):
         dead_letters = assignment.extra.get("dead_letter_topic")
-        if self.mode == "continuous":
-            from sp_dagster.worker.continuous import ContinuousInstance
+        if self.mode == "continuous" or plan.http_inputs:
             from sp_dagster.worker.instance_loop import LoopSettings
 
             users = tuple((u.username, u.password) for u in self.config.deployment.receiver_users)
@@ -212,6 +211,14 @@ class Worker:
             settings = LoopSettings(
                 dead_letters, transactions=spark.exactly_once, checkpoint_interval_s=spark.checkpoint_interval / 1000, receiver_users=users
             )
+            if self.mode != "continuous":  # a query cannot listen: the driver hosts the receiver on a thread
+                from sp_dagster.messaging import transport_for
+                from sp_dagster.worker.http_receiver import HostedReceiver
+
+                transport = transport_for(self.config.messaging, timeout=30.0)
+                return HostedReceiver(plan, transport, settings, users=users, lease_remaining=self.session.lease_remaining_s, own_transport=True).start()
+            from sp_dagster.worker.continuous import ContinuousInstance
+
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()
         settings = QuerySettings(
             self.bootstrap,

@@ -8,9 +8,10 @@
     HttpSinks             `@sink(type='http')`: POSTs (or PUT/...) with headers and basic auth,
                           retried, then sent to the app's dead-letter topic with the reason
 
-The instance loop hands the HTTP messages InstanceRuntime makes (topic `http:<stream>`,
-partition = destination index) to `HttpSinks` and flushes it before it commits or flushes
-its Kafka outputs, so a turn's input offsets are committed only after its HTTP sends ended.
+The instance loop (and a micro-batch query's engine task) hands the messages InstanceRuntime
+makes to `HttpSinks.deliver`, which sends those of the HTTP sinks (topic `http:<stream>`,
+partition = destination index) before the Kafka outputs are committed or flushed, so a turn's
+input offsets are committed only after its HTTP sends ended.
 """
 
 from __future__ import annotations
@@ -111,6 +112,20 @@ class HttpSinks:
     def produce(self, message) -> None:
         """Queue one request (message.partition is the destination index)."""
         self._queue.append(message)
+
+    def deliver(self, out: list, dead_letter_topic: str | None, timeout: float = 60.0) -> list:
+        """Send the requests among `out` and wait for them; returns the other messages, and a dead letter per request that failed."""
+        rest = []
+        for message in out:
+            (self.produce if self.owns(message.topic) else rest.append)(message)
+        if dead_letter_topic:
+            rest += [
+                m._replace(topic=dead_letter_topic, partition=0, offset=-1, key=None, value=dead_letter_body(self.instance, m, why), origin=None)
+                for m, why in self.flush(timeout)
+            ]
+        else:
+            self.flush(timeout)
+        return rest
 
     def flush(self, timeout: float = 60.0) -> list[tuple[Any, str]]:
         """Send what is queued; return (message, reason) for every request that failed after its retries."""

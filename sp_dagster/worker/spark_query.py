@@ -4,7 +4,8 @@
       -> the engine: transformWithStateInPandas keyed by the partition key (one engine per
          key; a constant key when the instance cannot be split by key), or mapInArrow when
          the partial app is stateless
-      -> sink (sp-kafka, raw form: messages already encoded and routed by strategy)
+      -> sink (sp-kafka, raw form: messages already encoded and routed by strategy); the
+         user's HTTP sinks send their requests from the engine's task, before the batch commits
 
 The engine's state lives in Spark's state store (RocksDB) next to the offsets in the query's
 checkpoint, so a restarted query resumes exactly where its last committed batch ended.
@@ -29,9 +30,11 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from sp_dagster.worker.instance_loop import share_of
 from sp_dagster.worker.instance_plan import InstancePlan, InstancePlanError
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, needs_wakeups
 from sp_dagster.worker.native_kafka import kafka_source_kind, read_native
+from sp_dagster.worker.sinks import HttpSinks
 
 OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint, _origin binary"
 OUTPUT_SCHEMA = pa.schema(
@@ -183,7 +186,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
             cache_key, cached = self._engine(key, now, create=True)
             # Spark hands the columns over positionally (named _0, _1, ...), in the source's order.
             messages = [m for frame in rows for m in _messages([column.tolist() for _name, column in frame.items()])]
-            out = cached.runtime.process(messages, now)
+            out = _delivered(plan, cached.runtime.process(messages, now), dead_letters)
             self._save(cache_key, cached, now)
             yield from _output_frames(out)
 
@@ -194,7 +197,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
                 return
             wakeup = cached.runtime.next_wakeup()
             due = wakeup is not None and wakeup <= now
-            out = cached.runtime.advance(now) if due else []
+            out = _delivered(plan, cached.runtime.advance(now), dead_letters) if due else []
             self._save(cache_key, cached, now, changed=due)
             yield from _output_frames(out)
 
@@ -212,10 +215,39 @@ def _stateless_function(plan: InstancePlan, dead_letters: str | None):
         _keep(cache_key, cached)
         runtime = cached.runtime
         for batch in batches:
-            out = runtime.process(_messages([column.to_pylist() for column in batch.columns]))
+            out = _delivered(plan, runtime.process(_messages([column.to_pylist() for column in batch.columns])), dead_letters)
             yield pa.RecordBatch.from_pydict(_output_columns(out), schema=OUTPUT_SCHEMA)
 
     return run
+
+
+def _partitions(source, layer: str, options: dict) -> tuple[int, ...]:
+    """The partitions of an input the query reads: those the plan names, else this instance's share
+    of all of them (a user kafka source read by N instances), as `InstanceLoop` reads them."""
+    if source.partitions:
+        return source.partitions
+    from sp_dagster.worker import kafka_source, nats_source
+
+    transport = (nats_source if layer == "sp-nats" else kafka_source).transport_from_options(options)
+    try:
+        count = transport.require_topic(source.topic).partitions
+    finally:
+        transport.close()
+    return share_of(count, *(source.share or (1, 1)))
+
+
+_HTTP_SINKS: dict[tuple, HttpSinks] = {}
+
+
+def _delivered(plan: InstancePlan, out: list[Message], dead_letters: str | None) -> list[Message]:
+    """The outputs once the HTTP requests among them are sent (or dead-lettered): a micro-batch
+    commits only after its HTTP sends ended, as a continuous turn does. One client per process."""
+    if not plan.http_outputs:
+        return out
+    sinks = _HTTP_SINKS.get((plan.name, plan.siddhi))
+    if sinks is None:
+        sinks = _HTTP_SINKS[(plan.name, plan.siddhi)] = HttpSinks(plan.http_outputs, plan.name)
+    return sinks.deliver(out, dead_letters)
 
 
 def build_query(spark, plan: InstancePlan, settings: QuerySettings):
@@ -231,22 +263,24 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
     native = settings.messaging == "kafka" and kafka_source_kind(spark, settings.kafka_source) == "native"
     frames = []
     for source in plan.inputs:
-        if native:
-            frames.append(
-                read_native(
-                    spark, source.bootstrap or settings.bootstrap, source.topic, source.partitions,
-                    kafka_properties=settings.kafka_properties, max_events=settings.max_events_per_trigger,
-                )
-            )
-            continue
-        layer = {"format": "sp-kafka", **kafka} if source.bootstrap else own
+        user = {f"kafka.{k}": v for k, v in source.properties}  # a user source's optional.configuration
+        layer = {"format": "sp-kafka", **kafka, **user} if source.bootstrap or user else own
         options = {
             "bootstrap.servers": source.bootstrap or settings.bootstrap,
             "topic": source.topic,
-            "partitions": ",".join(map(str, source.partitions)),
             "format": "raw",
             **{k: v for k, v in layer.items() if k != "format"},
         }
+        partitions = _partitions(source, layer["format"], options)
+        if native:
+            frames.append(
+                read_native(
+                    spark, source.bootstrap or settings.bootstrap, source.topic, partitions,
+                    kafka_properties=settings.kafka_properties + source.properties, max_events=settings.max_events_per_trigger,
+                )
+            )
+            continue
+        options["partitions"] = ",".join(map(str, partitions))
         if settings.max_events_per_trigger:
             options["maxEventsPerTrigger"] = str(settings.max_events_per_trigger)
         frames.append(spark.readStream.format(layer["format"]).options(**options).load())

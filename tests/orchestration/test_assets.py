@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -67,6 +68,17 @@ def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
     assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "manager", "worker", "health"}
     assert {s.name for s in repo.schedule_defs} == {"rebalance_schedule", "health_schedule"}
     assert [s.name for s in repo.sensor_defs] == ["app_repository"]
+
+
+def test_a_receiver_partial_app_shows_its_urls(cluster, plane):
+    app = Path(__file__).parents[1] / "worker" / "apps" / "seed-004.siddhi"
+    loaded = load_app(cluster.add_app("seed-004.siddhi", app.read_text()))
+    record(plane, loaded, plan_app(loaded))
+    defs = build(cluster)
+    receiver, work = K(["Seed004", "passthrough-RequestIn"]), K(["Seed004", "partitioning"])
+    metadata = {key: defs.resolve_assets_def(key).specs_by_key[key].metadata for key in (receiver, work)}
+    assert metadata[receiver]["receiver_urls"].value == ["http://127.0.0.1:8280/requests"]
+    assert "receiver_urls" not in metadata[work]
 
 
 def description(defs: dg.Definitions) -> str:

@@ -92,3 +92,17 @@ def test_worker_problems_name_each_instance_and_why():
         "d: not placed (no live worker)",
         "e: its worker w9 is not registered",
     ]
+
+
+def test_receiver_urls_appear_in_the_observation():
+    from sp_dagster.orchestration.health import observe
+
+    key = dg.AssetKey(["Tenants", "passthrough-RequestIn"])
+    url = "http://0.0.0.0:8280/requests"
+    instances = [{"instance": "Tenants-passthrough-RequestIn-1", "node": "receiver-1", "status": "running",
+                  "metrics": {"mode": "receiver", "receiver_urls": [url], "rows_in_total": 7}}]
+    nodes = {"receiver-1": {"node": "receiver-1", "state": "alive", "last_heartbeat_ago_ms": 100}}
+    metadata = observe(key, instances, nodes, [], 0.0).metadata
+    assert metadata["receiver_urls"].value == [url]
+    assert metadata["instances"].value["Tenants-passthrough-RequestIn-1"]["receiver_urls"] == [url]
+    assert "receiver_urls" not in observe(key, [{**instances[0], "metrics": {}}], nodes, [], 0.0).metadata

@@ -7,7 +7,6 @@ Spark tasks on workers."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import socket
 import threading
@@ -22,12 +21,12 @@ from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.http_receiver import ReceiverLoop
+from sp_dagster.worker.http_receiver import HostedReceiver
 from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
 
-from tests.worker.test_continuous import Line, Running
+from tests.worker.test_continuous import Running
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -74,21 +73,6 @@ class Collector:
         return [json.loads(b)["event"] for b in list(self.bodies)]
 
 
-class Receiving:
-    """A ReceiverLoop on a thread of its own."""
-
-    def __init__(self, kafka, instance, users):
-        self.line = Line()
-        settings = LoopSettings(None, metrics_interval_s=0.2, idle_wait_s=0.05)
-        self.loop = ReceiverLoop(instance, kafka, settings, control=self.line, users=users)
-        self.thread = threading.Thread(target=self.loop.run, daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        self.line.queue.append(("stop", False))
-        self.thread.join(30)
-
-
 def wait_for(condition, timeout=60.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -130,11 +114,12 @@ def test_seed_004_http_in_partitioned_http_out(kafka):
     topology = start_app(kafka, SEED_004.format(name=name, port=port, p1=one.port, p2=two.port))
     receiver_group, work = topology.groups
     assert receiver_group.receiver and not work.receiver
-    receiver = Receiving(kafka, plan_instance(*_named(receiver_group.instances[0])), {"ops": "s3cret"})
+    settings = LoopSettings(None, metrics_interval_s=0.2, idle_wait_s=0.05)
+    receiver = HostedReceiver(plan_instance(*_named(receiver_group.instances[0])), kafka, settings, users={"ops": "s3cret"}).start()
     workers = [Running(kafka, plan_instance(*_named(i)), dead_letters=f"{name}.deadletter") for i in work.instances]
     try:
         url = f"http://127.0.0.1:{port}/requests"
-        wait_for(lambda: _up(url), what="the receiver to listen")
+        assert _up(url), "the receiver listens once started"
         auth = ("ops", "s3cret")
         assert requests.post(url, json={"event": {}}).status_code == 401
         assert requests.post(url, json={"event": {}}, auth=("ops", "wrong")).status_code == 401
@@ -163,6 +148,10 @@ def test_seed_004_http_in_partitioned_http_out(kafka):
         assert {e["username"] for e in one.events()} | {e["username"] for e in two.events()} == {e["username"] for e in sent}
         assert one.events() and two.events()
         assert all(h.get("X-From") == "sp-dagster" for h in one.headers + two.headers)
+        wait_for(lambda: receiver.metrics().get("accepted_total") == len(sent), what="the receiver's metrics")
+        assert receiver.metrics()["receiver_urls"] == [url] and receiver.metrics()["refused_total"] == 3
+        with pytest.raises(OSError):  # the port is taken: the instance fails to start, and says why
+            HostedReceiver(receiver.loop.plan, kafka, settings).start()
     finally:
         receiver.stop()
         for running in workers:
@@ -258,3 +247,48 @@ from In select k, v insert into ByPartition;
         assert all(e.row[0].startswith(b"<events><event>") for e in got)
     finally:
         loop.stop(save=False)
+
+
+def test_micro_batch_queries_run_user_maps_and_http_sinks(spark, kafka, broker, tmp_path):
+    from sp_dagster.worker.spark_query import QuerySettings, start_query
+
+    name = f"Mb{uuid.uuid4().hex[:6]}"
+    topic = f"{name}-in"
+    kafka.ensure_topic(topic, 4)
+    one, two = Collector(fail_first=1), Collector()
+    text = f"""@App:name('{name}')
+@source(type='kafka', topic.list='{topic}', group.id='readers', @map(type='csv', @attributes(v='1', k='0')), @dist(parallel='2'))
+define stream In (k string, v int);
+@sink(type='http', @map(type='json', enclosing.element='$.reading'),
+      @distribution(strategy='partitioned', partitionKey='k',
+          @destination(publisher.url='http://127.0.0.1:{one.port}/a'), @destination(publisher.url='http://127.0.0.1:{two.port}/b')))
+define stream Out (k string, v int);
+@dist(execGroup='work', parallel='1') from In[v >= 0] select k, v insert into Out;
+"""
+    topology = start_app(kafka, text)
+    publisher = kafka.raw_publisher()
+    for n in range(40):
+        publisher.produce(topic, f"k{n % 7},{n}".encode(), None, n % 4, None)
+    publisher.produce(topic, b"k1,not-a-number", None, 3, None)
+    publisher.flush()
+    dead = f"{name}.deadletter"
+    kafka.ensure_topic(dead, 1)
+    queries = []
+    try:
+        for index, instance in enumerate(i for g in topology.groups for i in g.instances):
+            settings = QuerySettings(broker.bootstrap_servers, str(tmp_path / f"ck{index}"), dead, trigger_interval="200 milliseconds")
+            queries.append(start_query(spark, plan_instance(instance.name, instance.siddhi), settings))
+        for query in queries:  # upstream first: each reads everything its predecessors wrote
+            query.processAllAvailable()
+        got = [json.loads(b)["reading"]["event"] for b in one.bodies + two.bodies]
+        assert sorted(e["v"] for e in got) == list(range(40))  # the four partitions, read by the two instances
+        for index, collector in enumerate((one, two)):
+            keys = {json.loads(b)["reading"]["event"]["k"] for b in collector.bodies}
+            assert keys and all(java_hash_destination(k, 2) == index for k in keys)
+        reader = kafka.reader(dead, {0: EARLIEST}, RawCodec())
+        letters = []
+        wait_for(lambda: letters.extend(reader.poll(10, 0.5).events) or letters, what="the dead letter")
+        assert b"not-a-number" in letters[0].row[0]
+    finally:
+        for query in queries:
+            query.stop()
