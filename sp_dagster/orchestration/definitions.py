@@ -1,8 +1,8 @@
 """The sp-dagster code location: `build_definitions()`, and `defs` for `dagster dev -m` / definitions.py.
 
-Configuration comes from the manager's deployment.yaml ($SP_DAGSTER_CONF, default
-conf/manager/deployment.yaml) and the worker's ($SP_DAGSTER_WORKER_CONF, default
-conf/worker/deployment.yaml). Secrets may come from the environment through EnvVar:
+Configuration comes from the manager's and the worker's deployment.yaml, found by the search
+order of `sp-dagster config where` ($SP_DAGSTER_CONF, $SP_DAGSTER_WORKER_CONF, ./conf/,
+$SP_DAGSTER_HOME/conf/, the packaged defaults). Secrets may come from the environment through EnvVar:
 SP_MGT_DB_URL replaces the control-plane datasource, SP_KAFKA_SASL_USERNAME and
 SP_KAFKA_SASL_PASSWORD authenticate to Kafka. Importing this module connects to nothing; the
 control plane is read when Dagster loads the definitions (see assets.DeploymentsLoader).
@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from pathlib import Path
 
 import dagster as dg
 
@@ -22,14 +21,7 @@ from sp_dagster.orchestration.aggregations import build_aggregation_checks, depl
 from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
 from sp_dagster.orchestration.health import build_health_checks
 from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, undeploy_job
-from sp_dagster.orchestration.resources import (
-    DEFAULT_MANAGER_CONF,
-    DEFAULT_WORKER_CONF,
-    ControlPlaneResource,
-    MessagingResource,
-    load_conf,
-    spark_resource,
-)
+from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource, load_conf, spark_resource
 from sp_dagster.orchestration.schedules import build_health_schedule, build_rebalance_schedule
 from sp_dagster.orchestration.sensors import build_app_repository_sensor
 
@@ -63,8 +55,9 @@ def dagster_settings(conf: str):
 
 def build_definitions(manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None) -> dg.Definitions:
     """Every sp-dagster definition: resources, jobs, sensor, schedules, and the assets of the recorded deployments."""
-    manager_conf = str(Path(manager_conf or os.environ.get("SP_DAGSTER_CONF") or DEFAULT_MANAGER_CONF).expanduser().resolve())
-    worker_conf = str(Path(worker_conf or os.environ.get("SP_DAGSTER_WORKER_CONF") or DEFAULT_WORKER_CONF).expanduser().resolve())
+    from sp_dagster.config.locate import conf_path
+
+    manager_conf, worker_conf = conf_path("manager", manager_conf), conf_path("worker", worker_conf)
     with warnings.catch_warnings():  # Dagster's notes on preview/beta APIs we use on purpose (reconstruction metadata)
         warnings.simplefilter("ignore", dg.PreviewWarning)
         warnings.simplefilter("ignore", dg.BetaWarning)
