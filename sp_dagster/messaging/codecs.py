@@ -7,7 +7,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sp_dagster.errors import EventDecodeError
+from sp_dagster.messaging.errors import CodecError, EventDecodeError
 
 SIDDHI_TYPES = ("string", "int", "long", "float", "double", "bool", "object")
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -22,7 +22,7 @@ class Attribute:
 
     def __post_init__(self) -> None:
         if self.type not in SIDDHI_TYPES:
-            raise ValueError(f"attribute '{self.name}': unknown type '{self.type}'; expected one of {', '.join(SIDDHI_TYPES)}")
+            raise CodecError(f"attribute '{self.name}': unknown type '{self.type}'; expected one of {', '.join(SIDDHI_TYPES)}")
 
 
 def schema_of(attributes: Sequence[Attribute | tuple[str, str]]) -> tuple[Attribute, ...]:
@@ -203,5 +203,5 @@ def codec_for(name: str, attributes: Sequence[Attribute | tuple[str, str]]) -> C
     try:
         return CODECS[name.lower()](attributes)
     except KeyError:
-        raise ValueError(f"unknown codec '{name}'; expected one of {', '.join(CODECS)}") from None
+        raise CodecError(f"unknown codec '{name}'; expected one of {', '.join(CODECS)}") from None
 

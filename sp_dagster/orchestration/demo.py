@@ -66,7 +66,10 @@ class Stack:
         """The recorded stack, or None when there is none."""
         if not path.exists():
             return None
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise DemoError(f"{path} is not what `sp-dagster up` wrote ({exc}); stop its processes by hand, then delete it") from None
         return cls(path, [Detached.from_dict(p) for p in data.get("processes", [])], data.get("facts", {}))
 
     def save(self) -> None:
