@@ -116,6 +116,8 @@ def build_config(document: LocatedDict, filename: str, role: str, node_id: str |
         dagster=sections.get("dagster") or DagsterConfig(),
     )
     _check(config, document, filename)
+    if config.siddhi.extensions:
+        log.warning("%s: siddhi.extensions has no effect in sp-dagster (its functions are built in); ignored", filename)
     return config
 
 
@@ -141,11 +143,13 @@ def _check(config: Config, document: LocatedDict, filename: str) -> None:
     d = config.deployment
     need_datasource(d.datasource, "deployment.config", "datasource")
     strategy = config.cluster.strategy_config
-    need_datasource(strategy.datasource, "cluster.config", "strategyConfig", "datasource")
-    if config.cluster.enabled and strategy.datasource != d.datasource:
-        raise _ctx(document, filename, "cluster.config", "strategyConfig", "datasource").error(
-            f"expected the same datasource as deployment.config.datasource ('{d.datasource}'): "
-            "sp-dagster keeps coordination and deployments in one database"
+    own = config.datasources.get(strategy.datasource)
+    if strategy.datasource != d.datasource and (own is None or own.url != config.datasources[d.datasource].url):
+        # WSO2's own WSO2_CLUSTER_DB (seed 004): the election runs in the control plane, per groupId.
+        log.warning(
+            "%s: cluster.config.strategyConfig.datasource '%s' is not used: sp-dagster elects group '%s''s leader in "
+            "deployment.config.datasource '%s' (coordination and deployments share one database)",
+            filename, strategy.datasource, config.cluster.group_id, d.datasource,
         )
     if config.persistence.enabled and config.persistence.persistence_store == "database":
         need_datasource(config.persistence.config.datasource, "state.persistence", "config", "datasource")
