@@ -71,8 +71,18 @@ def guess_role(path: str | Path) -> str:
     return "manager" if "manager" in parts[-3:] and "worker" not in parts[-2:] else "worker"
 
 
-def load_config(path: str | Path, role: str | None = None, node_id: str | None = None) -> Config:
-    """Read and check a deployment.yaml; every problem is a ConfigError naming file, key and expectation."""
+def load_config(path: str | Path | None = None, role: str | None = None, node_id: str | None = None) -> Config:
+    """Read and check a deployment.yaml (None or a conf directory: by the search order); every problem is a ConfigError naming file, key and expectation.
+
+    >>> from sp_dagster import load_config
+    >>> config = load_config(role="worker")     # --conf, $SP_DAGSTER_CONF, ./conf/, $SP_DAGSTER_HOME/conf/, packaged
+    >>> config.role, config.messaging.kind
+    ('worker', 'kafka')
+    """
+    if path is None or Path(path).is_dir():
+        from sp_dagster.config.locate import conf_path
+
+        path = conf_path(role or "manager", path)
     return build_config(load_yaml(path), str(path), role or guess_role(path), node_id)
 
 

@@ -214,7 +214,7 @@ class DeployResult:
 
 
 def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.0, progress=None) -> DeployResult:
-    """Parse, plan, create topics, record, and (optionally) wait until every instance runs."""
+    """Parse, plan, create topics, record, and (optionally) wait until every instance runs (example: the package's docstring)."""
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.messaging import transport_for
 
