@@ -8,7 +8,7 @@ class SpDagsterError(Exception):
     >>> try:
     ...     sp_dagster.parse("define stream S (x int")
     ... except sp_dagster.SpDagsterError as error:   # line, column and one sentence, never a traceback
-    ...     print(type(error).__name__, str(error).splitlines()[0][:29])
+    ...     print(type(error).__name__, str(error).split(";")[0])
     SiddhiQLError 1:20: Unexpected end of text
     """
 
