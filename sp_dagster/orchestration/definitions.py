@@ -17,7 +17,7 @@ import warnings
 import dagster as dg
 
 from sp_dagster.errors import SpDagsterError
-from sp_dagster.orchestration.aggregations import build_aggregation_checks, deployment_aggregations
+from sp_dagster.orchestration.aggregations import AGGREGATION_META, build_aggregation_checks, deployment_aggregations
 from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
 from sp_dagster.orchestration.health import build_health_checks
 from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, undeploy_job
@@ -88,10 +88,9 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
         if not targets:
             return dg.Definitions(assets=specs)
         checks = [build_health_checks(targets)]
-        aggregations = {
-            translator.aggregation_key(d["app"], a["name"]): a for d in snapshot["deployments"] for a in deployment_aggregations(d)
-        }
-        stored = {s.key: aggregations[s.key] for s in specs if s.key in aggregations and aggregations[s.key]["store"]}
+        aggregations = {(d["app"], a["name"]): a for d in snapshot["deployments"] for a in deployment_aggregations(d)}
+        found = {s.key: aggregations.get((s.metadata.get(APP_META), s.metadata.get(AGGREGATION_META))) for s in specs}
+        stored = {key: aggregation for key, aggregation in found.items() if aggregation and aggregation["store"]}
         if stored:
             checks.append(build_aggregation_checks(stored, worker_conf))
         health = dg.define_asset_job(

@@ -20,14 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.errors import DemoError
 from sp_dagster.orchestration.processes import Detached, alive, cli_command, start_detached, stop_detached, webserver_command, workspace_yaml
 
 SAMPLE_APP = "stock-alerts.siddhi"
 STOP_TIMEOUTS = {"generator": 10.0, "dagster": 30.0, "worker": 60.0, "manager": 15.0, "broker": 10.0}
-
-
-class DemoError(SpDagsterError):
-    """`sp-dagster up` could not bring the system up (what failed, and where its log is)."""
 
 
 def home() -> Path:
