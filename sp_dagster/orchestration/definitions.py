@@ -53,18 +53,20 @@ def dagster_settings(conf: str):
         return DagsterConfig()
 
 
-def build_definitions(manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None) -> dg.Definitions:
-    """Every sp-dagster definition: resources, jobs, sensor, schedules, and the assets of the recorded deployments."""
+def build_definitions(
+    manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None, app_repository: str | None = None
+) -> dg.Definitions:
+    """Every sp-dagster definition (resources, jobs, sensor, schedules, the recorded deployments' assets), assembled from the building blocks in sp_dagster.dagster."""
     from sp_dagster.config.locate import conf_path
 
     manager_conf, worker_conf = conf_path("manager", manager_conf), conf_path("worker", worker_conf)
     with warnings.catch_warnings():  # Dagster's notes on preview/beta APIs we use on purpose (reconstruction metadata)
         warnings.simplefilter("ignore", dg.PreviewWarning)
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return _build(manager_conf, worker_conf, translator)
+        return _build(manager_conf, worker_conf, translator, app_repository)
 
 
-def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator | None) -> dg.Definitions:
+def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator | None, app_repository: str | None) -> dg.Definitions:
     settings = dagster_settings(manager_conf)  # a broken conf also shows on the control_plane asset
     translator = translator or SpDagsterTranslator()
     resources = {
@@ -77,7 +79,7 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
     jobs = [deploy_job, undeploy_job, rebalance_job, *build_node_jobs(manager_conf, worker_conf)]
     static = dg.Definitions(
         jobs=jobs,
-        sensors=[build_app_repository_sensor(settings.app_repository, [deploy_job, undeploy_job], interval_seconds=settings.sensor_interval)],
+        sensors=[build_app_repository_sensor(app_repository or settings.app_repository, [deploy_job, undeploy_job], interval_seconds=settings.sensor_interval)],
         schedules=[build_rebalance_schedule(rebalance_job, settings.rebalance_interval)],
         resources=resources,
     )
