@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,9 @@ def test_a_wheel_runs_from_an_empty_directory(tmp_path, sp_home):
         assert result.returncode == 0, f"sp-dagster {' '.join(args)}: {result.stdout}{result.stderr}"
         return result
 
+    code = "import sp_dagster, sp_dagster.dagster; print(sp_dagster.__version__, sp_dagster.__file__)"
+    imported = subprocess.run(["python", "-c", code], cwd=empty, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert imported == [tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"], str(venv / "lib" / imported[1].split("/lib/", 1)[1])]
     where = cli("config", "where").stdout
     assert f"{venv}/lib/" in where and "sp_dagster/_defaults/conf/manager/deployment.yaml (from the packaged defaults)" in where
     app = tmp_path / "echo.siddhi"
