@@ -64,11 +64,12 @@ class Event:
 class ArrowChunk:
     """A chunk of current events held column-wise: a record batch and one timestamp per row."""
 
-    __slots__ = ("batch", "timestamps", "_events")
+    __slots__ = ("batch", "timestamps", "sends", "_events")
 
-    def __init__(self, batch: pa.RecordBatch, timestamps: pa.Array):
+    def __init__(self, batch: pa.RecordBatch, timestamps: pa.Array, sends=None):
         self.batch = batch
         self.timestamps = timestamps
+        self.sends = sends  # delivered at once by send_each: the send each row stems from (numpy ints)
         self._events: list[StreamEvent] | None = None
 
     def __len__(self) -> int:

@@ -98,6 +98,7 @@ class AppRuntime:
             self.queries: dict[str, QueryRuntime] = {}
             self.partitions: list[PartitionRuntime] = []
             self.started = False
+            self.send_index: int | None = None  # during send_each: the send whose outputs are being delivered
             try:
                 self._build()
             except BaseException:
@@ -205,6 +206,14 @@ class AppRuntime:
         """Call `fn(events)` with every chunk `stream` receives (Siddhi's StreamCallback)."""
         self.schema(stream)
         self.context.junctions[stream].callbacks.append(StreamCallback(fn))
+
+    def add_receiver(self, stream: str, receiver) -> None:
+        """Hand `receiver.receive(chunk)` every chunk `stream` receives, as it travels (a list of
+        StreamEvents or an ArrowChunk). A receiver with `blind = True` declares that it cannot tell
+        chunks apart: send_each may then deliver a whole run at once, each row's send in the
+        ArrowChunk's `sends` (otherwise `send_index` names the send being delivered)."""
+        self.schema(stream)
+        self.context.junctions[stream].callbacks.append(receiver)
 
     def add_buffer(self, stream: str) -> OutputBuffer:
         """Collect what `stream` receives; `.drain()` returns it as one Arrow batch + timestamps."""

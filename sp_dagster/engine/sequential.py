@@ -13,6 +13,9 @@ Two paths compute the same thing:
   order (subscribers without a kernel get the chunk itself), then the stream's callbacks.
   A segment never reaches past a timer that falls due (in playback), so no timer fires
   inside it except ones armed by what the delivery itself runs (other queries, by reference).
+  Where nobody can tell chunks apart (one subscriber with a kernel, blind callbacks only) and
+  nobody asked for `before`, a segment's outputs go whole, as ArrowChunks whose `sends` name
+  each row's send; chunk by chunk, `runtime.send_index` names the send being delivered.
 """
 
 from __future__ import annotations
@@ -101,24 +104,38 @@ def send_each(
         raise EngineError(f"send sizes must be positive and add up to the {count} rows sent to '{stream}'")
     if count == 0:
         return
+    at_once = before is None  # nobody needs to hear when a send starts: blind segments may go whole
+
+    def mark(index: int) -> None:
+        runtime.send_index = index  # what collectors that are not handed `sends` read
+        if before is not None:
+            before(index)
+
     with runtime.lock:
-        if not runtime.started:  # the first send starts the app: what that fires is send 0's
-            if before is not None:
-                before(0)
-                first, before = before, (lambda i: i and first(i))
-            runtime.start()
-        if timestamps is None:
-            times = np.full(count, runtime.clock.now(), np.int64)
-        else:
-            times = np.asarray(timestamps.to_numpy(zero_copy_only=False) if isinstance(timestamps, (pa.Array, pa.ChunkedArray)) else timestamps, dtype=np.int64)
-            if len(times) != count:
-                raise EngineError(f"{count} events but {len(times)} timestamps sent to '{stream}'")
-        run = Run(rows_list, batch, times, sizes_array, runtime.playback, schema.arrow_schema() if schema.arrow_capable else None)
-        plan = plan_stream(runtime, junction) if schema.arrow_capable else None
-        if plan is None:
-            _reference(runtime, junction, run, before)
-        else:
-            _fast(runtime, junction, run, plan, before)
+        try:
+            _run(runtime, stream, junction, schema, rows_list, batch, timestamps, sizes_array, mark, at_once)
+        finally:
+            runtime.send_index = None
+
+
+def _run(runtime, stream, junction, schema, rows_list, batch, timestamps, sizes_array, before, at_once: bool) -> None:
+    count = int(sizes_array.sum())
+    if not runtime.started:  # the first send starts the app: what that fires is send 0's
+        before(0)
+        first, before = before, (lambda i: i and first(i))
+        runtime.start()
+    if timestamps is None:
+        times = np.full(count, runtime.clock.now(), np.int64)
+    else:
+        times = np.asarray(timestamps.to_numpy(zero_copy_only=False) if isinstance(timestamps, (pa.Array, pa.ChunkedArray)) else timestamps, dtype=np.int64)
+        if len(times) != count:
+            raise EngineError(f"{count} events but {len(times)} timestamps sent to '{stream}'")
+    run = Run(rows_list, batch, times, sizes_array, runtime.playback, schema.arrow_schema() if schema.arrow_capable else None)
+    plan = plan_stream(runtime, junction) if schema.arrow_capable else None
+    if plan is None:
+        _reference(runtime, junction, run, before)
+    else:
+        _fast(runtime, junction, run, plan, before, at_once)
 
 
 def _reference(runtime, junction, run: Run, before) -> None:
@@ -126,14 +143,14 @@ def _reference(runtime, junction, run: Run, before) -> None:
     clock, playback = runtime.clock, runtime.playback
     send_of, opens, times = run.send_of, run.opens, run.chunk_times
     for chunk in range(run.chunks):
-        if before is not None and opens[chunk]:
+        if opens[chunk]:
             before(int(send_of[chunk]))
         if playback:
             clock.advance(int(times[chunk]))
         junction.send(run.events(chunk))
 
 
-def _fast(runtime, junction, run: Run, plan, before) -> None:
+def _fast(runtime, junction, run: Run, plan, before, at_once: bool) -> None:
     """Segments of chunks through the kernels, delivered chunk by chunk (or at once where nobody can tell)."""
     clock, playback = runtime.clock, runtime.playback
     chunk, total = 0, run.chunks
@@ -145,7 +162,7 @@ def _fast(runtime, junction, run: Run, plan, before) -> None:
         if end > chunk:
             end = plan.extent(run, chunk, end)
         if end <= chunk:
-            if before is not None and run.opens[chunk]:
+            if run.opens[chunk]:
                 before(int(run.send_of[chunk]))
             if playback:
                 clock.advance(int(run.chunk_times[chunk]))
@@ -153,7 +170,7 @@ def _fast(runtime, junction, run: Run, plan, before) -> None:
             chunk += 1
             continue
         outputs = plan.run(run, chunk, end)
-        if before is None and plan.blind(junction):
+        if at_once and plan.blind(junction):
             _deliver_at_once(runtime, junction, run, plan, outputs, chunk, end)
         else:
             _deliver(runtime, junction, run, plan, outputs, chunk, end, before)
@@ -184,7 +201,7 @@ def _deliver(runtime, junction, run: Run, plan, outputs, start: int, end: int, b
     callbacks = junction.callbacks
     timed = [outputs[key] for key in plan.timed]  # what a kernel's own timers emit, as the clock moves
     for chunk in range(start, end):
-        if before is not None and run.opens[chunk]:
+        if run.opens[chunk]:
             before(int(run.send_of[chunk]))
         if playback:
             clock.advance(int(run.chunk_times[chunk]))
@@ -211,7 +228,7 @@ def _deliver_at_once(runtime, junction, run: Run, plan, outputs, start: int, end
     if runtime.playback:
         runtime.clock.advance(int(run.chunk_times[start:end].max()))
     for output in outputs.values():
-        output.deliver_all()
+        output.deliver_all(run.send_of)
     if junction.callbacks:
         lo, hi = int(run.bounds[start]), int(run.bounds[end])
         batch = run.batch().slice(lo, hi - lo)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import orjson
+
 from sp_dagster.messaging.errors import CodecError, EventDecodeError
 
 SIDDHI_TYPES = ("string", "int", "long", "float", "double", "bool", "object")
+_LENGTH = struct.Struct("<I")
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 
 
@@ -55,6 +59,29 @@ def check_value(attribute: Attribute, value: Any) -> Any:
     raise EventDecodeError(f"attribute '{attribute.name}': expected {kind}, got {type(value).__name__} {value!r}")
 
 
+_EXACT = {"string": str, "double": float, "float": float, "bool": bool}
+
+
+def checker(attribute: Attribute):
+    """check_value for one attribute, with the common case (the value already of its type) first."""
+    exact = _EXACT.get(attribute.type)
+    if attribute.type in _INT_RANGE:
+        low, high = _INT_RANGE[attribute.type]
+
+        def check(value):
+            return value if type(value) is int and low <= value <= high else check_value(attribute, value)
+    elif exact is not None:
+
+        def check(value):
+            return value if type(value) is exact else check_value(attribute, value)
+    else:
+
+        def check(value):
+            return check_value(attribute, value)
+
+    return check
+
+
 class Codec:
     """Encodes one row (values in attribute order) per message; decodes a message to rows."""
 
@@ -86,27 +113,44 @@ class JsonCodec(Codec):
 
     name = "json"
 
+    def __init__(self, attributes: Sequence[Attribute | tuple[str, str]]):
+        super().__init__(attributes)
+        # orjson writes what json writes, except NaN and infinities (as null) and objects of any
+        # type: rows that may hold those take json's path.
+        self._fast = all(a.type != "object" for a in self.attributes)
+        self._floats = tuple(i for i, a in enumerate(self.attributes) if a.type in ("float", "double"))
+        self._checks = tuple((a.name, checker(a)) for a in self.attributes)
+
     def encode(self, row):
         self._check_width(row)
-        event = dict(zip(self.names, row))
-        return json.dumps({"event": event}, separators=(",", ":"), default=str).encode("utf-8")
+        document = {"event": dict(zip(self.names, row))}
+        if self._fast and all(row[i] is None or math.isfinite(row[i]) for i in self._floats):
+            try:
+                return orjson.dumps(document)
+            except orjson.JSONEncodeError:  # integers wider than 64 bits
+                pass
+        return json.dumps(document, separators=(",", ":"), default=str).encode("utf-8")
 
     def decode(self, data):
         try:
-            document = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise EventDecodeError(f"not valid JSON: {exc}") from None
+            document = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            try:  # json's reading (NaN, wide integers) and its message
+                document = json.loads(data)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise EventDecodeError(f"not valid JSON: {exc}") from None
         items = document if isinstance(document, list) and document and not _is_value_row(document, self) else [document]
         return [self._row(item) for item in items]
 
     def _row(self, item: Any) -> tuple:
-        if isinstance(item, dict) and set(item) == {"event"} and isinstance(item["event"], dict):
+        if isinstance(item, dict) and len(item) == 1 and isinstance(item.get("event"), dict):
             item = item["event"]
         if isinstance(item, dict):
-            missing = [name for name in self.names if name not in item]
-            if missing:
-                raise EventDecodeError(f"missing attribute{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}")
-            return tuple(check_value(a, item[a.name]) for a in self.attributes)
+            try:
+                return tuple([check(item[name]) for name, check in self._checks])
+            except KeyError:
+                missing = [name for name in self.names if name not in item]
+                raise EventDecodeError(f"missing attribute{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}") from None
         if isinstance(item, list):
             self._check_width(item)
             return tuple(check_value(a, v) for a, v in zip(self.attributes, item))
@@ -129,50 +173,54 @@ class BinaryCodec(Codec):
     name = "binary"
     MAGIC = 0xB1
     _FIXED = {"int": "<i", "long": "<q", "float": "<f", "double": "<d", "bool": "<?"}
+    _HEAD = bytes([MAGIC])
+
+    def __init__(self, attributes: Sequence[Attribute | tuple[str, str]]):
+        super().__init__(attributes)
+        self._packers = tuple((struct.Struct(self._FIXED[a.type]) if a.type in self._FIXED else None, a.type) for a in self.attributes)
+        self._flag_bytes = (len(self.attributes) + 7) // 8
+        self._no_nulls = bytes(self._flag_bytes)
 
     def encode(self, row):
         self._check_width(row)
-        flags = bytearray((len(row) + 7) // 8)
-        parts = [b""]
-        for index, (attribute, value) in enumerate(zip(self.attributes, row)):
+        flags = None
+        parts = [self._HEAD, b""]
+        for index, ((packer, kind), value) in enumerate(zip(self._packers, row)):
             if value is None:
-                flags[index // 8] |= 1 << (index % 8)
-                continue
-            fmt = self._FIXED.get(attribute.type)
-            if fmt:
-                parts.append(struct.pack(fmt, value))
+                if flags is None:
+                    flags = bytearray(self._flag_bytes)
+                flags[index >> 3] |= 1 << (index & 7)
+            elif packer is not None:
+                parts.append(packer.pack(value))
             else:
-                text = value if attribute.type == "string" else json.dumps(value, default=str)
-                raw = str(text).encode("utf-8")
-                parts.append(struct.pack("<I", len(raw)) + raw)
-        return bytes([self.MAGIC]) + bytes(flags) + b"".join(parts)
+                text = value if kind == "string" and isinstance(value, str) else str(value) if kind == "string" else json.dumps(value, default=str)
+                raw = text.encode("utf-8")
+                parts.append(_LENGTH.pack(len(raw)))
+                parts.append(raw)
+        parts[1] = bytes(flags) if flags is not None else self._no_nulls
+        return b"".join(parts)
 
     def decode(self, data):
         if not data or data[0] != self.MAGIC:
             raise EventDecodeError("not a binary-encoded event (wrong codec on this topic?)")
-        count = len(self.attributes)
-        flags_end = 1 + (count + 7) // 8
+        flags_end = 1 + self._flag_bytes
         flags, pos, values = data[1:flags_end], flags_end, []
         try:
-            for index, attribute in enumerate(self.attributes):
-                if flags[index // 8] & (1 << (index % 8)):
+            for index, (packer, kind) in enumerate(self._packers):
+                if flags[index >> 3] & (1 << (index & 7)):
                     values.append(None)
-                    continue
-                fmt = self._FIXED.get(attribute.type)
-                if fmt:
-                    (value,) = struct.unpack_from(fmt, data, pos)
-                    pos += struct.calcsize(fmt)
+                elif packer is not None:
+                    values.append(packer.unpack_from(data, pos)[0])
+                    pos += packer.size
                 else:
-                    (length,) = struct.unpack_from("<I", data, pos)
+                    (length,) = _LENGTH.unpack_from(data, pos)
                     pos += 4
-                    raw = bytes(data[pos : pos + length])
+                    raw = data[pos : pos + length]
                     if len(raw) != length:
                         raise struct.error("truncated string")
                     pos += length
                     value = raw.decode("utf-8")
-                    if attribute.type == "object":
-                        value = json.loads(value)
-                values.append(value)
+                    values.append(json.loads(value) if kind == "object" else value)
         except (struct.error, IndexError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise EventDecodeError(f"truncated or corrupt binary event: {exc}") from None
         if pos != len(data):

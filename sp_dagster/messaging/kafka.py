@@ -244,6 +244,7 @@ class RawPublisher(RawPublisherBase):
         )
         self._failures: list[str] = []
         self._topics: set[str] = set()
+        self._report = self._delivered  # per-message delivery reports (transactions report at commit)
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
         if error is not None:
@@ -257,13 +258,25 @@ class RawPublisher(RawPublisherBase):
         while True:
             try:
                 self.producer.produce(
-                    topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers, on_delivery=self._delivered
+                    topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers, on_delivery=self._report
                 )
                 return
             except BufferError:  # the local queue is full: let deliveries drain
                 self.producer.poll(0.1)
             except KafkaException as exc:
                 raise self.transport.unreachable(exc, f"publishing to '{topic}'") from None
+
+    def produce_all(self, records, header: str = "") -> None:
+        produce, report = self.producer.produce, self._report
+        topics = self._topics
+        for topic, value, key, partition, timestamp, found in records:
+            headers = [(header, found)] if found is not None else None
+            if topic not in topics:
+                topics.add(topic)
+            try:
+                produce(topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers, on_delivery=report)
+            except (BufferError, KafkaException):  # a full local queue (or an error): the careful way
+                self.produce(topic, value, key, partition, timestamp, headers)
 
     def serve(self) -> None:
         """Serve delivery reports that arrived, without waiting."""
@@ -302,6 +315,7 @@ class TransactionalPublisher(RawPublisher):
         )
         self._failures: list[str] = []
         self._topics: set[str] = set()
+        self._report = None  # a message that fails makes its transaction's commit fail: no per-message reports
         self._open = False
         try:
             self.producer.init_transactions(timeout)
@@ -313,6 +327,10 @@ class TransactionalPublisher(RawPublisher):
         """Queue one message in the open transaction (opening one if needed)."""
         self._begin()
         super().produce(topic, value, key, partition, timestamp, headers)
+
+    def produce_all(self, records, header: str = "") -> None:
+        self._begin()
+        super().produce_all(records, header)
 
     def _begin(self) -> None:
         if not self._open:
@@ -404,8 +422,9 @@ class KafkaReader(Reader):
                 behind[partition] = max(0, high - position)
         return behind
 
-    def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
-        batch = Batch()
+    def _fetch(self, max_events: int, timeout: float) -> list:
+        """The messages available (up to max_events), waiting at most `timeout` for the first;
+        end-of-partition markers skipped, a broker outage reported once and waited out."""
         try:
             # Wait for the first message only; then take what has already arrived, without waiting.
             first = self.consumer.poll(timeout)
@@ -414,21 +433,33 @@ class KafkaReader(Reader):
                 messages += self.consumer.consume(num_messages=max_events - 1, timeout=0)
         except KafkaException as exc:
             raise self.transport.unreachable(exc, f"reading '{self.topic}'") from None
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if error.code() in _UNREACHABLE and not error.fatal():
-                    # librdkafka reconnects by itself: report the outage once, keep polling.
-                    if not self._outage:
-                        log.warning("reading %s: broker %s unreachable (%s); retrying", self.topic, self.transport.bootstrap_servers, error.str())
-                    self._outage = True
-                    continue
-                raise self.transport.unreachable(KafkaException(error), f"reading '{self.topic}'")
+        if any(message.error() is not None for message in messages):
+            messages = [message for message in messages if self._usable(message)]
+        elif self._outage and messages:
+            log.info("reading %s: broker %s reachable again", self.topic, self.transport.bootstrap_servers)
+            self._outage = False
+        return messages
+
+    def _usable(self, message) -> bool:
+        error = message.error()
+        if error is None:
             if self._outage:
                 log.info("reading %s: broker %s reachable again", self.topic, self.transport.bootstrap_servers)
                 self._outage = False
+            return True
+        if error.code() == KafkaError._PARTITION_EOF:
+            return False
+        if error.code() in _UNREACHABLE and not error.fatal():
+            # librdkafka reconnects by itself: report the outage once, keep polling.
+            if not self._outage:
+                log.warning("reading %s: broker %s unreachable (%s); retrying", self.topic, self.transport.bootstrap_servers, error.str())
+            self._outage = True
+            return False
+        raise self.transport.unreachable(KafkaException(error), f"reading '{self.topic}'")
+
+    def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
+        batch = Batch()
+        for message in self._fetch(max_events, timeout):
             partition, offset = message.partition(), message.offset()
             kind, stamp = message.timestamp()
             stamp = stamp if kind != 0 and stamp >= 0 else None
@@ -443,6 +474,24 @@ class KafkaReader(Reader):
             self._unknown.discard(partition)
         batch.positions = self.positions()
         return batch
+
+    def poll_raw(self, max_events: int = 10_000, timeout: float = 1.0, header: str = "") -> list[tuple]:
+        out = []
+        positions = self._positions
+        for message in self._fetch(max_events, timeout):
+            partition, offset = message.partition(), message.offset()
+            kind, stamp = message.timestamp()
+            found = None
+            headers = message.headers()
+            if headers:
+                for name, value in headers:
+                    if name == header:
+                        found = value
+            out.append((partition, offset, stamp if kind != 0 and stamp >= 0 else None, message.key(), message.value() or b"", found))
+            positions[partition] = offset + 1
+        if out and self._unknown:
+            self._unknown.difference_update(p for p, *_ in out)
+        return out
 
     def close(self) -> None:
         self.consumer.close()

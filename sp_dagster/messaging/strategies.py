@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -42,9 +43,15 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=65_536)
 def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition Kafka's Java client would choose for this key: positive murmur2 modulo N."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@functools.lru_cache(maxsize=65_536)
+def _string_key(value: str) -> bytes:
+    return value.encode("utf-8")
 
 
 class Strategy:
@@ -81,7 +88,10 @@ class Partitioned(Strategy):
     name = "partitioned"
 
     def key(self, row):
-        return key_string(row[self.key_index]).encode("utf-8")
+        value = row[self.key_index]
+        if type(value) is str:
+            return _string_key(value)
+        return key_string(value).encode("utf-8")
 
     def partitions(self, row, partition_count):
         return (partition_for_key(self.key(row), partition_count),)

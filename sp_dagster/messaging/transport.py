@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.strategies import Strategy
@@ -21,9 +21,8 @@ class TopicInfo:
     partitions: int
 
 
-@dataclass(frozen=True)
-class Event:
-    """One decoded event read from a partition."""
+class Event(NamedTuple):
+    """One decoded event read from a partition (a named tuple: readers make one per message)."""
 
     partition: int
     offset: int
@@ -84,6 +83,11 @@ class RawPublisher(ABC):
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued message is acknowledged; raise MessagingError on any failure."""
 
+    def produce_all(self, records: Iterable[tuple], header: str = "") -> None:
+        """Queue (topic, value, key, partition, timestamp, value of `header` or None) records."""
+        for topic, value, key, partition, timestamp, found in records:
+            self.produce(topic, value, key, partition, timestamp, [(header, found)] if found is not None else None)
+
     def serve(self) -> None:
         """Let the client handle what it received (delivery reports) without waiting; a no-op by default."""
 
@@ -129,6 +133,11 @@ class Reader(ABC):
     @abstractmethod
     def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
         """Read what is available (up to max_events), waiting at most timeout seconds for the first."""
+
+    def poll_raw(self, max_events: int = 10_000, timeout: float = 1.0, header: str = "") -> list[tuple]:
+        """Like poll(), for a reader made with RawCodec: each message as (partition, offset,
+        timestamp, key, value, the value of `header` or None)."""
+        return [(e.partition, e.offset, e.timestamp, e.key, e.row[0], e.header(header)) for e in self.poll(max_events, timeout).events]
 
     @abstractmethod
     def positions(self) -> dict[int, int]:

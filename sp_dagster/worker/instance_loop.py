@@ -324,12 +324,10 @@ class InstanceLoop:
         return messages
 
     def _read(self, topic: str, reader: Reader, wait: float) -> list[Message]:
-        batch = reader.poll(max_events=self.settings.max_events, timeout=wait)
-        return [Message(topic, e.partition, e.offset, e.timestamp, e.key, e.row[0], e.header(ORIGIN_HEADER)) for e in batch.events]
+        return [Message(topic, *raw) for raw in reader.poll_raw(self.settings.max_events, wait, ORIGIN_HEADER)]
 
     def _publish(self, out: list[Message], now: int) -> None:
         """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed."""
-        used = set()
         if self.http_sinks is not None:
             # HTTP first: a turn's offsets are committed only once its requests ended (or went to dead letters).
             for message in out:
@@ -339,15 +337,18 @@ class InstanceLoop:
             out = [m for m in out if not self.http_sinks.owns(m.topic)]
             if self.settings.dead_letter_topic:
                 out += [Message(self.settings.dead_letter_topic, 0, -1, m.timestamp, None, dead_letter_body(self.plan.name, m, why)) for m, why in failures]
-        for message in out:
-            publisher = self._publisher(message.topic)
-            used.add(id(publisher))
-            headers = [(ORIGIN_HEADER, message.origin)] if message.origin else None
-            publisher.produce(message.topic, message.value, message.key, message.partition, message.timestamp, headers)
+        if self._output_cluster:
+            groups: dict = {}
+            for message in out:
+                groups.setdefault(self._publisher(message.topic), []).append(message)
+        else:
+            groups = {self._publisher(""): out} if out else {}
+        for publisher, messages in groups.items():
+            publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
         for publisher in self._publishers.values():
             if publisher is self._txn:
                 self._txn.commit({place: o for place, o in self.positions.items() if place[0] in self._txn_topics}, str(now))
-            elif id(publisher) in used:
+            elif publisher in groups:
                 publisher.flush(self.settings.flush_timeout_s)
 
     def _checkpoint(self) -> None:

@@ -30,11 +30,11 @@ import heapq
 import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import DrivenClock, PlaybackClock
+from sp_dagster.engine.events import ArrowChunk
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.strategies import strategy_for
@@ -45,9 +45,9 @@ from sp_dagster.worker.instance_plan import InstancePlan
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Message:
-    """A raw Kafka message: where it came from (or goes), its key, value and event time."""
+class Message(NamedTuple):
+    """A raw Kafka message: where it came from (or goes), its key, value and event time (a named
+    tuple: a worker makes one per message)."""
 
     topic: str
     partition: int
@@ -122,16 +122,22 @@ class InstanceRuntime:
         self.rows_in = self.rows_out = self.rejected = self.duplicates = 0
         self.group = plan.name.rsplit("-", 1)[0]
         self.seen: dict[tuple[str, int, str], tuple[int, ...]] = {}
-        self._origin: tuple[str, tuple[int, ...]] = ("", ())
-        self._emitted = 0
         self._clock_origin = f"{self.group}@clock:{key}"
         self._tick = [0, 0]  # the time of the last advance and how many outputs it has named
+        # Each output stream's events are collected as the engine delivers them (whole runs at
+        # once where it can), then published with the origin of the send they stem from.
+        self._emitters: list[tuple[_Collector, object]] = []
         for output in plan.outputs:
-            self.engine.add_callback(output.stream, self._publisher(output))
+            self._emitters.append((self._collector(output.stream), self._publisher(output)))
         for output in plan.http_outputs:
-            self.engine.add_callback(output.stream, self._http_publisher(output))
+            self._emitters.append((self._collector(output.stream), self._http_publisher(output)))
         for sink in plan.logs:
             self.engine.add_callback(sink.stream, log_sink(plan.name, sink))
+
+    def _collector(self, stream: str) -> "_Collector":
+        collector = _Collector(self.engine)
+        self.engine.add_receiver(stream, collector)
+        return collector
 
     def _publisher(self, output):
         codec = mapper_for(output.mapping or output.codec, output.attributes)
@@ -142,30 +148,28 @@ class InstanceRuntime:
             strategy = strategy_for(output.strategy, names, output.partition_key)
         count = output.partitions
 
-        def publish(events) -> None:
+        def publish(rows, stamps, origins) -> None:
             nonlocal count
-            for event in events:
-                if event.is_expired:
-                    continue
-                value = codec.encode(event.data)
-                origin = self._next_origin()
+            append, before = self._out.append, len(self._out)
+            for data, stamp, origin in zip(rows, stamps, origins):
+                value = codec.encode(data)
                 if output.topics:
-                    key = message_key(output.key, names, event.data)
-                    places = [(output.topics[i], output.partition if output.partition is not None else -1) for i in choose(event.data)]
+                    key = message_key(output.key, names, data)
+                    places = [(output.topics[i], output.partition if output.partition is not None else -1) for i in choose(data)]
                 elif output.partition is not None and not output.destination_partitions:
-                    key = message_key(output.key, names, event.data)
+                    key = message_key(output.key, names, data)
                     places = [(output.topic, output.partition)]
                 else:
                     if not count:
                         count = self.partitions_of(output.topic) if self.partitions_of else 1
-                    key = message_key(output.key, names, event.data) if output.key else strategy.key(event.data)
-                    chosen = strategy.partitions(event.data, count)
+                    key = message_key(output.key, names, data) if output.key else strategy.key(data)
+                    chosen = strategy.partitions(data, count)
                     if output.destination_partitions:
                         chosen = [output.destination_partitions[i] for i in chosen]
                     places = [(output.topic, p) for p in chosen]
                 for topic, partition in places:
-                    self._out.append(Message(topic, partition, -1, event.timestamp, key, value, origin))
-                    self.rows_out += 1
+                    append(Message(topic, partition, -1, stamp, key, value, origin))
+            self.rows_out += len(self._out) - before
 
         return publish
 
@@ -174,21 +178,37 @@ class InstanceRuntime:
         choose = destination_chooser(output.strategy, [a.name for a in output.attributes], output.partition_key, len(output.destinations))
         topic = f"{HTTP_PREFIX}{output.stream}"
 
-        def publish(events) -> None:
-            for event in events:
-                if event.is_expired:
-                    continue
-                value, origin = codec.encode(event.data), self._next_origin()
-                for index in choose(event.data):
-                    self._out.append(Message(topic, index, -1, event.timestamp, None, value, origin))
-                    self.rows_out += 1
+        def publish(rows, stamps, origins) -> None:
+            append, before = self._out.append, len(self._out)
+            for data, stamp, origin in zip(rows, stamps, origins):
+                value = codec.encode(data)
+                for index in choose(data):
+                    append(Message(topic, index, -1, stamp, None, value, origin))
+            self.rows_out += len(self._out) - before
 
         return publish
 
-    def _next_origin(self) -> bytes:
-        key, sequence = self._origin
-        self._emitted += 1
-        return encode_origin(key, sequence + (self._emitted,))
+    def _emit(self, origin_of_send, named: int = 0) -> int:
+        """Publish what the output streams collected, each event named after the send it stems
+        from (`origin_of_send(send)` -> (key, sequence)) and its place among that send's outputs
+        (counting from `named + 1`); returns how many outputs the last send named."""
+        counts: dict = {}
+        prefixes: dict = {}
+        last = named
+        for collector, publish in self._emitters:
+            if not collector.rows:
+                continue
+            rows, stamps, sends = collector.take()
+            origins = []
+            for send in sends:
+                last = counts[send] = counts.get(send, named) + 1
+                prefix = prefixes.get(send)
+                if prefix is None:
+                    origin_key, sequence = origin_of_send(send)
+                    prefix = prefixes[send] = f"{origin_key}|{''.join(f'{part}.' for part in sequence)}"
+                origins.append(f"{prefix}{last}".encode("utf-8"))
+            publish(rows, stamps, origins)
+        return last
 
     @property
     def on_wall_clock(self) -> bool:
@@ -215,9 +235,9 @@ class InstanceRuntime:
     def _advance_to(self, now: int) -> None:
         if self._tick[0] != now:
             self._tick = [now, 0]
-        self._origin, self._emitted = (self._clock_origin, (now,)), self._tick[1]
         self.engine.advance_time(now)
-        self._tick[1] = self._emitted
+        origin = (self._clock_origin, (now,))
+        self._tick[1] = self._emit(lambda _send: origin, self._tick[1])
 
     def process(self, messages: Iterable[Message], now: int | None = None) -> list[Message]:
         """Run messages through the engine; return the messages to publish (outputs and dead letters).
@@ -270,11 +290,8 @@ class InstanceRuntime:
         alone, and the outputs of each are named after it."""
         if not run.sizes:
             return
-
-        def before(index: int) -> None:
-            self._origin, self._emitted = run.origins[index], 0
-
-        self.engine.send_each(run.stream, run.rows, run.stamps, run.sizes, before)
+        self.engine.send_each(run.stream, run.rows, run.stamps, run.sizes)
+        self._emit(run.origins.__getitem__)
 
     def _reject(self, message: Message, reason: str) -> None:
         self.rejected += 1
@@ -302,6 +319,41 @@ class InstanceRuntime:
     def close(self) -> None:
         """Stop the engine."""
         self.engine.shutdown()
+
+
+class _Collector:
+    """What one output stream received since the last take(): rows, times, and the send of each."""
+
+    blind = True  # it cannot tell chunks apart: the engine may deliver whole runs at once
+
+    __slots__ = ("engine", "rows", "stamps", "sends")
+
+    def __init__(self, engine: AppRuntime):
+        self.engine = engine
+        self.rows: list = []
+        self.stamps: list[int] = []
+        self.sends: list = []
+
+    def receive(self, chunk) -> None:
+        """Keep one chunk (an ArrowChunk names its rows' sends; otherwise the engine's current send)."""
+        if isinstance(chunk, ArrowChunk):
+            count = chunk.batch.num_rows
+            columns = [column.to_pylist() for column in chunk.batch.columns]
+            self.rows.extend(zip(*columns) if columns else [()] * count)
+            self.stamps.extend(chunk.timestamps.to_pylist())
+            self.sends.extend(chunk.sends.tolist() if chunk.sends is not None else [self.engine.send_index] * count)
+            return
+        send = self.engine.send_index
+        for event in chunk:
+            self.rows.append(event.data)
+            self.stamps.append(event.timestamp)
+            self.sends.append(send)
+
+    def take(self) -> tuple[list, list[int], list]:
+        """What was kept, emptied."""
+        taken = self.rows, self.stamps, self.sends
+        self.rows, self.stamps, self.sends = [], [], []
+        return taken
 
 
 class _Run:

@@ -72,10 +72,8 @@ def sequenced(message):
     sequence_id, colon, number = head.decode("utf-8", "replace").partition(":")
     if not tilde or not colon or not number.strip().isdigit():
         raise EventDecodeError("seq.enabled is on but the message has no 'sequenceId:seqNo~' header")
-    from dataclasses import replace
-
     origin = f"seq:{sequence_id}|{int(number)}".encode("utf-8")
-    return replace(message, value=body, origin=origin)
+    return message._replace(value=body, origin=origin)
 
 
 def log_sink(instance: str, sink) -> Callable:

@@ -51,10 +51,11 @@ class Output:
         for first, last in zip(cuts, cuts[1:]):
             self.query.output.send(self._events[first:last])
 
-    def deliver_all(self) -> None:
-        """Send every row as one chunk (only where nobody can tell chunks apart)."""
+    def deliver_all(self, send_of: np.ndarray) -> None:
+        """Send every row as one chunk (only where nobody can tell chunks apart); `send_of[owner]`
+        names the send each row stems from."""
         if self.batch.num_rows:
-            self.query.output.send_arrow(ArrowChunk(self.batch, pa.array(self.timestamps, pa.int64())))
+            self.query.output.send_arrow(ArrowChunk(self.batch, pa.array(self.timestamps, pa.int64()), send_of[self.owner]))
 
 
 def segment(run, start: int, end: int, filters) -> tuple[ArrowChunk, np.ndarray, np.ndarray]:

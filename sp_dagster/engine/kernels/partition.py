@@ -132,6 +132,7 @@ class PartitionOutput:
             for output in self.outputs:
                 output.deliver(sub)
 
-    def deliver_all(self) -> None:
+    def deliver_all(self, send_of: np.ndarray) -> None:
+        sends = send_of[self.sub_chunk]
         for output in self.outputs:  # one output (Kernel.blind)
-            output.deliver_all()
+            output.deliver_all(sends)
