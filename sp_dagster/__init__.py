@@ -1,1 +1,77 @@
-"""sp-dagster: distributed SiddhiQL streaming apps on Kafka and Spark, orchestrated by Dagster."""
+"""sp-dagster: distributed SiddhiQL streaming apps on Kafka and Spark, orchestrated by Dagster.
+
+The public API (each name imported on first use, so `import sp_dagster` stays cheap)::
+
+    import sp_dagster
+
+    app = sp_dagster.parse(text)                  # SiddhiQL -> AST (SiddhiQLError with line:column)
+    topology = sp_dagster.plan(app)               # execution groups, topics, partial apps
+    runtime = sp_dagster.AppRuntime(text)         # run the app in process
+    config = sp_dagster.load_config()             # the manager's deployment.yaml (`sp-dagster config where`)
+    sp_dagster.deploy("app.siddhi", config)       # topics, record, wait until every instance runs
+
+Every failure a user can act on is an `SpDagsterError`. Dagster building blocks are in
+`sp_dagster.dagster`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the module that defines it
+_EXPORTS = {
+    "AppRuntime": "sp_dagster.engine.runtime",
+    "parse": "sp_dagster.siddhi.parser",
+    "plan": "sp_dagster.topology.planner",
+    "deploy": "sp_dagster.deploy",  # the package itself, callable as steps.deploy
+    "load_config": "sp_dagster.config.loader",
+    "SpDagsterError": "sp_dagster.errors",
+    "ConfigError": "sp_dagster.errors",
+    "MessagingError": "sp_dagster.errors",
+    "ControlPlaneError": "sp_dagster.errors",
+    "SiddhiQLError": "sp_dagster.siddhi.errors",
+    "TopologyError": "sp_dagster.topology.errors",
+    "EngineError": "sp_dagster.engine.errors",
+    "DeployError": "sp_dagster.deploy.steps",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from sp_dagster.config.loader import load_config
+    from sp_dagster import deploy
+    from sp_dagster.deploy.steps import DeployError
+    from sp_dagster.engine.errors import EngineError
+    from sp_dagster.engine.runtime import AppRuntime
+    from sp_dagster.errors import ConfigError, ControlPlaneError, MessagingError, SpDagsterError
+    from sp_dagster.siddhi.errors import SiddhiQLError
+    from sp_dagster.siddhi.parser import parse
+    from sp_dagster.topology.errors import TopologyError
+    from sp_dagster.topology.planner import plan
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sp-dagster")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use."""
+    if name == "__version__":
+        value = _version()
+    elif name in _EXPORTS:
+        module = importlib.import_module(_EXPORTS[name])
+        value = module if name == "deploy" else getattr(module, name)
+    else:
+        raise AttributeError(f"module 'sp_dagster' has no attribute '{name}'")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,7 +2,15 @@
 
 
 class SpDagsterError(Exception):
-    """Base class: the message says what went wrong and what to do next."""
+    """Base class: the message says what went wrong and what to do next.
+
+    >>> import sp_dagster
+    >>> try:
+    ...     sp_dagster.parse("define stream S (x int")
+    ... except sp_dagster.SpDagsterError as error:   # line, column and one sentence, never a traceback
+    ...     print(type(error).__name__, str(error).split(";")[0])
+    SiddhiQLError 1:20: Unexpected end of text
+    """
 
     exit_code = 1
 

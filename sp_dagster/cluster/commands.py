@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-DEFAULT_MANAGER_CONF = "conf/manager/deployment.yaml"
+from sp_dagster.config.locate import add_conf_option, conf_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a manager node until Ctrl-C or SIGTERM: take part in the leader election of its group and, "
         "while leader, watch the resource nodes and place every recorded deployment's instances on them.",
     )
-    manager.add_argument("--conf", default=DEFAULT_MANAGER_CONF, metavar="FILE", help=f"the manager's deployment.yaml (default {DEFAULT_MANAGER_CONF})")
+    add_conf_option(manager, "manager", "for this manager")
     manager.add_argument("--id", metavar="ID", help="this manager's node id (default: wso2.carbon.id)")
     manager.add_argument("--journal", metavar="FILE", help="append a JSON line per leadership change and leader write (for audits)")
     manager.set_defaults(handler=run_manager)
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Show the cluster as its control-plane database has it: the leader and its term, the managers, "
         "the resource nodes with their state and last heartbeat, and every deployment with its placements.",
     )
-    status.add_argument("--conf", default=DEFAULT_MANAGER_CONF, metavar="FILE", help=f"a deployment.yaml naming the control plane (default {DEFAULT_MANAGER_CONF})")
+    add_conf_option(status, "manager", "naming the control plane")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(handler=show_status)
 
@@ -36,7 +36,7 @@ def run_manager(args: argparse.Namespace) -> int:
     from sp_dagster.cluster.manager import Manager, run_until_signalled
     from sp_dagster.config.loader import load_config
 
-    run_until_signalled(Manager(load_config(args.conf, role="manager", node_id=args.id), journal=args.journal))
+    run_until_signalled(Manager(load_config(conf_path("manager", args.conf), role="manager", node_id=args.id), journal=args.journal))
     return 0
 
 
@@ -48,7 +48,7 @@ def show_status(args: argparse.Namespace) -> int:
     from sp_dagster.cluster.status import cluster_status, render_status
     from sp_dagster.config.loader import load_config
 
-    config = load_config(args.conf)
+    config = load_config(conf_path("manager", args.conf))
     with ControlPlane.from_config(config, migrate=False) as plane:
         status = cluster_status(plane)
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else render_status(status), end="\n" if args.json else "")

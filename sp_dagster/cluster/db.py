@@ -23,13 +23,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import BigInteger, Connection, Engine, create_engine, event, select, text
+from sqlalchemy import BigInteger, Connection, Engine, event, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.functions import FunctionElement
 
+from sp_dagster.config.datasources import create_engine
 from sp_dagster.errors import ControlPlaneError, DatabaseUnavailable
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sp_dagster.embedded.broker import _die_with_parent
+from sp_dagster.subprocesses import die_with_parent
 
 
 def manager_config(
@@ -91,7 +91,7 @@ class ManagerProcess:
         try:
             self.process = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
-                env={**os.environ, **(self.env or {})}, preexec_fn=_die_with_parent,
+                env={**os.environ, **(self.env or {})}, preexec_fn=die_with_parent,
             )
         finally:
             if self.log_path:

@@ -29,9 +29,10 @@ def setting(
     minimum: float | None = None,
     parse: Callable[[Any, "Context"], Any] | None = None,
     factory: Callable[[], Any] | None = None,
+    aliases: tuple[str, ...] = (),
 ) -> Any:
-    """Declare a configuration field: its YAML key, default, description (doc), unit and constraints."""
-    metadata = {"key": key, "doc": doc, "unit": unit, "shown": shown, "choices": choices, "minimum": minimum, "parse": parse}
+    """Declare a configuration field: its YAML key (and older names, aliases), default, description (doc), unit and constraints."""
+    metadata = {"key": key, "doc": doc, "unit": unit, "shown": shown, "choices": choices, "minimum": minimum, "parse": parse, "aliases": aliases}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -152,14 +153,18 @@ def bind_dataclass(cls: type, value: Any, ctx: Context) -> Any:
     hints = typing.get_type_hints(cls)
     marks = value.marks if isinstance(value, LocatedDict) else {}
     by_key = {f.metadata["key"]: f for f in dataclasses.fields(cls) if "key" in f.metadata}
+    aliases = {alias: key for key, f in by_key.items() for alias in f.metadata.get("aliases", ())}
     for key in value:
-        if key not in by_key:
-            key_mark = value.key_marks.get(key) if isinstance(value, LocatedDict) else None
+        key_mark = value.key_marks.get(key) if isinstance(value, LocatedDict) else None
+        if key not in by_key and key not in aliases:
             raise ctx.child(key, key_mark).error(unknown_key_message(key, list(by_key)))
+        if key in aliases and aliases[key] in value:
+            raise ctx.child(key, key_mark).error(f"an older name of '{aliases[key]}', which is also given; keep one")
     kwargs = {}
     for key, field in by_key.items():
-        if key in value:
-            kwargs[field.name] = bind_value(hints[field.name], value[key], ctx.child(key, marks.get(key)), dict(field.metadata))
+        given = next((name for name in (key, *field.metadata.get("aliases", ())) if name in value), None)
+        if given is not None:
+            kwargs[field.name] = bind_value(hints[field.name], value[given], ctx.child(given, marks.get(given)), dict(field.metadata))
         elif field.default is _MISSING and field.default_factory is _MISSING:
             raise ctx.child(key, None).error(f"is required: expected {_expected(_unwrap_optional(hints[field.name])[0], dict(field.metadata))}")
     return cls(**kwargs)

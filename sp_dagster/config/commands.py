@@ -23,6 +23,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "reference", help="print every configuration key", description="Print every key, its type, default and meaning (Markdown)."
     )
     reference.set_defaults(handler=print_reference)
+    where = actions.add_parser(
+        "where",
+        help="say which deployment.yaml each role reads",
+        description="Print the manager's and the worker's deployment.yaml and which step of the search order found it: "
+        "--conf, $SP_DAGSTER_CONF ($SP_DAGSTER_WORKER_CONF for workers), ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults.",
+    )
+    where.add_argument("--conf", metavar="FILE|DIR", help="as the other commands' --conf")
+    where.set_defaults(handler=print_where)
 
 
 def print_reference(args: argparse.Namespace) -> int:
@@ -30,6 +38,15 @@ def print_reference(args: argparse.Namespace) -> int:
     from sp_dagster.config.reference import reference_markdown
 
     print(reference_markdown())
+    return 0
+
+
+def print_where(args: argparse.Namespace) -> int:
+    """Print each role's deployment.yaml and where it was found."""
+    from sp_dagster.config.locate import find_conf
+
+    for role in ("manager", "worker"):
+        print(f"{role:8} {find_conf(role, args.conf).describe()}")
     return 0
 
 

@@ -10,8 +10,19 @@ from urllib.parse import quote
 
 from sp_dagster.config.binding import Context, bind_dataclass, describe, setting
 from sp_dagster.config.yamlsource import LocatedDict, LocatedList, default_home
+from sp_dagster.errors import ConfigError
 
-SUPPORTED = "MySQL/MariaDB (jdbc:mysql://, jdbc:mariadb://), PostgreSQL (jdbc:postgresql://), H2 (run on SQLite) or SQLite"
+SUPPORTED = (
+    "MySQL/MariaDB (jdbc:mysql://, jdbc:mariadb://), PostgreSQL (jdbc:postgresql://), Oracle (jdbc:oracle:thin:@), "
+    "MSSQL (jdbc:sqlserver://), H2 (run on SQLite) or SQLite"
+)
+# The DB-API driver each dialect needs, and what to install for it.
+DRIVERS = {
+    "postgresql": ("psycopg", "pip install 'sp-dagster[postgres]'"),
+    "oracle": ("oracledb", "pip install 'sp-dagster[oracle]'"),
+    "mssql": ("pymssql", "pip install 'sp-dagster[mssql]'"),
+    "mysql": ("pymysql", "pip install pymysql"),
+}
 
 
 @dataclass(frozen=True)
@@ -66,26 +77,38 @@ class _Wso2Datasource:
     jndi_config: _JndiConfig | None = setting("jndiConfig", None)
 
 
+def _auth(username: str | None, password: str | None) -> str:
+    if not username:
+        return ""
+    return quote(username, safe="") + (":" + quote(password, safe="") if password else "") + "@"
+
+
 def jdbc_to_sqlalchemy(jdbc_url: str, username: str | None, password: str | None, ctx: Context) -> str:
-    """Translate a JDBC URL (MySQL, MariaDB, PostgreSQL, H2, SQLite) into a SQLAlchemy URL."""
+    """Translate a JDBC URL (MySQL, MariaDB, PostgreSQL, Oracle, MSSQL, H2, SQLite) into a SQLAlchemy URL."""
+    auth = _auth(username, password)
     match = re.fullmatch(r"jdbc:(mysql|mariadb|postgresql)://([^/?;]+)(?:/([^?;]*))?(?:[?;].*)?", jdbc_url.strip())
     if match:
         kind, hostport, database = match.groups()
         scheme = "postgresql+psycopg" if kind == "postgresql" else "mysql+pymysql"
-        auth = ""
-        if username:
-            auth = quote(username, safe="")
-            if password:
-                auth += ":" + quote(password, safe="")
-            auth += "@"
         return f"{scheme}://{auth}{hostport}/{database or ''}"
+    match = re.fullmatch(r"jdbc:oracle:thin:@(//)?([^:/]+(?::\d+)?)([:/])([^?]+)(?:\?.*)?", jdbc_url.strip())
+    if match:  # @host:port:SID, or @//host:port/service and @host:port/service
+        slashes, hostport, separator, name = match.groups()
+        sid = separator == ":" and not slashes
+        return f"oracle+oracledb://{auth}{hostport}/" + (name if sid else f"?service_name={quote(name, safe='')}")
+    match = re.fullmatch(r"jdbc:sqlserver://([^;]*)((?:;[^;]*)*)", jdbc_url.strip().rstrip(";"))
+    if match:  # jdbc:sqlserver://host[\\instance][:port];databaseName=DB;...
+        hostport, properties = match.groups()
+        settings = dict(p.split("=", 1) for p in properties.split(";") if "=" in p)
+        database = next((v for k, v in settings.items() if k.lower() in ("databasename", "database")), "")
+        return f"mssql+pymssql://{auth}{hostport.replace(chr(92), '%5C')}/{database}"
     match = re.fullmatch(r"jdbc:h2:(.*)", jdbc_url.strip())
     if match:
         target = match.group(1).split(";", 1)[0]
         if target.startswith("mem:"):
             return "sqlite://"
         target = re.sub(r"^(file:|tcp://[^/]*/)", "", target)
-        target = target.replace("${sys:carbon.home}", default_home()).replace("${carbon.home}", default_home())
+        target = target.replace("${carbon.home}", default_home())  # ${sys:carbon.home} is resolved with the file
         path = Path(target).expanduser()
         if not path.is_absolute():
             path = Path(default_home()) / path
@@ -94,6 +117,25 @@ def jdbc_to_sqlalchemy(jdbc_url: str, username: str | None, password: str | None
     if match:
         return f"sqlite:///{match.group(1)}"
     raise ctx.error(f"unsupported JDBC URL {jdbc_url!r}; expected {SUPPORTED}")
+
+
+def missing_driver(url: str, exc: ModuleNotFoundError) -> str:
+    """One line: which driver a database URL needs, and what to install."""
+    from sqlalchemy.engine import make_url
+
+    backend = make_url(url).get_backend_name()
+    module, install = DRIVERS.get(backend, (exc.name, f"pip install {exc.name}"))
+    return f"the {backend} driver ({module}) for {Datasource('', url).safe_url} is not installed: {install}"
+
+
+def create_engine(url: str, **kwargs: Any):
+    """sqlalchemy.create_engine; a missing database driver is a ConfigError naming the package to install."""
+    import sqlalchemy
+
+    try:
+        return sqlalchemy.create_engine(url, **kwargs)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(missing_driver(url, exc)) from None
 
 
 def _check_url(url: str, ctx: Context) -> str:

@@ -71,8 +71,18 @@ def guess_role(path: str | Path) -> str:
     return "manager" if "manager" in parts[-3:] and "worker" not in parts[-2:] else "worker"
 
 
-def load_config(path: str | Path, role: str | None = None, node_id: str | None = None) -> Config:
-    """Read and check a deployment.yaml; every problem is a ConfigError naming file, key and expectation."""
+def load_config(path: str | Path | None = None, role: str | None = None, node_id: str | None = None) -> Config:
+    """Read and check a deployment.yaml (None or a conf directory: by the search order); every problem is a ConfigError naming file, key and expectation.
+
+    >>> from sp_dagster import load_config
+    >>> config = load_config(role="worker")     # --conf, $SP_DAGSTER_CONF, ./conf/, $SP_DAGSTER_HOME/conf/, packaged
+    >>> config.role, config.messaging.kind
+    ('worker', 'kafka')
+    """
+    if path is None or Path(path).is_dir():
+        from sp_dagster.config.locate import conf_path
+
+        path = conf_path(role or "manager", path)
     return build_config(load_yaml(path), str(path), role or guess_role(path), node_id)
 
 
@@ -116,6 +126,8 @@ def build_config(document: LocatedDict, filename: str, role: str, node_id: str |
         dagster=sections.get("dagster") or DagsterConfig(),
     )
     _check(config, document, filename)
+    if config.siddhi.extensions:
+        log.warning("%s: siddhi.extensions has no effect in sp-dagster (its functions are built in); ignored", filename)
     return config
 
 
@@ -141,11 +153,13 @@ def _check(config: Config, document: LocatedDict, filename: str) -> None:
     d = config.deployment
     need_datasource(d.datasource, "deployment.config", "datasource")
     strategy = config.cluster.strategy_config
-    need_datasource(strategy.datasource, "cluster.config", "strategyConfig", "datasource")
-    if config.cluster.enabled and strategy.datasource != d.datasource:
-        raise _ctx(document, filename, "cluster.config", "strategyConfig", "datasource").error(
-            f"expected the same datasource as deployment.config.datasource ('{d.datasource}'): "
-            "sp-dagster keeps coordination and deployments in one database"
+    own = config.datasources.get(strategy.datasource)
+    if strategy.datasource != d.datasource and (own is None or own.url != config.datasources[d.datasource].url):
+        # WSO2's own WSO2_CLUSTER_DB (seed 004): the election runs in the control plane, per groupId.
+        log.warning(
+            "%s: cluster.config.strategyConfig.datasource '%s' is not used: sp-dagster elects group '%s''s leader in "
+            "deployment.config.datasource '%s' (coordination and deployments share one database)",
+            filename, strategy.datasource, config.cluster.group_id, d.datasource,
         )
     if config.persistence.enabled and config.persistence.persistence_store == "database":
         need_datasource(config.persistence.config.datasource, "state.persistence", "config", "datasource")

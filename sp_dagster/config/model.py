@@ -54,7 +54,7 @@ class Carbon:
 class StrategyConfig:
     """`cluster.config.strategyConfig`: timing of the manager cluster's coordination."""
 
-    datasource: str = setting("datasource", "SP_MGT_DB", doc="the coordination database; must be `deployment.config.datasource`")
+    datasource: str = setting("datasource", "SP_MGT_DB", doc="the coordination database: sp-dagster's is `deployment.config.datasource` (another, such as WSO2's `WSO2_CLUSTER_DB`, is ignored with a warning)")
     heartbeat_interval: int = setting("heartbeatInterval", 1000, minimum=1, unit="milliseconds", doc="ms between renewals of the leader lease")
     heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1, doc="missed renewals before another manager takes over")
     event_polling_interval: int = setting("eventPollingInterval", 1000, minimum=1, unit="milliseconds", doc="ms between checks of membership and deployments")
@@ -105,7 +105,9 @@ class DeploymentConfig:
     """`deployment.config`: distributed-deployment settings of a manager, worker or receiver node."""
 
     type: str = setting("type", choices=("distributed",), doc="the fully distributed deployment")
-    https_interface: HttpsInterface = setting("httpsInterface", factory=HttpsInterface, doc="this node's address, shown in status")
+    https_interface: HttpsInterface = setting(
+        "httpsInterface", factory=HttpsInterface, aliases=("httpInterface",), doc="this node's address, shown in status (SP 4.1: `httpInterface`)"
+    )
     heartbeat_interval: int = setting("heartbeatInterval", 10000, minimum=1, unit="milliseconds", doc="ms between worker heartbeats")
     heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1, doc="missed heartbeats before a worker is declared dead")
     datasource: str = setting("datasource", "SP_MGT_DB", doc="the control-plane database, shared by managers and workers")
@@ -157,6 +159,9 @@ class SiddhiConfig:
     """`siddhi`: Siddhi runtime properties."""
 
     properties: SiddhiProperties = setting("properties", factory=SiddhiProperties, doc="Siddhi properties")
+    extensions: tuple[Any, ...] = setting(
+        "extensions", (), doc="accepted for compatibility (WSO2's Java extensions and their properties); ignored with a warning"
+    )
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ import yaml
 from sp_dagster.errors import ConfigError
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# WSO2 Carbon's placeholders: ${sys:java.property}, ${env:VAR}, ${sec:vault.alias}.
+_CARBON_REF = re.compile(r"\$\{(sys|env|sec):([^}]*)\}")
+# Tabs in the blank run before a comment or the end of a line (WSO2's printed files have them); YAML forbids them there.
+_TAB_RUN = re.compile(r"[ \t]*\t[ \t]*(?=#|$)", re.MULTILINE)
 
 
 def default_home() -> str:
@@ -51,9 +55,23 @@ def _mark(node: yaml.Node) -> Mark:
     return Mark(node.start_mark.line + 1, node.start_mark.column + 1)
 
 
+def _carbon(kind: str, name: str, where: str, env) -> str:
+    """One Carbon placeholder: ${sys:carbon.home} is $SP_DAGSTER_HOME, another ${sys:a.b} reads $A_B, ${env:VAR} reads $VAR."""
+    if kind == "sec":
+        raise ConfigError(f"{where}: ${{sec:{name}}} is a WSO2 secure-vault alias, which sp-dagster does not read; put the secret in an environment variable and write ${{VAR}}")
+    if kind == "sys" and name == "carbon.home":
+        return default_home()
+    variable = name if kind == "env" else re.sub(r"\W", "_", name).upper()
+    if env.get(variable):
+        return env[variable]
+    what = f"${{sys:{name}}} is a Java system property; sp-dagster reads it from ${variable}" if kind == "sys" else f"${{env:{name}}} reads ${variable}"
+    raise ConfigError(f"{where}: {what}, which is not set; export it (${{sys:carbon.home}} is $SP_DAGSTER_HOME)")
+
+
 def resolve_env(text: str, where: str, env: dict[str, str] | None = None) -> str:
-    """Replace each `${VAR}` or `${VAR:-default}` in text; an unset VAR without default is an error."""
+    """Replace each `${VAR}`, `${VAR:-default}` and Carbon `${sys:...}`/`${env:...}` in text; an unset one without default is an error."""
     env = os.environ if env is None else env
+    text = _CARBON_REF.sub(lambda match: _carbon(match.group(1), match.group(2), where, env), text)
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
@@ -128,12 +146,15 @@ def load_yaml(path: str | Path) -> LocatedDict:
 
 def parse_yaml(text: str, filename: str = "<string>") -> LocatedDict:
     """Parse YAML text into LocatedDicts (an empty document is an empty mapping)."""
+    text = _TAB_RUN.sub(lambda match: " " * len(match.group()), text)  # one space per tab: columns stay right
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         position = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = exc.problem or exc.context or "invalid YAML"
+        if "'\\t'" in problem:
+            problem += " (a tab; YAML indents with spaces)"
         raise ConfigError(f"{filename}{position}: invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{filename}: invalid YAML: {exc}") from None

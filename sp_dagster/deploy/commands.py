@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULT_CONF = "conf/manager/deployment.yaml"
+from sp_dagster.config.locate import add_conf_option, conf_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "partial-app instance runs (or say which could not be placed and why).",
     )
     deploy.add_argument("app", metavar="APP.siddhi")
-    _conf(deploy)
+    add_conf_option(deploy)
     deploy.add_argument("--no-wait", action="store_true", help="record the deployment and return at once")
     deploy.add_argument("--fresh", action="store_true", help="let stateful groups whose parallelism changes start empty (otherwise refused)")
     deploy.add_argument("--timeout", type=float, default=180.0, metavar="S", help="seconds to wait for every instance to run (default 180)")
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     undeploy = subparsers.add_parser("undeploy", help="stop and remove a deployed app", description="Remove a deployment; its workers stop its instances. Topics and state are kept unless --delete-topics / --drop-state.")
     undeploy.add_argument("name", metavar="NAME", help="the app's name (@App:name)")
-    _conf(undeploy)
+    add_conf_option(undeploy)
     undeploy.add_argument("--delete-topics", action="store_true", help="also delete the app's topics and the events in them")
     undeploy.add_argument("--drop-state", action="store_true", help="also drop its instances' saved state (revisions and checkpoints), once its workers stopped them")
     undeploy.set_defaults(handler=run_undeploy)
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         '`sp-dagster run` form with "stream"), and publish them to the topic behind APP:STREAM.',
     )
     produce.add_argument("target", metavar="APP:STREAM")
-    _conf(produce)
+    add_conf_option(produce)
     produce.add_argument("--key", metavar="ATTR", help="route by this attribute (keeps each key's events in order)")
     produce.set_defaults(handler=run_produce)
 
@@ -47,15 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Print the events on the topic behind APP:STREAM as JSON lines (the `sp-dagster run` form).",
     )
     consume.add_argument("target", metavar="APP:STREAM")
-    _conf(consume)
+    add_conf_option(consume)
     consume.add_argument("--from-beginning", action="store_true", help="start at the oldest retained event (default: only new events)")
     consume.add_argument("--count", type=int, metavar="N", help="stop after N events")
     consume.add_argument("--timeout", type=float, metavar="S", help="stop when no event arrived for S seconds")
     consume.set_defaults(handler=run_consume)
-
-
-def _conf(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--conf", default=DEFAULT_CONF, metavar="FILE", help=f"a deployment.yaml naming the control plane and broker (default {DEFAULT_CONF})")
 
 
 def _context(args):
@@ -63,7 +59,7 @@ def _context(args):
     from sp_dagster.config.loader import load_config
     from sp_dagster.messaging import transport_for
 
-    config = load_config(args.conf)
+    config = load_config(conf_path("manager", args.conf))
     return config, ControlPlane.from_config(config), transport_for(config.messaging)
 
 
@@ -84,7 +80,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     from sp_dagster.config.loader import load_config
     from sp_dagster.deploy.steps import deploy
 
-    config = load_config(args.conf)
+    config = load_config(conf_path("manager", args.conf))
 
     def progress(state) -> None:
         running = sum(1 for i in state.instances if i.status == "running")

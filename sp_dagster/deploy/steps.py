@@ -238,7 +238,8 @@ class DeployResult:
 
 
 def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.0, progress=None, fresh: bool = False) -> DeployResult:
-    """Parse, plan, create topics, record, and (optionally) wait until every instance runs; `fresh`: see deploy.rescale."""
+    """Parse, plan, create topics, record, and (optionally) wait until every instance runs; `fresh`: see
+    deploy.rescale (example: the package's docstring)."""
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.messaging import transport_for
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from sp_dagster.errors import BrokerUnavailable, SpDagsterError
+from sp_dagster.subprocesses import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +49,6 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: on Linux, ask for SIGTERM when the parent process dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class EmbeddedServer:
@@ -102,7 +93,7 @@ class EmbeddedServer:
             stderr=subprocess.STDOUT if self._log_file else subprocess.DEVNULL,
             env=self.environment(),
             start_new_session=True,  # a Ctrl-C meant for the CLI does not kill the server mid-stop
-            preexec_fn=_die_with_parent,  # ...but a crashed owner never leaves a server behind
+            preexec_fn=die_with_parent,  # ...but a crashed owner never leaves a server behind
         )
         try:
             self.wait_ready(timeout)

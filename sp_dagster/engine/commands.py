@@ -79,11 +79,12 @@ def run_conformance(args: argparse.Namespace) -> int:
 def run_app(args: argparse.Namespace) -> int:
     """Replay an event file through an app, printing what its output streams receive."""
     from sp_dagster.engine.replay import replay_file
+    from sp_dagster.messaging import eventlines
 
     text = Path(args.app).read_text(encoding="utf-8")
     source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
     try:
-        replay_file(text, args.app, source, args.input, sys.stdout, _datasources(args.conf))
+        replay_file(text, args.app, source, args.input, sys.stdout, eventlines, _datasources(args.conf))
     finally:
         if source is not sys.stdin:
             source.close()
@@ -102,6 +103,7 @@ def run_query(args: argparse.Namespace) -> int:
     """Run one on-demand query against an app's tables and print the rows it returns."""
     from sp_dagster.engine.ondemand import run_on_demand
     from sp_dagster.engine.replay import send_lines
+    from sp_dagster.messaging import eventlines
 
     config = None
     if args.conf is not None:
@@ -116,7 +118,7 @@ def run_query(args: argparse.Namespace) -> int:
         if args.events:
             source = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")
             try:
-                send_lines(runtime, source, args.events)
+                send_lines(runtime, source, args.events, eventlines)
             finally:
                 if source is not sys.stdin:
                     source.close()

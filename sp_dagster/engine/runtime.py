@@ -49,7 +49,18 @@ SMALL_BATCH = 8
 
 
 class AppRuntime:
-    """A running Siddhi app: send events in, get them out through callbacks."""
+    """A running Siddhi app: send events in, get them out through callbacks.
+
+    >>> from sp_dagster import AppRuntime
+    >>> runtime = AppRuntime("define stream Trades (symbol string, price double); "
+    ...                      "from Trades[price > 100] select symbol, price insert into Big;")
+    >>> big = []
+    >>> runtime.add_callback("Big", lambda events: big.extend(e.data for e in events))
+    >>> runtime.start()
+    >>> runtime.send("Trades", [("IBM", 120.0), ("WSO2", 55.0)], [1000, 1001])
+    >>> big
+    [('IBM', 120.0)]
+    """
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from sp_dagster.errors import EventDecodeError
+from sp_dagster.messaging.errors import CodecError, EventDecodeError
 
 SIDDHI_TYPES = ("string", "int", "long", "float", "double", "bool", "object")
 _LENGTH = struct.Struct("<I")
@@ -26,7 +26,7 @@ class Attribute:
 
     def __post_init__(self) -> None:
         if self.type not in SIDDHI_TYPES:
-            raise ValueError(f"attribute '{self.name}': unknown type '{self.type}'; expected one of {', '.join(SIDDHI_TYPES)}")
+            raise CodecError(f"attribute '{self.name}': unknown type '{self.type}'; expected one of {', '.join(SIDDHI_TYPES)}")
 
 
 def schema_of(attributes: Sequence[Attribute | tuple[str, str]]) -> tuple[Attribute, ...]:
@@ -251,5 +251,5 @@ def codec_for(name: str, attributes: Sequence[Attribute | tuple[str, str]]) -> C
     try:
         return CODECS[name.lower()](attributes)
     except KeyError:
-        raise ValueError(f"unknown codec '{name}'; expected one of {', '.join(CODECS)}") from None
+        raise CodecError(f"unknown codec '{name}'; expected one of {', '.join(CODECS)}") from None
 

@@ -14,11 +14,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from sp_dagster.errors import EventDecodeError
-from sp_dagster.messaging.codecs import Attribute, check_value
+from sp_dagster.messaging.codecs import Attribute, check_value, schema_of
 
 
-def decode_event_line(line: str, attributes_of: Callable[[str], Sequence[Attribute]], default_stream: str | None = None) -> tuple[str, tuple, int | None]:
-    """(stream, row, timestamp) from one line; EventDecodeError says what does not fit."""
+def decode_event_line(
+    line: str, attributes_of: Callable[[str], Sequence[Attribute | tuple[str, str]]], default_stream: str | None = None
+) -> tuple[str, tuple, int | None]:
+    """(stream, row, timestamp) from one line (attributes as Attributes or (name, type) pairs); EventDecodeError says what does not fit."""
     try:
         item = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -28,7 +30,7 @@ def decode_event_line(line: str, attributes_of: Callable[[str], Sequence[Attribu
     if not isinstance(item, dict) or "data" not in item or ("stream" not in item and default_stream is None):
         raise EventDecodeError('expected an object like {"stream": "S", "data": [...], "timestamp": 1000}')
     stream = item.get("stream", default_stream)
-    attributes = list(attributes_of(stream))
+    attributes = list(schema_of(attributes_of(stream)))
     names = [a.name for a in attributes]
     data = item["data"]
     if isinstance(data, dict):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from sp_dagster.javatext import java_str
+from sp_dagster.messaging.errors import StrategyError
 
 
 def key_string(value: Any) -> str:
@@ -115,8 +116,8 @@ def strategy_for(name: str, attribute_names: Sequence[str] = (), partition_key: 
         return Broadcast()
     if normalized in ("partitioned", "fieldgrouping"):
         if not partition_key:
-            raise ValueError("PartitionKey is required for partitioned distribution strategy.")
+            raise StrategyError("PartitionKey is required for partitioned distribution strategy.")
         if partition_key not in attribute_names:
-            raise ValueError(f"partition key '{partition_key}' is not an attribute of the stream ({', '.join(attribute_names)})")
+            raise StrategyError(f"partition key '{partition_key}' is not an attribute of the stream ({', '.join(attribute_names)})")
         return Partitioned(list(attribute_names).index(partition_key), partition_key)
-    raise ValueError(f"unknown publishing strategy '{name}'; expected roundRobin, partitioned or broadcast")
+    raise StrategyError(f"unknown publishing strategy '{name}'; expected roundRobin, partitioned or broadcast")

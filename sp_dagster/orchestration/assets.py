@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.definitions_load_context import StateBackedDefinitionsLoader
 
 from sp_dagster.orchestration.aggregations import AGGREGATION_META, deployment_aggregations
+from sp_dagster.orchestration.errors import TranslatorError
 from sp_dagster.orchestration.resources import ControlPlaneResource
 
 DEFS_KEY = "sp_dagster/deployments"
@@ -71,98 +73,139 @@ def _strategy(end: dict) -> str:
     return f"{end['strategy']}({end['partition_key']})" if end.get("partition_key") else end["strategy"]
 
 
+def group_name(app: str) -> str:
+    """The asset group of an app's partial apps and topics (Dagster allows letters, digits and _)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", app) or "app"
+
+
+def exec_group(app: str, group: dict) -> str:
+    """A group's execGroup name: its planned name without the `<app>-` prefix."""
+    return group["name"].removeprefix(f"{app}-")
+
+
+def partial_app_key(app: str, group: str) -> dg.AssetKey:
+    """The default key of one partial app: `<app>/<execGroup>`."""
+    return dg.AssetKey([app, group])
+
+
+def topic_key(topic: str) -> dg.AssetKey:
+    """The default key of one topic: `topics/<topic>`."""
+    return dg.AssetKey(["topics", topic])
+
+
+def aggregation_key(app: str, aggregation: str) -> dg.AssetKey:
+    """The default key of one incremental aggregation: `<app>/aggregations/<name>`."""
+    return dg.AssetKey([app, "aggregations", aggregation])
+
+
+@dataclass(frozen=True)
+class SiddhiAssetProps:
+    """What one asset stands for, as `SpDagsterTranslator.get_asset_spec` receives it."""
+
+    kind: str  # "partial_app", "topic" or "aggregation"
+    app: str
+    deployment: dict  # app, content_hash, generation, status, plan, placement
+    group: dict | None = None  # a partial app's execution group (from the plan)
+    aggregation: dict | None = None  # an aggregation (see aggregations.deployment_aggregations)
+    topic: dict | None = None  # a topic: name, partitions
+    producers: tuple[dg.AssetKey, ...] = ()  # a topic's publishing partial apps (default keys)
+
+    @property
+    def default_key(self) -> dg.AssetKey:
+        """The key the default translator gives this asset (what other specs' deps name)."""
+        if self.kind == "partial_app":
+            return partial_app_key(self.app, exec_group(self.app, self.group))
+        if self.kind == "aggregation":
+            return aggregation_key(self.app, self.aggregation["name"])
+        return topic_key(self.topic["name"])
+
+
 class SpDagsterTranslator:
-    """How recorded deployments become asset specs; subclass and override to change keys, groups or metadata."""
+    """How deployed (or planned) apps become asset specs; `get_asset_spec` is the one hook, and lineage follows the keys it returns.
 
-    def group_name(self, app: str) -> str:
-        """The asset group of an app's partial apps and topics (Dagster allows letters, digits and _)."""
-        return re.sub(r"[^A-Za-z0-9_]", "_", app) or "app"
+    Subclass it to change keys, groups, owners or metadata::
 
-    def exec_group(self, app: str, group: dict) -> str:
-        """A group's execGroup name: its planned name without the `<app>-` prefix."""
-        return group["name"].removeprefix(f"{app}-")
+        class StreamingTranslator(SpDagsterTranslator):
+            def get_asset_spec(self, props: SiddhiAssetProps) -> dg.AssetSpec:
+                spec = super().get_asset_spec(props)
+                return spec.replace_attributes(key=spec.key.with_prefix("streaming"), owners=["team:streaming"])
+    """
 
-    def partial_app_key(self, app: str, exec_group: str) -> dg.AssetKey:
-        """The key of one partial app: `<app>/<execGroup>`."""
-        return dg.AssetKey([app, exec_group])
+    def get_asset_spec(self, props: SiddhiAssetProps) -> dg.AssetSpec:
+        """The spec of one partial app, topic or aggregation (deps named by their default keys)."""
+        return {"partial_app": _partial_app_spec, "aggregation": _aggregation_spec, "topic": _topic_spec}[props.kind](props)
 
-    def topic_key(self, topic: str) -> dg.AssetKey:
-        """The key of one topic: `topics/<topic>`."""
-        return dg.AssetKey(["topics", topic])
 
-    def get_partial_app_spec(self, deployment: dict, group: dict) -> dg.AssetSpec:
-        """The spec of one execution group's partial app, depending on the topics it reads."""
-        app = deployment["app"]
-        exec_group = self.exec_group(app, group)
-        instances = [i["name"] for i in group["instances"]]
-        placement = {name: deployment["placement"].get(name) or "not placed" for name in instances}
-        inputs = {stream: _strategy(s) + (f" <- {s['topic']}" if s.get("topic") else " (no topic)") for stream, s in group["inputs"].items()}
-        outputs = {f"{stream} -> {p['topic']}": _strategy(p) for stream, pubs in group["outputs"].items() for p in pubs}
-        siddhi = group["instances"][0]["siddhi"] if group["instances"] else ""
-        return dg.AssetSpec(
-            key=self.partial_app_key(app, exec_group),
-            deps=sorted({self.topic_key(s["topic"]) for s in group["inputs"].values() if s.get("topic")}, key=lambda k: k.path),
-            group_name=self.group_name(app),
-            description=f"Partial app `{group['name']}` of {app}: {group['parallelism']} parallel instance(s)"
-            + (", receiver (passthrough)" if group.get("receiver") else "") + ".",
-            kinds={"siddhi", "spark"},
-            code_version=f"{deployment['content_hash'][:12]}-g{deployment['generation']}",
-            metadata={
-                APP_META: app,
-                GROUP_META: exec_group,
-                "parallelism": group["parallelism"],
-                "receiver": bool(group.get("receiver")),
-                **({"receiver_urls": dg.MetadataValue.json(urls)} if (urls := declared_receiver_urls(group)) else {}),
-                "instances": instances,
-                "strategies": dg.MetadataValue.json({"in": inputs, "out": outputs}),
-                "placement": dg.MetadataValue.json(placement),
-                "siddhi": _code(siddhi),
-                "deployment": dg.MetadataValue.json({k: deployment[k] for k in ("generation", "status", "content_hash")}),
-            },
-            tags={"sp-dagster/app": self.group_name(app)},
-        )
+def _partial_app_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
+    """One execution group's partial app, depending on the topics it reads."""
+    deployment, group, app = props.deployment, props.group, props.app
+    instances = [i["name"] for i in group["instances"]]
+    placement = {name: deployment["placement"].get(name) or "not placed" for name in instances}
+    inputs = {stream: _strategy(s) + (f" <- {s['topic']}" if s.get("topic") else " (no topic)") for stream, s in group["inputs"].items()}
+    outputs = {f"{stream} -> {p['topic']}": _strategy(p) for stream, pubs in group["outputs"].items() for p in pubs}
+    siddhi = group["instances"][0]["siddhi"] if group["instances"] else ""
+    return dg.AssetSpec(
+        key=props.default_key,
+        deps=sorted({topic_key(s["topic"]) for s in group["inputs"].values() if s.get("topic")}, key=lambda k: k.path),
+        group_name=group_name(app),
+        description=f"Partial app `{group['name']}` of {app}: {group['parallelism']} parallel instance(s)"
+        + (", receiver (passthrough)" if group.get("receiver") else "") + ".",
+        kinds={"siddhi", "spark"},
+        code_version=f"{deployment['content_hash'][:12]}-g{deployment['generation']}",
+        metadata={
+            APP_META: app,
+            GROUP_META: exec_group(app, group),
+            "parallelism": group["parallelism"],
+            "receiver": bool(group.get("receiver")),
+            **({"receiver_urls": dg.MetadataValue.json(urls)} if (urls := declared_receiver_urls(group)) else {}),
+            "instances": instances,
+            "strategies": dg.MetadataValue.json({"in": inputs, "out": outputs}),
+            "placement": dg.MetadataValue.json(placement),
+            "siddhi": _code(siddhi),
+            "deployment": dg.MetadataValue.json({k: deployment[k] for k in ("generation", "status", "content_hash")}),
+        },
+        tags={"sp-dagster/app": group_name(app)},
+    )
 
-    def aggregation_key(self, app: str, aggregation: str) -> dg.AssetKey:
-        """The key of one incremental aggregation: `<app>/aggregations/<name>`."""
-        return dg.AssetKey([app, "aggregations", aggregation])
 
-    def get_aggregation_spec(self, deployment: dict, aggregation: dict) -> dg.AssetSpec:
-        """The spec of one aggregation, depending on the partial app that feeds it."""
-        app = deployment["app"]
-        store = aggregation["store"]
-        shards = aggregation["shards"]
-        return dg.AssetSpec(
-            key=self.aggregation_key(app, aggregation["name"]),
-            deps=[self.partial_app_key(app, self.exec_group(app, {"name": aggregation["group"]}))],
-            group_name=self.group_name(app),
-            description=f"Incremental aggregation `{aggregation['name']}` of {app}: "
-            + (f"{shards} active-active shards" if shards > 1 else "one instance")
-            + (f", its tables in an {store} store." if store else ", in memory (inside its instance)."),
-            kinds={"siddhi", store} if store else {"siddhi"},
-            code_version=f"{deployment['content_hash'][:12]}-g{deployment['generation']}",
-            metadata={
-                APP_META: app,
-                AGGREGATION_META: aggregation["name"],
-                "fed_by": aggregation["group"],
-                "read_by": aggregation["readers"],
-                "shards": shards,
-                "store": store or "in memory",
-                "siddhi": _code(aggregation["reader"]),
-            },
-            tags={"sp-dagster/app": self.group_name(app)},
-        )
+def _aggregation_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
+    """One aggregation, depending on the partial app that feeds it."""
+    deployment, aggregation, app = props.deployment, props.aggregation, props.app
+    store, shards = aggregation["store"], aggregation["shards"]
+    return dg.AssetSpec(
+        key=props.default_key,
+        deps=[partial_app_key(app, exec_group(app, {"name": aggregation["group"]}))],
+        group_name=group_name(app),
+        description=f"Incremental aggregation `{aggregation['name']}` of {app}: "
+        + (f"{shards} active-active shards" if shards > 1 else "one instance")
+        + (f", its tables in an {store} store." if store else ", in memory (inside its instance)."),
+        kinds={"siddhi", store} if store else {"siddhi"},
+        code_version=f"{deployment['content_hash'][:12]}-g{deployment['generation']}",
+        metadata={
+            APP_META: app,
+            AGGREGATION_META: aggregation["name"],
+            "fed_by": aggregation["group"],
+            "read_by": aggregation["readers"],
+            "shards": shards,
+            "store": store or "in memory",
+            "siddhi": _code(aggregation["reader"]),
+        },
+        tags={"sp-dagster/app": group_name(app)},
+    )
 
-    def get_topic_spec(self, topic: dict, app: str, producers: list[dg.AssetKey]) -> dg.AssetSpec:
-        """The spec of one topic, depending on the partial apps that publish to it."""
-        return dg.AssetSpec(
-            key=self.topic_key(topic["name"]),
-            deps=sorted(set(producers), key=lambda k: k.path),
-            group_name=self.group_name(app),
-            description=f"Topic `{topic['name']}` ({topic['partitions']} partition(s))"
-            + ("" if producers else ": an entry topic, fed from outside the app") + ".",
-            kinds={"kafka"},
-            metadata={"topic": topic["name"], "partitions": topic["partitions"], APP_META: app},
-        )
+
+def _topic_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
+    """One topic, depending on the partial apps that publish to it."""
+    topic = props.topic
+    return dg.AssetSpec(
+        key=props.default_key,
+        deps=sorted(set(props.producers), key=lambda k: k.path),
+        group_name=group_name(props.app),
+        description=f"Topic `{topic['name']}` ({topic['partitions']} partition(s))"
+        + ("" if props.producers else ": an entry topic, fed from outside the app") + ".",
+        kinds={"kafka"},
+        metadata={"topic": topic["name"], "partitions": topic["partitions"], APP_META: props.app},
+    )
 
 
 def _user_sinks(group: dict) -> list[dict]:
@@ -181,37 +224,50 @@ def _user_sinks(group: dict) -> list[dict]:
 
 
 def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = None) -> list[dg.AssetSpec]:
-    """Partial-app and topic specs of every recorded deployment (a topic two apps share appears once)."""
+    """Partial-app, aggregation and topic specs of every deployment in a snapshot (a topic two apps share appears once)."""
     translator = translator or SpDagsterTranslator()
-    specs: list[dg.AssetSpec] = []
-    topics: dict[str, tuple[dict, str]] = {}
+    props: list[SiddhiAssetProps] = []
+    topics: dict[str, tuple[dict, dict]] = {}
     producers: dict[str, list[dg.AssetKey]] = {}
+    reads: dict[dg.AssetKey, list[dg.AssetKey]] = {}
     for deployment in sorted(snapshot["deployments"], key=lambda d: d["app"]):
         app, plan = deployment["app"], deployment["plan"]
         for topic in plan.get("topics", []):
-            topics.setdefault(topic["name"], (topic, app))
+            topics.setdefault(topic["name"], (topic, deployment))
         aggregations = deployment_aggregations(deployment)
-        specs += [translator.get_aggregation_spec(deployment, a) for a in aggregations]
+        props += [SiddhiAssetProps("aggregation", app, deployment, aggregation=a) for a in aggregations]
         for group in plan.get("groups", []):
-            spec = translator.get_partial_app_spec(deployment, group)
-            reads = [translator.aggregation_key(app, a["name"]) for a in aggregations if group["name"] in a["readers"]]
-            if reads:  # a group joining an aggregation of another group reads it through the store
-                spec = spec.merge_attributes(deps=reads)
-            specs.append(spec)
+            partial = SiddhiAssetProps("partial_app", app, deployment, group=group)
+            props.append(partial)
+            # a group joining an aggregation of another group reads it through the store
+            reads[partial.default_key] = [aggregation_key(app, a["name"]) for a in aggregations if group["name"] in a["readers"]]
             for publication in [p for publications in group["outputs"].values() for p in publications] + _user_sinks(group):
-                producers.setdefault(publication["topic"], []).append(spec.key)
-                topics.setdefault(publication["topic"], ({"name": publication["topic"], "partitions": publication["partitions"]}, app))
+                producers.setdefault(publication["topic"], []).append(partial.default_key)
+                topics.setdefault(publication["topic"], ({"name": publication["topic"], "partitions": publication["partitions"]}, deployment))
             for subscription in group["inputs"].values():
                 if subscription.get("topic"):
-                    topics.setdefault(subscription["topic"], ({"name": subscription["topic"], "partitions": 0}, app))
-    specs += [translator.get_topic_spec(topic, app, producers.get(name, [])) for name, (topic, app) in sorted(topics.items())]
+                    topics.setdefault(subscription["topic"], ({"name": subscription["topic"], "partitions": 0}, deployment))
+    props += [
+        SiddhiAssetProps("topic", deployment["app"], deployment, topic=topic, producers=tuple(producers.get(name, ())))
+        for name, (topic, deployment) in sorted(topics.items())
+    ]
+    return _translate(props, translator, reads)
+
+
+def _translate(props: list[SiddhiAssetProps], translator: SpDagsterTranslator, reads: dict) -> list[dg.AssetSpec]:
+    """Each props' spec from the translator, its deps renamed from default keys to translated ones."""
+    specs = [translator.get_asset_spec(p) for p in props]
+    renamed = {p.default_key: s.key for p, s in zip(props, specs)}
     seen: dict[dg.AssetKey, int] = {}
     for spec in specs:
         seen[spec.key] = seen.get(spec.key, 0) + 1
     clashes = sorted(k.to_user_string() for k, n in seen.items() if n > 1)
     if clashes:
-        raise ValueError(f"two partial apps or topics map to one asset key: {', '.join(clashes)}; change the translator's keys")
-    return specs
+        raise TranslatorError(f"two partial apps or topics map to one asset key: {', '.join(clashes)}; change the translator's keys")
+    return [
+        spec.replace_attributes(deps=[renamed.get(d.asset_key, d.asset_key) for d in spec.deps] + [renamed[k] for k in reads.get(p.default_key, [])])
+        for p, spec in zip(props, specs)
+    ]
 
 
 def control_plane_spec(snapshot: dict) -> dg.AssetSpec:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from sp_dagster.config.locate import add_conf_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `up` and `down` commands."""
@@ -20,8 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, metavar="PORT", help="the Dagster UI's port (default dagster.port, 3000)")
     up.add_argument("--messaging", choices=("kafka", "nats"), default="kafka", help="the messaging layer: the embedded Kafka-protocol broker (default) or the embedded NATS server with JetStream")
     up.add_argument("--broker-port", type=int, metavar="PORT", help="the embedded broker's port (default 9092, NATS 4222; a free one if taken)")
-    up.add_argument("--conf", metavar="FILE", help="the manager's deployment.yaml (default conf/manager/deployment.yaml)")
-    up.add_argument("--worker-conf", metavar="FILE", help="the workers' deployment.yaml (default conf/worker/deployment.yaml)")
+    add_conf_option(up, "manager", "for the manager (a directory: the workers' too)")
+    up.add_argument("--worker-conf", metavar="FILE", help="the workers' deployment.yaml (default: --conf when a directory, else the search order)")
     up.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds to wait for each stage (default 300)")
     up.set_defaults(handler=run_up)
 
@@ -42,9 +44,16 @@ def run_up(args: argparse.Namespace) -> int:
         logging.getLogger("sp_dagster.messaging").setLevel(logging.WARNING)  # one line per topic is noise here
     up(
         workers=args.workers, ui=not args.no_ui, demo=not args.no_demo, port=args.port, broker_port=args.broker_port,
-        conf=args.conf, worker_conf=args.worker_conf, timeout=args.timeout, messaging=args.messaging, say=lambda line: print(line, flush=True),
+        conf=args.conf, worker_conf=args.worker_conf or _directory(args.conf), timeout=args.timeout, messaging=args.messaging, say=lambda line: print(line, flush=True),
     )
     return 0
+
+
+def _directory(conf: str | None) -> str | None:
+    """--conf when it names a conf directory (the workers read its worker/deployment.yaml)."""
+    from pathlib import Path
+
+    return conf if conf and Path(conf).expanduser().is_dir() else None
 
 
 def run_down(args: argparse.Namespace) -> int:

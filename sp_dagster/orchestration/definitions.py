@@ -1,8 +1,8 @@
 """The sp-dagster code location: `build_definitions()`, and `defs` for `dagster dev -m` / definitions.py.
 
-Configuration comes from the manager's deployment.yaml ($SP_DAGSTER_CONF, default
-conf/manager/deployment.yaml) and the worker's ($SP_DAGSTER_WORKER_CONF, default
-conf/worker/deployment.yaml). Secrets may come from the environment through EnvVar:
+Configuration comes from the manager's and the worker's deployment.yaml, found by the search
+order of `sp-dagster config where` ($SP_DAGSTER_CONF, $SP_DAGSTER_WORKER_CONF, ./conf/,
+$SP_DAGSTER_HOME/conf/, the packaged defaults). Secrets may come from the environment through EnvVar:
 SP_MGT_DB_URL replaces the control-plane datasource, SP_KAFKA_SASL_USERNAME and
 SP_KAFKA_SASL_PASSWORD authenticate to Kafka. Importing this module connects to nothing; the
 control plane is read when Dagster loads the definitions (see assets.DeploymentsLoader).
@@ -13,23 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from pathlib import Path
 
 import dagster as dg
 
 from sp_dagster.errors import SpDagsterError
-from sp_dagster.orchestration.aggregations import build_aggregation_checks, deployment_aggregations
+from sp_dagster.orchestration.aggregations import AGGREGATION_META, build_aggregation_checks, deployment_aggregations
 from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
 from sp_dagster.orchestration.health import build_health_checks
 from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, undeploy_job
-from sp_dagster.orchestration.resources import (
-    DEFAULT_MANAGER_CONF,
-    DEFAULT_WORKER_CONF,
-    ControlPlaneResource,
-    MessagingResource,
-    load_conf,
-    spark_resource,
-)
+from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource, load_conf, spark_resource
 from sp_dagster.orchestration.schedules import build_health_schedule, build_rebalance_schedule
 from sp_dagster.orchestration.sensors import build_app_repository_sensor
 
@@ -61,17 +53,20 @@ def dagster_settings(conf: str):
         return DagsterConfig()
 
 
-def build_definitions(manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None) -> dg.Definitions:
-    """Every sp-dagster definition: resources, jobs, sensor, schedules, and the assets of the recorded deployments."""
-    manager_conf = str(Path(manager_conf or os.environ.get("SP_DAGSTER_CONF") or DEFAULT_MANAGER_CONF).expanduser().resolve())
-    worker_conf = str(Path(worker_conf or os.environ.get("SP_DAGSTER_WORKER_CONF") or DEFAULT_WORKER_CONF).expanduser().resolve())
+def build_definitions(
+    manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None, app_repository: str | None = None
+) -> dg.Definitions:
+    """Every sp-dagster definition (resources, jobs, sensor, schedules, the recorded deployments' assets), assembled from the building blocks in sp_dagster.dagster."""
+    from sp_dagster.config.locate import conf_path
+
+    manager_conf, worker_conf = conf_path("manager", manager_conf), conf_path("worker", worker_conf)
     with warnings.catch_warnings():  # Dagster's notes on preview/beta APIs we use on purpose (reconstruction metadata)
         warnings.simplefilter("ignore", dg.PreviewWarning)
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return _build(manager_conf, worker_conf, translator)
+        return _build(manager_conf, worker_conf, translator, app_repository)
 
 
-def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator | None) -> dg.Definitions:
+def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator | None, app_repository: str | None) -> dg.Definitions:
     settings = dagster_settings(manager_conf)  # a broken conf also shows on the control_plane asset
     translator = translator or SpDagsterTranslator()
     resources = {
@@ -84,7 +79,7 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
     jobs = [deploy_job, undeploy_job, rebalance_job, *build_node_jobs(manager_conf, worker_conf)]
     static = dg.Definitions(
         jobs=jobs,
-        sensors=[build_app_repository_sensor(settings.app_repository, [deploy_job, undeploy_job], interval_seconds=settings.sensor_interval)],
+        sensors=[build_app_repository_sensor(app_repository or settings.app_repository, [deploy_job, undeploy_job], interval_seconds=settings.sensor_interval)],
         schedules=[build_rebalance_schedule(rebalance_job, settings.rebalance_interval)],
         resources=resources,
     )
@@ -95,10 +90,9 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
         if not targets:
             return dg.Definitions(assets=specs)
         checks = [build_health_checks(targets)]
-        aggregations = {
-            translator.aggregation_key(d["app"], a["name"]): a for d in snapshot["deployments"] for a in deployment_aggregations(d)
-        }
-        stored = {s.key: aggregations[s.key] for s in specs if s.key in aggregations and aggregations[s.key]["store"]}
+        aggregations = {(d["app"], a["name"]): a for d in snapshot["deployments"] for a in deployment_aggregations(d)}
+        found = {s.key: aggregations.get((s.metadata.get(APP_META), s.metadata.get(AGGREGATION_META))) for s in specs}
+        stored = {key: aggregation for key, aggregation in found.items() if aggregation and aggregation["store"]}
         if stored:
             checks.append(build_aggregation_checks(stored, worker_conf))
         health = dg.define_asset_job(

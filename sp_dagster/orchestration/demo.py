@@ -20,14 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.errors import DemoError
 from sp_dagster.orchestration.processes import Detached, alive, cli_command, start_detached, stop_detached, webserver_command, workspace_yaml
 
 SAMPLE_APP = "stock-alerts.siddhi"
 STOP_TIMEOUTS = {"generator": 10.0, "dagster": 30.0, "worker": 60.0, "manager": 15.0, "broker": 10.0}
-
-
-class DemoError(SpDagsterError):
-    """`sp-dagster up` could not bring the system up (what failed, and where its log is)."""
 
 
 def home() -> Path:
@@ -37,12 +34,20 @@ def home() -> Path:
     return Path(default_home()).expanduser().resolve()
 
 
-def find_path(relative: str) -> Path:
-    """`relative` under the working directory, else under the sp-dagster source tree (an editable install)."""
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        if (root / relative).exists():
-            return (root / relative).resolve()
-    raise DemoError(f"{relative} not found in {Path.cwd()} or the sp-dagster source tree; run `sp-dagster up` from the repository root or pass its path")
+def sample_repository() -> Path:
+    """./apps when it holds the sample app; else $SP_DAGSTER_HOME/apps, given the packaged sample if it lacks one."""
+    import shutil
+
+    from sp_dagster.config.locate import defaults_root
+
+    local = Path.cwd() / "apps"
+    if (local / SAMPLE_APP).is_file():
+        return local.resolve()
+    apps = home() / "apps"
+    if not (apps / SAMPLE_APP).is_file():
+        apps.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(defaults_root() / "apps" / SAMPLE_APP, apps / SAMPLE_APP)
+    return apps
 
 
 @dataclass
@@ -58,7 +63,10 @@ class Stack:
         """The recorded stack, or None when there is none."""
         if not path.exists():
             return None
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise DemoError(f"{path} is not what `sp-dagster up` wrote ({exc}); stop its processes by hand, then delete it") from None
         return cls(path, [Detached.from_dict(p) for p in data.get("processes", [])], data.get("facts", {}))
 
     def save(self) -> None:
@@ -118,6 +126,7 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
        conf: str | None = None, worker_conf: str | None = None, timeout: float = 300.0, messaging: str = "kafka", say=print) -> Stack:
     """Bring the system up (see the module docstring); on failure, stop what was started and raise DemoError."""
     from sp_dagster.config.loader import load_config
+    from sp_dagster.config.locate import conf_path
     from sp_dagster.embedded.broker import EmbeddedBroker, free_port, port_open
     from sp_dagster.embedded.nats_server import EmbeddedNatsServer
 
@@ -125,14 +134,13 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
     existing = Stack.load(path)
     if existing and any(alive(p) for p in existing.processes):
         raise DemoError(f"sp-dagster is already up ({path}); run `sp-dagster down` first")
-    manager_conf = str(Path(conf).resolve()) if conf else str(find_path("conf/manager/deployment.yaml"))
-    worker_conf = str(Path(worker_conf).resolve()) if worker_conf else str(find_path("conf/worker/deployment.yaml"))
+    manager_conf, worker_conf = conf_path("manager", conf), conf_path("worker", worker_conf)
     sp_home = home()
     if not demo:
         apps = sp_home / "apps"  # an empty repository: the sensor deploys nothing on its own
         apps.mkdir(parents=True, exist_ok=True)
     else:
-        apps = find_path("apps")
+        apps = sample_repository()
     layer = MESSAGING[messaging]
     broker_port = broker_port or layer.port
     if port_open("127.0.0.1", broker_port):
@@ -140,8 +148,8 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         say(f"port {broker_port} is taken; the embedded {layer.what} listens on {free} instead ({layer.variable}={layer.address(free)})")
         broker_port = free
     if messaging == "nats":  # the confs name Kafka: derive copies that name the embedded NATS server
-        manager_conf = nats_conf(manager_conf, sp_home / "conf" / "manager" / "deployment.yaml")
-        worker_conf = nats_conf(worker_conf, sp_home / "conf" / "worker" / "deployment.yaml")
+        manager_conf = nats_conf(manager_conf, sp_home / "nats-conf" / "manager" / "deployment.yaml")  # not conf/: the search order would find it later
+        worker_conf = nats_conf(worker_conf, sp_home / "nats-conf" / "worker" / "deployment.yaml")
     env = {
         "SP_DAGSTER_HOME": str(sp_home), layer.variable: layer.address(broker_port), "SP_DAGSTER_APPS": str(apps),
         "SP_DAGSTER_CONF": manager_conf, "SP_DAGSTER_WORKER_CONF": worker_conf, "DAGSTER_HOME": str(sp_home / "dagster"),

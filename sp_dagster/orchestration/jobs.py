@@ -7,6 +7,7 @@ log; terminating the run stops the node with SIGTERM. They are exempt from max-r
 monitoring (`dagster/max_runtime: 0`), since a node runs until it is stopped.
 """
 
+import functools
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -17,27 +18,39 @@ from sp_dagster.orchestration.processes import LONG_RUNNING_TAGS, cli_command, r
 from sp_dagster.orchestration.resources import ControlPlaneResource, load_conf, spark_config_of
 
 
-@dg.job(name="deploy", executor_def=dg.in_process_executor, description="Deploy one SiddhiQL app: parse, plan, create topics, record, place, run.")
-def deploy_job():
-    """Deploy one app file."""
-    loaded = ops.load_app()
-    topology = ops.plan_app(loaded)
-    topics = ops.create_topics(topology)
-    app = ops.record_deployment(loaded, topology, topics)
-    ops.refresh_asset_graph(app)
-    ops.wait_until_running(ops.wait_until_placed(app))
+def build_deploy_jobs(control_plane_key: str = "control_plane", messaging_key: str = "messaging") -> list[dg.JobDefinition]:
+    """The deploy, undeploy and rebalance jobs, reading the control plane and the messaging layer under these resource keys."""
+    keys = {"control_plane": control_plane_key, "messaging": messaging_key}
+    op = {name: ops.rekeyed_op(getattr(ops, name), keys) for name in _DEPLOY_OPS}
+
+    @dg.job(name="deploy", executor_def=dg.in_process_executor, description="Deploy one SiddhiQL app: parse, plan, create topics, record, place, run.")
+    def deploy_job():
+        """Deploy one app file."""
+        loaded = op["load_app"]()
+        topology = op["plan_app"](loaded)
+        topics = op["create_topics"](topology)
+        app = op["record_deployment"](loaded, topology, topics)
+        op["refresh_asset_graph"](app)
+        op["wait_until_running"](op["wait_until_placed"](app))
+
+    @dg.job(name="undeploy", executor_def=dg.in_process_executor, description="Remove a deployment (by app name, or the one a deleted file held).")
+    def undeploy_job():
+        """Remove one deployment."""
+        op["refresh_asset_graph"](op["undeploy_app"](op["resolve_app"]()))
+
+    @dg.job(name="rebalance", executor_def=dg.in_process_executor, description="Ask the leader manager to rebalance placements and report what moved.")
+    def rebalance_job():
+        """Rebalance placements."""
+        op["report_rebalance"](op["request_rebalance"]())
+
+    return [deploy_job, undeploy_job, rebalance_job]
 
 
-@dg.job(name="undeploy", executor_def=dg.in_process_executor, description="Remove a deployment (by app name, or the one a deleted file held).")
-def undeploy_job():
-    """Remove one deployment."""
-    ops.refresh_asset_graph(ops.undeploy_app(ops.resolve_app()))
-
-
-@dg.job(name="rebalance", executor_def=dg.in_process_executor, description="Ask the leader manager to rebalance placements and report what moved.")
-def rebalance_job():
-    """Rebalance placements."""
-    ops.report_rebalance(ops.request_rebalance())
+_DEPLOY_OPS = (
+    "load_app", "plan_app", "create_topics", "record_deployment", "refresh_asset_graph", "wait_until_placed", "wait_until_running",
+    "resolve_app", "undeploy_app", "request_rebalance", "report_rebalance",
+)
+deploy_job, undeploy_job, rebalance_job = build_deploy_jobs()
 
 
 class NodeRunConfig(dg.Config):
@@ -100,15 +113,18 @@ def worker_conf_for(conf: str, spark_config: dict[str, str], directory) -> str:
     return str(path)
 
 
-def build_node_jobs(manager_conf: str, worker_conf: str) -> list[dg.JobDefinition]:
-    """The manager and worker jobs, defaulting to these deployment.yaml files."""
+def build_node_jobs(manager_conf: str, worker_conf: str, control_plane_key: str = "control_plane", spark_key: str = "spark") -> list[dg.JobDefinition]:
+    """The manager and worker jobs, defaulting to these deployment.yaml files, with their resources under these keys."""
+    keys = {"control_plane": control_plane_key, "spark": spark_key}
 
     @dg.op(description="Run a manager node until the run is terminated (leader election, membership, placement).", tags=LONG_RUNNING_TAGS)
+    @functools.partial(ops.with_resource_keys, keys=keys)
     def run_manager(context: dg.OpExecutionContext, config: NodeRunConfig, control_plane: ControlPlaneResource) -> None:
         """`sp-dagster manager` as a child of this run."""
         _run_node(context, control_plane, "manager", config.conf or manager_conf, config.node_id, config.stop_timeout)
 
     @dg.op(description="Run a worker node until the run is terminated (its assigned partial apps run as Spark queries).", tags=LONG_RUNNING_TAGS)
+    @functools.partial(ops.with_resource_keys, keys=keys)
     def run_worker(context: dg.OpExecutionContext, config: NodeRunConfig, control_plane: ControlPlaneResource, spark: LazyPySparkResource) -> None:
         """`sp-dagster worker` as a child of this run, with the Spark resource's settings."""
         from sp_dagster.config.yamlsource import default_home

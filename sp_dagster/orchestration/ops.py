@@ -6,6 +6,8 @@ an instance that could not be placed) fail the op with their one-line message, n
 
 
 import contextlib
+import functools
+import inspect
 import time
 from typing import Any
 
@@ -25,6 +27,33 @@ def user_errors():
         yield
     except SpDagsterError as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from None
+
+
+def with_resource_keys(fn, keys: dict[str, str]):
+    """`fn` whose resource parameters take other names (Dagster binds resources by parameter name): {parameter: resource key}."""
+    keys = {param: key for param, key in keys.items() if param != key}
+    if not keys:
+        return fn
+    signature = inspect.signature(fn)
+    renamed = [p.replace(name=keys.get(p.name, p.name)) for p in signature.parameters.values()]
+
+    @functools.wraps(fn)
+    def rekeyed(*args, **kwargs):
+        for param, key in keys.items():
+            if key in kwargs:
+                kwargs[param] = kwargs.pop(key)
+        return fn(*args, **kwargs)
+
+    rekeyed.__signature__ = signature.replace(parameters=renamed)
+    return rekeyed
+
+
+def rekeyed_op(op: dg.OpDefinition, keys: dict[str, str]) -> dg.OpDefinition:
+    """The same op reading its resources under other keys ({parameter: resource key}); the op itself when none differ."""
+    fn = op.compute_fn.decorated_fn
+    if not set(keys) & set(inspect.signature(fn).parameters) or all(p == k for p, k in keys.items()):
+        return op
+    return dg.op(name=op.name, description=op.description, tags=op.tags)(with_resource_keys(fn, keys))
 
 
 def _code(text: str) -> dg.MetadataValue:

@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sp_dagster.embedded.broker import _die_with_parent
+from sp_dagster.subprocesses import die_with_parent
 
 # `sp-dagster` log lines: "<date> <time> LEVEL logger: message".
 _LEVEL = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
@@ -67,7 +67,7 @@ def run_attached(log, command: list[str], *, env: dict[str, str] | None = None, 
     """Run `command` until it exits, its output going to `log`; any interruption stops it with SIGTERM first."""
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, cwd=cwd,
-        env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent,
+        env={**os.environ, **(env or {})}, preexec_fn=die_with_parent,
     )
     lines: queue.Queue = queue.Queue()
     pump = threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True)

@@ -16,21 +16,21 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-DEFAULT_MANAGER_CONF = "conf/manager/deployment.yaml"
-DEFAULT_WORKER_CONF = "conf/worker/deployment.yaml"
+CONF_HELP = "a deployment.yaml or conf directory; default: the search order of `sp-dagster config where`"
 
 
-def load_conf(path: str, role: str | None = None):
-    """The typed Config of a deployment.yaml (ConfigError naming the file and key when it is wrong)."""
+def load_conf(path: str | None, role: str | None = None):
+    """The typed Config of a deployment.yaml or conf directory (None: the search order; ConfigError naming the file and key when it is wrong)."""
     from sp_dagster.config.loader import load_config
+    from sp_dagster.config.locate import conf_path
 
-    return load_config(path, role=role)
+    return load_config(conf_path(role or "manager", path), role=role)
 
 
 class ControlPlaneResource(dg.ConfigurableResource):
     """The control-plane database named by a deployment.yaml (`deployment.config.datasource`)."""
 
-    conf: str = Field(default=DEFAULT_MANAGER_CONF, description="the deployment.yaml naming the control plane")
+    conf: str | None = Field(default=None, description=f"the manager's configuration naming the control plane ({CONF_HELP})")
     url: str | None = Field(
         default=None,
         description="a SQLAlchemy URL that replaces the file's datasource; pass EnvVar('...') when it holds a password",
@@ -89,7 +89,7 @@ class ControlPlaneResource(dg.ConfigurableResource):
 class MessagingResource(dg.ConfigurableResource):
     """The messaging layer a deployment.yaml names: Kafka (bootstrapURLs, kafkaProperties) or NATS (natsServerUrl, clusterId)."""
 
-    conf: str = Field(default=DEFAULT_MANAGER_CONF, description="the deployment.yaml naming the brokers")
+    conf: str | None = Field(default=None, description=f"the manager's configuration naming the brokers ({CONF_HELP})")
     bootstrap_servers: str | None = Field(default=None, description="host:port,... replacing the file's bootstrapURLs (or natsServerUrl)")
     sasl_username: str | None = Field(default=None, description="SASL user name (sets sasl.username)")
     sasl_password: str | None = Field(default=None, description="SASL password (sets sasl.password); pass EnvVar('...')")
@@ -132,7 +132,7 @@ def spark_config_of(config) -> dict[str, str]:
     return settings
 
 
-def spark_resource(worker_conf: str = DEFAULT_WORKER_CONF):
+def spark_resource(worker_conf: str | None = None):
     """dagster-pyspark's lazy resource with the worker conf's Spark settings (no session until used)."""
     from dagster_pyspark import LazyPySparkResource
 

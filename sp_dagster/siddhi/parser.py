@@ -60,7 +60,13 @@ def _parser() -> Lark:
 
 
 def parse(text: str, source: str | None = None) -> ast.App:
-    """Parse a Siddhi app; raise SiddhiQLError (standing for every syntax error found)."""
+    """Parse a Siddhi app; raise SiddhiQLError (standing for every syntax error found).
+
+    >>> from sp_dagster import parse
+    >>> app = parse("@App:name('Shop') define stream Orders (id int, total double);")
+    >>> app.name
+    'Shop'
+    """
     return _parse(text, "app", source)
 
 

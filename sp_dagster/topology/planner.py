@@ -27,6 +27,13 @@ def plan(app: ast.App, name: str | None = None, *, transports: bool = True) -> T
     message) when the app cannot be distributed. With `transports` (the default) the app's
     sources, sinks and maps must be ones workers run (`siddhi.transports`); the planner's own
     tests of WSO2's cases turn that off.
+
+    >>> from sp_dagster import parse, plan
+    >>> topology = plan(parse('''@App:name('Shop')
+    ... define stream Orders (id int, total double);
+    ... @dist(execGroup='big', parallel='2') from Orders[total > 100] select id insert into Big;'''))
+    >>> [group.name for group in topology.groups], len(topology.partial_apps)
+    (['Shop-big'], 2)
     """
     analysis, errors = check(app, transports=transports)
     if errors:

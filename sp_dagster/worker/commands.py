@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-DEFAULT_WORKER_CONF = "conf/worker/deployment.yaml"
+from sp_dagster.config.locate import add_conf_option, conf_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a worker until Ctrl-C or SIGTERM: register with the control plane, heartbeat, and run the "
         "partial-app instances the leader assigns to it as Spark streaming queries.",
     )
-    parser.add_argument("--conf", default=DEFAULT_WORKER_CONF, metavar="FILE", help=f"the worker's deployment.yaml (default {DEFAULT_WORKER_CONF})")
+    add_conf_option(parser, "worker", "for this worker")
     parser.add_argument("--id", metavar="ID", help="this worker's node id (default: wso2.carbon.id)")
     parser.set_defaults(handler=run_worker)
 
@@ -27,7 +27,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from sp_dagster.config.loader import load_config
     from sp_dagster.worker.node import Worker
 
-    config = load_config(args.conf, role="worker", node_id=args.id)
+    config = load_config(conf_path("worker", args.conf), role="worker", node_id=args.id)
     worker = Worker(config)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: worker.stop())

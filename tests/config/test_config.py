@@ -280,9 +280,9 @@ BAD_FILES = [
         """
         datasources:
           DB:
-            jdbcUrl: jdbc:oracle:thin:@h:1521:xe
+            jdbcUrl: jdbc:db2://h:50000/xe
         """,
-        "bad.yaml:3:14: datasources.DB.jdbcUrl: unsupported JDBC URL 'jdbc:oracle:thin:@h:1521:xe'; expected MySQL/MariaDB (jdbc:mysql://, jdbc:mariadb://), PostgreSQL (jdbc:postgresql://), H2 (run on SQLite) or SQLite",
+        "bad.yaml:3:14: datasources.DB.jdbcUrl: unsupported JDBC URL 'jdbc:db2://h:50000/xe'; expected MySQL/MariaDB (jdbc:mysql://, jdbc:mariadb://), PostgreSQL (jdbc:postgresql://), Oracle (jdbc:oracle:thin:@), MSSQL (jdbc:sqlserver://), H2 (run on SQLite) or SQLite",
     ),
     (
         "bad sqlalchemy url",
@@ -347,18 +347,6 @@ BAD_FILES = [
         - deployment.config
         """,
         "bad.yaml:1:1: expected a mapping of sections (such as deployment.config:) at the top level",
-    ),
-    (
-        "coordination and deployment in different databases",
-        """
-        datasources:
-          OTHER: sqlite:///x.db
-        cluster.config:
-          enabled: true
-          strategyConfig:
-            datasource: OTHER
-        """,
-        "bad.yaml:6:17: cluster.config.strategyConfig.datasource: expected the same datasource as deployment.config.datasource ('SP_MGT_DB'): sp-dagster keeps coordination and deployments in one database",
     ),
     (
         "persistence datasource undefined",

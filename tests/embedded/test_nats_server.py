@@ -43,11 +43,12 @@ def test_start_keeps_jetstream_under_the_home_and_stop_frees_the_port(sp_home):
 
 def test_up_derives_confs_that_name_nats(sp_home, monkeypatch):
     from sp_dagster.config.loader import load_config
-    from sp_dagster.orchestration.demo import find_path, nats_conf
+    from sp_dagster.config.locate import conf_path
+    from sp_dagster.orchestration.demo import nats_conf
 
     monkeypatch.setenv("SP_NATS_URL", "nats://localhost:4999")
     for role in ("manager", "worker"):
-        path = nats_conf(str(find_path(f"conf/{role}/deployment.yaml")), sp_home / "conf" / role / "deployment.yaml")
+        path = nats_conf(conf_path(role), sp_home / "conf" / role / "deployment.yaml")
         config = load_config(path, role=role)
         assert (config.messaging.kind, config.messaging.servers, config.messaging.cluster_id) == ("nats", ("nats://localhost:4999",), "sp-dagster")
 

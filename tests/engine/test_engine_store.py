@@ -380,7 +380,7 @@ def test_unreachable_database_is_one_line_naming_table_url_and_remedy():
 @pytest.mark.parametrize(
     "annotation, fragment",
     [
-        ("@store(type='rdbms', jdbc.url='jdbc:oracle:thin:@h:1521:db')", "jdbc.url 'jdbc:oracle:thin:@h:1521:db' is not supported"),
+        ("@store(type='rdbms', jdbc.url='jdbc:db2://h:50000/db')", "jdbc.url 'jdbc:db2://h:50000/db' is not supported"),
         ("@store(type='rdbms')", "needs jdbc.url (or datasource)"),
         ("@store(type='mongodb', mongodb.uri='mongodb://h/db')", "type 'mongodb' is not supported"),
         ("@store(type='rdbms', jdbc.url='jdbc:sqlite:/tmp/x.db', jdbc.urll='x')", "no option 'jdbc.urll'"),

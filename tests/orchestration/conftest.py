@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sp_dagster.embedded.broker import _die_with_parent, free_port
+from sp_dagster.embedded.broker import free_port
 from sp_dagster.orchestration.processes import stop_process, webserver_command, workspace_yaml
+from sp_dagster.subprocesses import die_with_parent
 from tests.cluster.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,7 +158,7 @@ def live(tmp_path, cluster):
     (home / "workspace.yaml").write_text(workspace_yaml(str(tmp_path)))
     env = {**os.environ, "DAGSTER_HOME": str(home), "SP_DAGSTER_CONF": str(cluster.manager_conf), "SP_DAGSTER_WORKER_CONF": str(cluster.worker_conf)}
     log = open(tmp_path / "dagster.log", "wb")
-    server = subprocess.Popen(webserver_command(home / "workspace.yaml", "127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    server = subprocess.Popen(webserver_command(home / "workspace.yaml", "127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     url = f"http://127.0.0.1:{port}"
 
     def ready():

@@ -15,7 +15,7 @@ from dagster._core.definitions.repository_definition import RepositoryLoadData
 from sp_dagster.cluster.store.deployments import remove_deployment
 from sp_dagster.deploy import load_app, plan_app, record
 from sp_dagster.embedded.broker import free_port
-from sp_dagster.orchestration.assets import CONTROL_PLANE_KEY, DEFS_KEY, SpDagsterTranslator
+from sp_dagster.orchestration.assets import CONTROL_PLANE_KEY, DEFS_KEY, SiddhiAssetProps, SpDagsterTranslator, group_name
 from sp_dagster.orchestration.definitions import build_definitions
 from tests.orchestration.conftest import REPO
 
@@ -128,20 +128,22 @@ def test_a_run_worker_rebuilds_the_graph_the_ui_showed_without_reading_the_datab
 
 
 class PrefixedTopics(SpDagsterTranslator):
-    def topic_key(self, topic: str) -> dg.AssetKey:
-        return dg.AssetKey(["kafka", topic])
+    def get_asset_spec(self, props: SiddhiAssetProps) -> dg.AssetSpec:
+        spec = super().get_asset_spec(props)
+        return spec.replace_attributes(key=["kafka", props.topic["name"]]) if props.kind == "topic" else spec
 
 
 def test_a_translator_subclass_changes_keys_and_lineage_follows(cluster, plane):
     record_sample(cluster, plane)
     assets = graph(build(cluster, translator=PrefixedTopics()))
     assert set(assets.get(FILTER).parent_keys) == {K(["kafka", "StockAlerts.TradeStream"])}
+    assert set(assets.get(K(["kafka", "StockAlerts.AveragePriceStream"])).parent_keys) == {AVERAGE}
     assert TRADES not in set(assets.get_all_asset_keys())
 
 
 @pytest.mark.parametrize("name", ["Stock-Alerts.v2"])
 def test_app_names_become_valid_group_names(name):
-    assert SpDagsterTranslator().group_name(name) == "Stock_Alerts_v2"
+    assert group_name(name) == "Stock_Alerts_v2"
 
 
 def test_dagster_definitions_validate_passes_on_the_code_location(cluster, plane, tmp_path):

@@ -117,8 +117,9 @@ def _create_engine(options: StoreOptions, table: str) -> sa.Engine:
     try:
         return sa.create_engine(url, **kwargs)
     except ModuleNotFoundError as exc:
-        extra = " (pip install 'sp-dagster[postgres]')" if url.get_backend_name() == "postgresql" else ""
-        raise EngineError(f"table {table}: the database driver for {options.shown} is not installed: {exc.name}{extra}") from None
+        from sp_dagster.config.datasources import missing_driver
+
+        raise EngineError(f"table {table}: {missing_driver(options.url, exc)}") from None
 
 
 def _reason(exc: BaseException) -> str:

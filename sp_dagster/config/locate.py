@@ -1,0 +1,71 @@
+"""Where a command's deployment.yaml comes from: --conf, $SP_DAGSTER_CONF, ./conf, $SP_DAGSTER_HOME/conf, the packaged defaults.
+
+A value given by `--conf` or an environment variable may name a deployment.yaml or a conf
+directory (holding `manager/deployment.yaml` and `worker/deployment.yaml`). Workers read
+$SP_DAGSTER_WORKER_CONF before $SP_DAGSTER_CONF. The packaged defaults are the repository's
+`conf/` (copied into the wheel as `sp_dagster/_defaults/conf`), so an installed sp-dagster runs
+from any directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CONF_ENV = "SP_DAGSTER_CONF"
+ROLE_ENV = {"worker": "SP_DAGSTER_WORKER_CONF"}
+CONF_FILE = "deployment.yaml"
+SEARCH_ORDER = "--conf, $SP_DAGSTER_CONF, ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults"
+
+
+@dataclass(frozen=True)
+class ConfLocation:
+    """One role's deployment.yaml and which step of the search order found it."""
+
+    path: Path
+    source: str
+
+    def describe(self) -> str:
+        """`PATH (from SOURCE)`, and whether it is missing."""
+        return f"{self.path} (from {self.source})" + ("" if self.path.is_file() else ": no such file")
+
+
+def defaults_root() -> Path:
+    """The packaged defaults (`conf/`, `apps/`): inside the wheel, else the source tree this package runs from."""
+    packaged = Path(__file__).resolve().parents[1] / "_defaults"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2]
+
+
+def _named(value: str, role: str, source: str) -> ConfLocation:
+    """A conf directory's `<role>/deployment.yaml`, else the value as a file (a missing one fails when it is loaded)."""
+    path = Path(value).expanduser().resolve()
+    return ConfLocation(path / role / CONF_FILE if path.is_dir() else path, source)
+
+
+def find_conf(role: str = "manager", explicit: str | os.PathLike | None = None) -> ConfLocation:
+    """The deployment.yaml a `role` node reads, by the search order above."""
+    from sp_dagster.config.yamlsource import default_home
+
+    if explicit:
+        return _named(str(explicit), role, "--conf")
+    for variable in (ROLE_ENV.get(role), CONF_ENV):
+        if variable and os.environ.get(variable):
+            return _named(os.environ[variable], role, f"${variable}")
+    for directory, source in ((Path.cwd() / "conf", "./conf/"), (Path(default_home()) / "conf", "$SP_DAGSTER_HOME/conf/")):
+        if (directory / role / CONF_FILE).is_file():
+            return ConfLocation((directory / role / CONF_FILE).resolve(), source)
+    return ConfLocation(defaults_root() / "conf" / role / CONF_FILE, "the packaged defaults")
+
+
+def conf_path(role: str = "manager", explicit: str | os.PathLike | None = None) -> str:
+    """find_conf(...).path as a string."""
+    return str(find_conf(role, explicit).path)
+
+
+def add_conf_option(parser: argparse.ArgumentParser, role: str = "manager", what: str = "naming the control plane and broker") -> None:
+    """Add `--conf FILE|DIR` to a command (default: the search order)."""
+    parser.add_argument(
+        "--conf", metavar="FILE|DIR", help=f"a {role} deployment.yaml {what}, or a conf directory (default: {SEARCH_ORDER}; see `sp-dagster config where`)"
+    )

@@ -1,0 +1,86 @@
+"""The building blocks of sp_dagster.dagster in a user's own Definitions (own resource keys), and the YAML component."""
+
+
+import dagster as dg
+
+from sp_dagster.cluster.store.deployments import get_deployment
+from sp_dagster.dagster import (
+    ControlPlaneResource,
+    MessagingResource,
+    SiddhiAssetProps,
+    SpDagsterComponent,
+    SpDagsterTranslator,
+    build_app_repository_sensor,
+    build_deploy_jobs,
+    deploy_siddhi_app,
+    siddhi_app_assets,
+)
+from tests.orchestration.standin import StandInWorker
+
+K = dg.AssetKey
+
+
+class Streaming(SpDagsterTranslator):
+    def get_asset_spec(self, props: SiddhiAssetProps) -> dg.AssetSpec:
+        spec = super().get_asset_spec(props)
+        return spec.replace_attributes(key=spec.key.with_prefix("streaming"), owners=["team:streaming"])
+
+
+def test_a_users_definitions_take_the_assets_and_the_sensor_under_their_own_resource_keys(cluster, manager, plane, kafka):
+    app = cluster.add_app()
+
+    @siddhi_app_assets(app=app, translator=Streaming())
+    def stock_alerts(context: dg.AssetExecutionContext, sp_db: ControlPlaneResource, sp_bus: MessagingResource):
+        yield from deploy_siddhi_app(context, sp_db, sp_bus)
+
+    @dg.asset(deps=[K(["streaming", "topics", "StockAlerts.PriceAlerts"])])
+    def alert_report() -> None:
+        """The user's own asset downstream of a topic."""
+
+    deploy, undeploy, _ = build_deploy_jobs(control_plane_key="sp_db", messaging_key="sp_bus")
+    resources = {"sp_db": ControlPlaneResource(conf=str(cluster.manager_conf)), "sp_bus": MessagingResource(conf=str(cluster.manager_conf))}
+    defs = dg.Definitions(
+        assets=[stock_alerts, alert_report], sensors=[build_app_repository_sensor(cluster.apps, [deploy, undeploy])], resources=resources
+    )
+    repo = defs.get_repository_def()
+    graph = repo.asset_graph
+    assert set(repo.get_top_level_resources()) == {"sp_db", "sp_bus"}
+    assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy"}
+    filter_key, trades = K(["streaming", "StockAlerts", "filter"]), K(["streaming", "topics", "StockAlerts.TradeStream"])
+    assert set(graph.get(filter_key).parent_keys) == {trades}  # lineage follows the translated keys
+    assert set(graph.get(K(["alert_report"])).parent_keys) == {K(["streaming", "topics", "StockAlerts.PriceAlerts"])}
+    assert graph.get(filter_key).owners == ["team:streaming"]
+
+    with dg.instance_for_test() as instance, StandInWorker(plane, "worker-1"):
+        sensor = repo.get_sensor_def("app_repository")
+        [request] = sensor(dg.build_sensor_context(instance=instance, repository_def=repo)).run_requests
+        assert request.job_name == "deploy"
+        run = repo.get_job("deploy").execute_in_process(run_config=request.run_config, instance=instance, raise_on_error=False)
+        assert run.success, [e.message for e in run.all_events if e.is_failure]
+        assert get_deployment(plane, "StockAlerts").generation == 1
+
+        materialized = dg.materialize([stock_alerts], resources=resources, instance=instance)
+    assert materialized.success
+    events = {e.asset_key: e.metadata for e in materialized.get_asset_materialization_events() for e in [e.materialization]}
+    assert set(events) == {k for k in stock_alerts.keys}
+    assert events[filter_key]["changed"].value is False and events[filter_key]["generation"].value == 1
+
+
+def test_the_component_loads_from_defs_yaml(cluster):
+    from dagster.components.testing import create_defs_folder_sandbox
+
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=SpDagsterComponent,
+            defs_yaml_contents={
+                "type": "sp_dagster.dagster.SpDagsterComponent",
+                "attributes": {"app_repository": "apps", "conf": str(cluster.manager_conf), "worker_conf": str(cluster.worker_conf)},
+            },
+        )
+        (defs_path / "apps").mkdir()
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (component, defs):
+            assert isinstance(component, SpDagsterComponent)
+            repo = defs.get_repository_def()
+            assert str(defs_path / "apps") in repo.get_sensor_def("app_repository").description
+            assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "manager", "worker"}
+            assert K(["sp_dagster", "control_plane"]) in repo.asset_graph.get_all_asset_keys()
