@@ -19,7 +19,6 @@ import collections
 import concurrent.futures
 import json
 import logging
-import re
 import threading
 import time
 from typing import Any, Iterable, Mapping, Sequence
@@ -38,11 +37,10 @@ from sp_dagster.errors import BrokerUnavailable, ConfigError, EventDecodeError, 
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
+from sp_dagster.siddhi.transports import NATS_CLUSTER_ID, NATS_TOPIC
 
 log = logging.getLogger(__name__)
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
-_CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
 KEY_HEADER, TIME_HEADER, HEADERS_HEADER = "Sp-Key", "Sp-Ts", "Sp-Headers"
 META_CLUSTER, META_TOPIC = "sp-dagster-cluster", "sp-dagster-topic"
 CHUNK = 512  # messages handed to the event loop at once
@@ -140,7 +138,7 @@ class NatsTransport(Transport):
         self.servers = tuple(server_url(s) for s in names if s.strip())
         if not self.servers:
             raise ConfigError("no NATS server given; set deployment.config.natsServerUrl (nats://host:4222)")
-        if not cluster_id or not _CLUSTER_ID.fullmatch(cluster_id):
+        if not cluster_id or not NATS_CLUSTER_ID.fullmatch(cluster_id):
             raise ConfigError(
                 f"clusterId '{cluster_id or ''}' cannot name NATS streams and subjects: use letters, digits, '_' or '-' "
                 "(deployment.config.clusterId)"
@@ -302,7 +300,7 @@ class NatsTransport(Transport):
         return None if found is None else TopicInfo(topic, len(found.config.subjects or ()))
 
     def ensure_topic(self, topic: str, partitions: int) -> TopicInfo:
-        if not _TOPIC_NAME.fullmatch(topic) or len(topic) > 200:
+        if not NATS_TOPIC.fullmatch(topic) or len(topic) > 200:
             raise TopicError(f"'{topic}' is not a valid topic name: use up to 200 letters, digits, '_' or '-', in parts joined by '.'")
         if partitions < 1:
             raise TopicError(f"topic '{topic}': a topic needs at least 1 partition, not {partitions}")
