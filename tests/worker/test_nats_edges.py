@@ -113,3 +113,13 @@ from In[v >= 0] select k, v insert into Out;
     finally:
         running.stop(save=False)
         publisher.close()
+
+
+def test_micro_batch_mode_refuses_user_nats_sources_and_sinks_clearly():
+    from sp_dagster.worker.instance_plan import InstancePlanError
+    from sp_dagster.worker.spark_query import QuerySettings, build_query
+
+    text = "@App:name('Mb')\n@source(type='nats', destination='in')\ndefine stream In (k string);\nfrom In select k insert into Out;\n"
+    plan = plan_instance("Mb-1", text)
+    with pytest.raises(InstancePlanError, match="nats @source/@sink of In runs in continuous mode only; set spark.executionMode: continuous"):
+        build_query(None, plan, QuerySettings("localhost:9092", "/nowhere"))
