@@ -140,7 +140,8 @@ class NatsTransport(Transport):
 
     kind = "nats"
 
-    def __init__(self, servers: str | Sequence[str], cluster_id: str, timeout: float = 10.0, replicas: int = 1):
+    def __init__(self, servers: str | Sequence[str], cluster_id: str, timeout: float = 10.0, replicas: int = 1,
+                 setting: str = "deployment.config.natsServerUrl"):
         names = servers.split(",") if isinstance(servers, str) else servers
         self.servers = tuple(server_url(s) for s in names if s.strip())
         if not self.servers:
@@ -151,6 +152,7 @@ class NatsTransport(Transport):
                 "(deployment.config.clusterId)"
             )
         self.cluster_id = cluster_id
+        self.setting = setting  # where users set the servers, for errors
         self.timeout = timeout
         self.replicas = replicas
         self._lock = threading.Lock()
@@ -210,7 +212,7 @@ class NatsTransport(Transport):
                     raise
                 raise BrokerUnavailable(
                     f"cannot reach the NATS server at {self.address} ({_describe(exc)}); is it running? Start the embedded one "
-                    "with `sp-dagster nats`, or fix deployment.config.natsServerUrl"
+                    f"with `sp-dagster nats`, or fix {self.setting}"
                 ) from None
             self._loop = loop
 

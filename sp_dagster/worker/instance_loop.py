@@ -172,7 +172,8 @@ class InstanceLoop:
         from sp_dagster.messaging.nats import NatsTransport
 
         own = self.transport if getattr(self.transport, "kind", "") == "nats" else None
-        candidate = NatsTransport(*endpoint.resolve(own and own.address, own and own.cluster_id))
+        servers, cluster_id = endpoint.resolve(own and own.address, own and own.cluster_id)
+        candidate = NatsTransport(servers, cluster_id, setting=f"bootstrap.servers of the nats @source/@sink in {self.plan.name}")
         if own is not None and (candidate.servers, candidate.cluster_id) == (own.servers, own.cluster_id):
             return own
         return self.transports.setdefault(("nats", candidate.servers, candidate.cluster_id), candidate)

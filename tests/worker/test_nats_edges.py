@@ -123,3 +123,18 @@ def test_micro_batch_mode_refuses_user_nats_sources_and_sinks_clearly():
     plan = plan_instance("Mb-1", text)
     with pytest.raises(InstancePlanError, match="nats @source/@sink of In runs in continuous mode only; set spark.executionMode: continuous"):
         build_query(None, plan, QuerySettings("localhost:9092", "/nowhere"))
+
+
+@pytest.mark.slow
+def test_an_unreachable_user_nats_server_is_named_with_the_option_to_fix(nats):
+    from sp_dagster.embedded import free_port
+    from sp_dagster.errors import BrokerUnavailable
+    from sp_dagster.worker.instance_loop import InstanceLoop, LoopSettings
+
+    from tests.worker.test_continuous import Line
+
+    address = f"nats://127.0.0.1:{free_port()}"
+    text = f"@App:name('Gone')\n@source(type='nats', destination='in', bootstrap.servers='{address}')\ndefine stream In (k string);\nfrom In select k insert into Out;\n"
+    loop = InstanceLoop(plan_instance("Gone-1", text), nats, LoopSettings(), checkpoint=None, control=Line())
+    with pytest.raises(BrokerUnavailable, match=rf"cannot reach the NATS server at {address} .*fix bootstrap.servers of the nats @source/@sink in Gone-1$"):
+        loop.run()
