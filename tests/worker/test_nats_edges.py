@@ -138,3 +138,13 @@ def test_an_unreachable_user_nats_server_is_named_with_the_option_to_fix(nats):
     loop = InstanceLoop(plan_instance("Gone-1", text), nats, LoopSettings(), checkpoint=None, control=Line())
     with pytest.raises(BrokerUnavailable, match=rf"cannot reach the NATS server at {address} .*fix bootstrap.servers of the nats @source/@sink in Gone-1$"):
         loop.run()
+
+
+def test_user_nats_sinks_are_not_shown_as_cluster_topics():
+    from sp_dagster.orchestration.assets import _user_sinks
+
+    text = (
+        "@App:name('As')\n@source(type='kafka', topic.list='i')\ndefine stream In (k string);\n"
+        "@sink(type='nats', destination='n')\n@sink(type='kafka', topic='k')\ndefine stream Out (k string);\nfrom In select k insert into Out;\n"
+    )
+    assert _user_sinks({"instances": [{"name": "As-1", "siddhi": text}], "outputs": {}}) == [{"topic": "k", "partitions": 0}]
