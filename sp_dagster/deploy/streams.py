@@ -42,7 +42,7 @@ def stream_topic(plane, app: str, stream: str, *, writing: bool) -> StreamTopic:
             ends = list(plan.outputs) + list(plan.inputs) if not writing else list(plan.inputs)
             for end in ends:
                 streams.add(end.stream)
-                if end.stream == stream and not end.bootstrap:
+                if end.stream == stream and not end.bootstrap and not end.nats:  # not another cluster, nor a user NATS
                     return StreamTopic(app, stream, end.topic, end.codec, end.attributes)
     verb = "read from a topic" if writing else "on a topic"
     known = ", ".join(sorted(streams)) or "none"

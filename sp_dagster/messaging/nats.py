@@ -19,7 +19,6 @@ import collections
 import concurrent.futures
 import json
 import logging
-import re
 import threading
 import time
 from typing import Any, Iterable, Mapping, Sequence
@@ -38,28 +37,34 @@ from sp_dagster.errors import BrokerUnavailable, ConfigError, EventDecodeError, 
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
+from sp_dagster.siddhi.transports import NATS_CLUSTER_ID, NATS_TOPIC
 
 log = logging.getLogger(__name__)
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
-_CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
 KEY_HEADER, TIME_HEADER, HEADERS_HEADER = "Sp-Key", "Sp-Ts", "Sp-Headers"
 META_CLUSTER, META_TOPIC = "sp-dagster-cluster", "sp-dagster-topic"
-CHUNK = 512  # messages handed to the event loop at once
+CHUNK = 512  # messages handed to the event loop at once, as one write of protocol frames
 MAX_IN_FLIGHT = 20_000  # unacknowledged publishes before produce() waits
 MAX_BUFFERED = 50_000  # messages a reader holds before the server is made to wait (flow control)
 
 
-def message_headers(key: bytes | None, timestamp: int | None, headers: Iterable[tuple[str, bytes]] | None) -> dict[str, str] | None:
-    """The NATS headers that carry a message's key, event timestamp (ms) and own headers."""
-    result = {}
+def header_block(key: bytes | None, timestamp: int | None, headers: Iterable[tuple[str, bytes]] | None) -> bytes:
+    """The NATS header block that carries a message's key, event timestamp (ms) and own headers (b"": none)."""
+    lines = []
     if key is not None:
-        result[KEY_HEADER] = base64.b64encode(key).decode()
+        lines.append(f"{KEY_HEADER}: {base64.b64encode(key).decode()}\r\n")
     if timestamp:
-        result[TIME_HEADER] = str(int(timestamp))
+        lines.append(f"{TIME_HEADER}: {int(timestamp)}\r\n")
     if headers:  # name:value pairs, each side base64 (so any bytes survive), joined by ','
-        result[HEADERS_HEADER] = ",".join(f"{_b64(name)}:{_b64(value)}" for name, value in headers)
-    return result or None
+        lines.append(f"{HEADERS_HEADER}: {','.join(f'{_b64(name)}:{_b64(value)}' for name, value in headers)}\r\n")
+    return f"NATS/1.0\r\n{''.join(lines)}\r\n".encode() if lines else b""
+
+
+def publish_frame(subject: str, reply: str, value: bytes, block: bytes) -> bytes:
+    """One message as the NATS protocol writes it (HPUB with a header block, else PUB), so a chunk goes out in one write."""
+    if not block:
+        return b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(value), value)
+    return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply.encode(), len(block), len(block) + len(value), block, value)
 
 
 def _b64(data: bytes | str) -> str:
@@ -67,7 +72,7 @@ def _b64(data: bytes | str) -> str:
 
 
 def parse_headers(nats_headers: Mapping[str, str] | None) -> tuple[bytes | None, int | None, tuple[tuple[str, bytes], ...]]:
-    """Read back message_headers(): (key, timestamp or None, headers)."""
+    """Read back header_block() as nats-py parsed it: (key, timestamp or None, headers)."""
     if not nats_headers:
         return None, None, ()
     key = nats_headers.get(KEY_HEADER)
@@ -135,17 +140,19 @@ class NatsTransport(Transport):
 
     kind = "nats"
 
-    def __init__(self, servers: str | Sequence[str], cluster_id: str, timeout: float = 10.0, replicas: int = 1):
+    def __init__(self, servers: str | Sequence[str], cluster_id: str, timeout: float = 10.0, replicas: int = 1,
+                 setting: str = "deployment.config.natsServerUrl"):
         names = servers.split(",") if isinstance(servers, str) else servers
         self.servers = tuple(server_url(s) for s in names if s.strip())
         if not self.servers:
             raise ConfigError("no NATS server given; set deployment.config.natsServerUrl (nats://host:4222)")
-        if not cluster_id or not _CLUSTER_ID.fullmatch(cluster_id):
+        if not cluster_id or not NATS_CLUSTER_ID.fullmatch(cluster_id):
             raise ConfigError(
                 f"clusterId '{cluster_id or ''}' cannot name NATS streams and subjects: use letters, digits, '_' or '-' "
                 "(deployment.config.clusterId)"
             )
         self.cluster_id = cluster_id
+        self.setting = setting  # where users set the servers, for errors
         self.timeout = timeout
         self.replicas = replicas
         self._lock = threading.Lock()
@@ -205,7 +212,7 @@ class NatsTransport(Transport):
                     raise
                 raise BrokerUnavailable(
                     f"cannot reach the NATS server at {self.address} ({_describe(exc)}); is it running? Start the embedded one "
-                    "with `sp-dagster nats`, or fix deployment.config.natsServerUrl"
+                    f"with `sp-dagster nats`, or fix {self.setting}"
                 ) from None
             self._loop = loop
 
@@ -302,7 +309,7 @@ class NatsTransport(Transport):
         return None if found is None else TopicInfo(topic, len(found.config.subjects or ()))
 
     def ensure_topic(self, topic: str, partitions: int) -> TopicInfo:
-        if not _TOPIC_NAME.fullmatch(topic) or len(topic) > 200:
+        if not NATS_TOPIC.fullmatch(topic) or len(topic) > 200:
             raise TopicError(f"'{topic}' is not a valid topic name: use up to 200 letters, digits, '_' or '-', in parts joined by '.'")
         if partitions < 1:
             raise TopicError(f"topic '{topic}': a topic needs at least 1 partition, not {partitions}")
@@ -402,14 +409,18 @@ def _describe(exc: BaseException) -> str:
 
 
 class NatsRawPublisher(RawPublisherBase):
-    """Publishes ready-encoded messages to any topic and partition, with JetStream acknowledgements."""
+    """Publishes ready-encoded messages to any topic and partition, with JetStream acknowledgements.
+
+    Batched: produce() queues protocol frames, each with its own reply subject; every CHUNK of them
+    (or serve()/flush()) goes to the server in one write, and the acknowledgements are taken off the
+    reply subscription in bulk as they come; flush() waits until every one is in."""
 
     def __init__(self, transport: NatsTransport):
         self.transport = transport
         transport.connect()
         self._loop = transport._loop
         self._nc = transport._nc
-        self._buffer: list[tuple[str, bytes, dict | None]] = []
+        self._buffer: list[bytes] = []  # protocol frames not yet handed to the event loop
         self._pending: dict[str, str] = {}  # reply subject -> message subject, until acknowledged
         self._failures: list[str] = []
         self._topics: set[str] = set()
@@ -423,22 +434,37 @@ class NatsRawPublisher(RawPublisherBase):
 
     async def _start(self) -> None:
         self._queue = asyncio.Queue()
-        self._subscription = await self._nc.subscribe(self._inbox + "*", cb=self._on_ack)
-        self._sender = asyncio.get_running_loop().create_task(self._send())
+        self._subscription = await self._nc.subscribe(self._inbox + "*", pending_msgs_limit=4 * MAX_IN_FLIGHT)
+        loop = asyncio.get_running_loop()
+        self._tasks = (loop.create_task(self._send()), loop.create_task(self._take_acks()))
 
     async def _send(self) -> None:
-        """Publish the handed-over chunks in order (one task, so a partition keeps its order)."""
+        """Write the handed-over chunks in order (one task, so a partition keeps its order)."""
+        nc = self._nc
         while True:
             chunk = await self._queue.get()
             if chunk is None:
                 return
-            for reply, subject, value, headers in chunk:
-                try:
-                    await self._nc.publish(subject, value, reply=reply, headers=headers)
-                except Exception as exc:  # the connection is closed or its buffer is full
-                    self._settle(reply, f"{subject}: {_describe(exc)}")
+            frames, replies = chunk
+            if nc.is_closed:
+                self._settle([(reply, f"{self._pending.get(reply)}: the connection is closed") for reply in replies])
+                continue
+            await nc._send_command(b"".join(frames))  # what nc.publish() does for one frame, for a chunk
+            if nc._flush_queue is not None and nc._flush_queue.empty():
+                await nc._flush_pending()
 
-    async def _on_ack(self, msg) -> None:
+    async def _take_acks(self) -> None:
+        """Settle acknowledgements as they arrive, all those waiting at once."""
+        queue = self._subscription._pending_queue
+        while True:
+            acks = [await queue.get()]
+            while not queue.empty():
+                acks.append(queue.get_nowait())
+            self._subscription._pending_size -= sum(len(msg.data) for msg in acks)  # nats-py's bookkeeping, as next_msg() does it
+            self._settle([(msg.subject, self._failure(msg)) for msg in acks])
+
+    def _failure(self, msg) -> str | None:
+        """Why JetStream refused a message (None: stored)."""
         failure = None
         if msg.headers and msg.headers.get("Status") == "503":
             failure = "no stream takes this subject (the topic or partition does not exist)"
@@ -447,14 +473,13 @@ class NatsRawPublisher(RawPublisherBase):
                 failure = json.loads(msg.data)["error"].get("description", msg.data.decode(errors="replace"))
             except (ValueError, KeyError, AttributeError):
                 failure = msg.data.decode(errors="replace")
-        subject = self._pending.get(msg.subject)
-        self._settle(msg.subject, f"{subject}: {failure}" if failure and subject else None)
+        return f"{self._pending.get(msg.subject)}: {failure}" if failure else None
 
-    def _settle(self, reply: str, failure: str | None) -> None:
-        if self._pending.pop(reply, None) is None:
-            return  # an acknowledgement after flush() gave up on it
-        if failure:
-            self._failures.append(failure)
+    def _settle(self, outcomes: list[tuple[str, str | None]]) -> None:
+        pending = self._pending
+        for reply, failure in outcomes:
+            if pending.pop(reply, None) is not None and failure:  # (None: acknowledged after flush() gave up on it)
+                self._failures.append(failure)
         if self._waiting:
             with self._acked:
                 self._acked.notify_all()
@@ -462,13 +487,13 @@ class NatsRawPublisher(RawPublisherBase):
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
         """Queue one message (timestamp in ms; None: the server's time). Safe to call from several threads."""
         subject = self.transport.subject(topic, partition)
-        encoded = message_headers(key, timestamp, headers)
+        block = header_block(key, timestamp, headers)
         with self._producing:
             self._topics.add(topic)
             self._counter += 1
             reply = f"{self._inbox}{self._counter}"
             self._pending[reply] = subject
-            self._buffer.append((reply, subject, value, encoded))
+            self._buffer.append(publish_frame(subject, reply, value, block))
             full = len(self._buffer) >= CHUNK
             if full:
                 self._hand_over()
@@ -476,9 +501,10 @@ class NatsRawPublisher(RawPublisherBase):
             self._wait(lambda: len(self._pending) < MAX_IN_FLIGHT, self.transport.timeout * 3)
 
     def _hand_over(self) -> None:
-        """Give the buffered messages to the sender task (under self._producing)."""
-        chunk, self._buffer = self._buffer, []
-        self._loop.loop.call_soon_threadsafe(self._queue.put_nowait, chunk)
+        """Give the buffered frames, and their reply subjects, to the sender task (under self._producing)."""
+        frames, self._buffer = self._buffer, []
+        replies = [f"{self._inbox}{n}" for n in range(self._counter - len(frames) + 1, self._counter + 1)]
+        self._loop.loop.call_soon_threadsafe(self._queue.put_nowait, (frames, replies))
 
     def _wait(self, condition, timeout: float) -> None:
         with self._acked:
@@ -519,7 +545,9 @@ class NatsRawPublisher(RawPublisherBase):
         finally:
             async def stop():
                 self._queue.put_nowait(None)
-                await self._sender
+                sender, acks = self._tasks
+                await sender
+                acks.cancel()
                 await self._subscription.unsubscribe()
 
             try:

@@ -220,7 +220,7 @@ def _user_sinks(group: dict) -> list[dict]:
         outputs = plan_instance(instances[0]["name"], instances[0]["siddhi"]).outputs
     except InstancePlanError:  # a sink workers cannot run is reported by the worker, not here
         return []
-    return [{"topic": o.topic, "partitions": o.partitions} for o in outputs if not o.bootstrap and o.topic not in internal]
+    return [{"topic": o.topic, "partitions": o.partitions} for o in outputs if not o.bootstrap and not o.nats and o.topic not in internal]
 
 
 def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = None) -> list[dg.AssetSpec]:

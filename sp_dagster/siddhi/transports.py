@@ -25,6 +25,9 @@ Report = Callable[[str, ast.Node], None]
 INSTANCE_SHARE = "sp.instance"
 #: The cluster's own messaging layer, filled in by the worker (`bootstrap.servers='${bootstrap}'`).
 BOOTSTRAP_PLACEHOLDER = "${bootstrap}"
+#: What names a topic of the NATS layer (a nats @source/@sink's destination) and a clusterId.
+NATS_TOPIC = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+NATS_CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ SOURCES = {
         ("group.id", "threading.option", "partition.no.list", "seq.enabled", "bootstrap.servers", "optional.configuration", INSTANCE_SHARE),
     ),
     "http": TransportSpec(("receiver.url",), ("basic.auth.enabled",)),
+    "nats": TransportSpec(
+        ("destination",),
+        ("bootstrap.servers", "cluster.id", "client.id", "queue.group.name", "durable.name", "subscription.sequence", INSTANCE_SHARE),
+    ),
 }
 SINKS = {
     "kafka": TransportSpec(
@@ -51,6 +58,7 @@ SINKS = {
         (), ("publisher.url", "method", "headers", "basic.auth.username", "basic.auth.password", "content.type"), ("publisher.url", "headers", "basic.auth.username", "basic.auth.password")
     ),
     "log": TransportSpec((), ("prefix", "priority")),
+    "nats": TransportSpec((), ("destination", "bootstrap.servers", "cluster.id", "client.id"), ("destination",)),
 }
 #: Map types and the options each takes on a @source and on a @sink.
 MAPS = {
@@ -243,6 +251,44 @@ def _http_sink(annotation: ast.Annotation, destinations, report: Report) -> None
         report("basic.auth.username and basic.auth.password go together.", user or password)
 
 
+def _nats_source(annotation: ast.Annotation, destinations, report: Report) -> None:
+    _nats_options(annotation, [annotation.element("destination")], report)
+    sequence = annotation.element("subscription.sequence")
+    if sequence is not None and not sequence.value.strip().isdigit():
+        report(f"subscription.sequence must be a sequence number, as in '100', not '{sequence.value}'.", sequence)
+
+
+def _nats_sink(annotation: ast.Annotation, destinations, report: Report) -> None:
+    if annotation.get("destination") is None and not (destinations and all(d.get("destination") for d in destinations)):
+        report("@sink(type='nats') needs destination, on the sink or on every @destination.", annotation)
+    _nats_options(annotation, [annotation.element("destination")] + [d.element("destination") for d in destinations], report)
+
+
+def _nats_options(annotation: ast.Annotation, subjects: list, report: Report) -> None:
+    """destination (a topic of the NATS layer), bootstrap.servers (NATS URLs) and cluster.id."""
+    for element in subjects:
+        if element is not None and not NATS_TOPIC.fullmatch(element.value.strip()):
+            report(
+                f"destination '{element.value}' cannot name a NATS topic: use letters, digits, '_' or '-', in parts joined by '.' "
+                "(no {{templates}} or wildcards).",
+                element,
+            )
+    servers = annotation.element("bootstrap.servers")
+    if servers is not None and servers.value != BOOTSTRAP_PLACEHOLDER:
+        for server in (s.strip() for s in servers.value.split(",")):
+            parts = urlsplit(server if "://" in server else f"nats://{server}")
+            try:
+                good = parts.scheme in ("nats", "tls") and bool(parts.hostname) and parts.port is not None
+            except ValueError:
+                good = False
+            if not good:
+                report(f"bootstrap.servers must be NATS URLs separated by commas, as in 'nats://host:4222', not '{server}'.", servers)
+                break
+    cluster = annotation.element("cluster.id")
+    if cluster is not None and not NATS_CLUSTER_ID.fullmatch(cluster.value.strip()):
+        report(f"cluster.id '{cluster.value}' cannot name NATS streams: use letters, digits, '_' or '-'.", cluster)
+
+
 def _log_sink(annotation: ast.Annotation, destinations, report: Report) -> None:
     priority = annotation.element("priority")
     if priority is not None and priority.value.upper() not in LOG_PRIORITIES:
@@ -254,9 +300,11 @@ def _log_sink(annotation: ast.Annotation, destinations, report: Report) -> None:
 _CHECKS = {
     ("source", "kafka"): _kafka_source,
     ("source", "http"): _http_source,
+    ("source", "nats"): _nats_source,
     ("sink", "kafka"): _kafka_sink,
     ("sink", "http"): _http_sink,
     ("sink", "log"): _log_sink,
+    ("sink", "nats"): _nats_sink,
 }
 
 

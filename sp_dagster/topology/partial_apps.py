@@ -235,9 +235,9 @@ def _passthrough_elements(group: GroupSpec, index: int, instance: str, context: 
 
 
 def _shared(source: ast.Annotation, index: int, parallelism: int) -> ast.Annotation:
-    """A user kafka @source read by several instances, without partition.no.list: each instance
+    """A user kafka or nats @source read by several instances, without partition.no.list: each instance
     reads its own share of the topics' partitions (`sp.instance='i/N'`), so together they read all."""
-    if parallelism == 1 or (source.get("type") or "").lower() != "kafka" or source.get("partition.no.list") is not None:
+    if parallelism == 1 or (source.get("type") or "").lower() not in ("kafka", "nats") or source.get("partition.no.list") is not None:
         return source
     return dataclasses.replace(source, elements=(*source.elements, _element(INSTANCE_SHARE, f"{index + 1}/{parallelism}")))
 

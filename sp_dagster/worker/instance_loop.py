@@ -103,7 +103,7 @@ class InstanceLoop:
         self.transport = transport
         self.settings = settings
         self.control = control
-        # Inputs and outputs on another Kafka cluster (`bootstrap.servers` of their own).
+        # Inputs and outputs on another Kafka cluster (`bootstrap.servers` of their own) or a user nats source/sink's NATS.
         self.transports = dict(transports or {})
         self.runtime = self._new_runtime()
         self.http_sinks = HttpSinks(plan.http_outputs, plan.name) if plan.http_outputs else None
@@ -113,13 +113,14 @@ class InstanceLoop:
         self.state_note: str | None = None  # what the user should know about the state it started with
         self._set_aside: str | None = None
         self.readers: list[tuple[str, Reader]] = []
-        self._publishers: dict[str, object] = {}
+        self._publishers: dict[object, object] = {}  # "": the cluster's own (or its transactions), else per transport
+        self._publisher_of: dict[str, object] = {}  # topic -> its publisher
         self._txn = None  # the transactional publisher (exactly-once), when the layer has transactions
         self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
         self._txn_stamp = ""  # the incarnations of those inputs, stamped on every commit
         self.replay_until: dict[tuple[str, int], int] = {}  # inputs whose outputs up to here are already published
         self.replay_clock: int | None = None
-        self._output_cluster = {o.topic: o.bootstrap for o in plan.outputs if o.bootstrap}
+        self._output_cluster = {t: (o.bootstrap, o.nats) for o in plan.outputs if o.bootstrap or o.nats for t in (o.topic, *o.topics)}
         self.stats = _Stats()
         self._last_checkpoint = self._last_metrics = time.monotonic()
 
@@ -143,8 +144,11 @@ class InstanceLoop:
         elif resumed.positions:
             log.info("%s: resumed from a checkpoint of %d input partition(s)", self.plan.name, len(self.positions))
 
-    def _transport(self, bootstrap: str | None, properties: tuple = ()) -> Transport:
-        """The cluster's transport, or a Kafka client of another cluster or with a user source's own properties."""
+    def _transport(self, bootstrap: str | None, properties: tuple = (), nats=None) -> Transport:
+        """The cluster's transport, a Kafka client of another cluster or with a user source's own properties,
+        or the NATS client of a user nats source/sink (`nats`, a NatsEndpoint)."""
+        if nats is not None:
+            return self._nats_transport(nats)
         if not bootstrap and not properties:
             return self.transport
         name = f"{bootstrap or ''}|{properties}" if properties else bootstrap
@@ -157,23 +161,39 @@ class InstanceLoop:
             self.transports[name] = KafkaTransport(servers, {**getattr(self.transport, "properties", {}), **dict(properties)})
         return self.transports[name]
 
+    def _nats_transport(self, endpoint) -> Transport:
+        """The cluster's own transport when the endpoint resolves to it, else one NATS client per server and cluster id."""
+        from sp_dagster.messaging.nats import NatsTransport
+
+        own = self.transport if getattr(self.transport, "kind", "") == "nats" else None
+        servers, cluster_id = endpoint.resolve(own and own.address, own and own.cluster_id)
+        candidate = NatsTransport(servers, cluster_id, setting=f"bootstrap.servers of the nats @source/@sink in {self.plan.name}")
+        if own is not None and (candidate.servers, candidate.cluster_id) == (own.servers, own.cluster_id):
+            return own
+        return self.transports.setdefault(("nats", candidate.servers, candidate.cluster_id), candidate)
+
     def _topic_partitions(self, topic: str) -> int:
         """How many partitions an output topic has (user sinks that spread over all of them)."""
-        bootstrap = self._output_cluster.get(topic)
-        return self._transport(bootstrap).require_topic(topic).partitions
+        bootstrap, nats = self._output_cluster.get(topic, (None, None))
+        return self._transport(bootstrap, nats=nats).require_topic(topic).partitions
 
     def _open(self) -> None:
         self._resume()
         raw = RawCodec()
         read = []  # (input, the partitions this instance reads of it)
         for source in self.plan.inputs:
-            transport = self._transport(source.bootstrap, source.properties)
+            transport = self._transport(source.bootstrap, source.properties, source.nats)
             partitions = self._partitions(source)
-            start = {p: self.positions.get((source.topic, p), EARLIEST) for p in partitions}
+            first = EARLIEST if source.start is None else source.start
+            start = {p: self.positions.get((source.topic, p), first) for p in partitions}
             self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
             read.append((source, partitions))
         if self.settings.transactions:
-            self._start_transactions([(s.topic, p) for s, partitions in read if not s.bootstrap for p in partitions])
+            self._start_transactions([(s.topic, p) for s, partitions in read if not s.bootstrap and not s.nats for p in partitions])
+        for output in self.plan.outputs:
+            if output.nats is not None:  # a missing topic is made, as NATS Streaming makes a channel on first use
+                for topic in {output.topic, *output.topics}:
+                    self._transport(None, nats=output.nats).ensure_topic(topic, 1)
 
     def _start_transactions(self, inputs: list[tuple[str, int]]) -> None:
         """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read);
@@ -206,7 +226,11 @@ class InstanceLoop:
         share of all of them (a user kafka source read by N instances), else all of them."""
         if source.partitions:
             return source.partitions
-        count = self._transport(source.bootstrap, source.properties).require_topic(source.topic).partitions
+        transport = self._transport(source.bootstrap, source.properties, source.nats)
+        if source.nats is not None:  # made (or grown) to one partition per instance that shares it
+            count = transport.ensure_topic(source.topic, (source.share or (1, 1))[1]).partitions
+        else:
+            count = transport.require_topic(source.topic).partitions
         return share_of(count, *(source.share or (1, 1)))
 
     @property
@@ -215,10 +239,15 @@ class InstanceLoop:
         return "exactly-once" if self._txn is not None else "at-least-once"
 
     def _publisher(self, topic: str):
-        bootstrap = self._output_cluster.get(topic) or ""
-        if bootstrap not in self._publishers:
-            self._publishers[bootstrap] = self._transport(bootstrap or None).raw_publisher()
-        return self._publishers[bootstrap]
+        publisher = self._publisher_of.get(topic)
+        if publisher is None:
+            bootstrap, nats = self._output_cluster.get(topic, (None, None))
+            transport = self._transport(bootstrap, nats=nats)
+            key = "" if transport is self.transport else id(transport)
+            if key not in self._publishers:
+                self._publishers[key] = transport.raw_publisher()
+            publisher = self._publisher_of[topic] = self._publishers[key]
+        return publisher
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -339,11 +368,11 @@ class InstanceLoop:
             groups = {self._publisher(""): out} if out else {}
         for publisher, messages in groups.items():
             publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
-        for publisher in self._publishers.values():
-            if publisher is self._txn:
-                self._txn.commit({place: o for place, o in self.positions.items() if place[0] in self._txn_topics}, f"{now}:{self._txn_stamp}")
-            elif publisher in groups:
+        for publisher in self._publishers.values():  # other layers first: the transaction commits the inputs as done
+            if publisher is not self._txn and publisher in groups:
                 publisher.flush(self.settings.flush_timeout_s)
+        if self._txn is not None:
+            self._txn.commit({place: o for place, o in self.positions.items() if place[0] in self._txn_topics}, f"{now}:{self._txn_stamp}")
 
     def _checkpoint(self) -> None:
         """Hand the control the engine's snapshot and the offsets it covers (outputs already acknowledged)."""
@@ -393,7 +422,7 @@ class InstanceLoop:
                 publisher.close()
             except Exception as exc:  # closing after a broker outage
                 log.debug("%s: closing a publisher: %s", self.plan.name, exc)
-        self._publishers = {}
+        self._publishers, self._publisher_of = {}, {}
         if self.http_sinks is not None:
             self.http_sinks.close()
         for transport in self.transports.values():

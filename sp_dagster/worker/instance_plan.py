@@ -2,7 +2,7 @@
 
 The topology planner writes every partial app as complete SiddhiQL whose Kafka @source and
 @sink annotations name topics, partitions, mapping and publishing strategy; user sources and
-sinks (kafka, http, log) stand next to them. This module turns them into an `InstancePlan`:
+sinks (kafka, nats, http, log) stand next to them. This module turns them into an `InstancePlan`:
 which topic partitions (or HTTP receivers) feed which stream, which streams go to which
 topics, HTTP endpoints or the log and how, and whether the instance can run keyed by its
 partition key. What workers cannot run is refused by `check_supported`, the same check that
@@ -19,11 +19,30 @@ from sp_dagster.messaging.maps import MapSpec, spec_of
 from sp_dagster.siddhi import SiddhiQLError, ast, parse
 from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, INSTANCE_SHARE, check_transports, http_headers
 
-SUPPORTED_SINKS = ("kafka", "http", "log")
+SUPPORTED_SINKS = ("kafka", "nats", "http", "log")
+#: siddhi-io-nats's defaults for a nats @source/@sink that names no server or cluster id.
+NATS_DEFAULT_SERVERS, NATS_DEFAULT_CLUSTER = "nats://localhost:4222", "test-cluster"
 
 
 class InstancePlanError(SpDagsterError):
     """A partial app that a worker cannot run as written."""
+
+
+@dataclass(frozen=True)
+class NatsEndpoint:
+    """Where a user nats @source/@sink reads or writes: its bootstrap.servers and cluster.id (None: not given)."""
+
+    servers: str | None = None
+    cluster_id: str | None = None
+
+    def resolve(self, own_servers: str | None, own_cluster_id: str | None) -> tuple[str, str]:
+        """(servers, clusterId): without bootstrap.servers, the cluster's own NATS (when it runs on NATS) or
+        siddhi-io-nats's default server; without cluster.id, the cluster's own (on its servers) or `test-cluster`."""
+        if self.servers:
+            return self.servers, self.cluster_id or NATS_DEFAULT_CLUSTER
+        if own_servers:
+            return own_servers, self.cluster_id or own_cluster_id or NATS_DEFAULT_CLUSTER
+        return NATS_DEFAULT_SERVERS, self.cluster_id or NATS_DEFAULT_CLUSTER
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,8 @@ class InputTopic:
     share: tuple[int, int] | None = None  # (i, N): instance i (1-based) of N splits the topic's partitions
     seq: bool = False  # siddhi-io-kafka's seq.enabled: messages carry `sequenceId:seqNo~` headers
     properties: tuple[tuple[str, str], ...] = ()  # optional.configuration of the consumer
+    nats: NatsEndpoint | None = None  # a user nats @source: its topic is `destination` on this NATS
+    start: int | None = None  # a nats @source's subscription.sequence: where to read from without a checkpoint
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,7 @@ class OutputTopic:
     destination_partitions: tuple[int, ...] = ()  # one per @destination(partition.no=...)
     key: str | None = None  # the message key, a {{attr}} template
     properties: tuple[tuple[str, str], ...] = ()  # optional.configuration of the producer
+    nats: NatsEndpoint | None = None  # a user nats @sink: its topics are destinations on this NATS
 
 
 @dataclass(frozen=True)
@@ -179,6 +201,9 @@ def plan_instance(name: str, siddhi: str) -> InstancePlan:
                 basic = (source.get("basic.auth.enabled") or "false").lower() == "true"
                 http_inputs.append(HttpInput(definition.name, source.get("receiver.url"), basic, mapping, attributes))
                 continue
+            if (source.get("type") or "").lower() == "nats":
+                inputs.append(_nats_input(definition.name, source, attributes, mapping))
+                continue
             partitions = _int_list(source.get("partition.no.list"))
             keyed = (source.get("threading.option") or "").lower() == "partition.wise" and bool(partitions)
             seq = (source.get("seq.enabled") or "false").lower() == "true"
@@ -195,6 +220,8 @@ def plan_instance(name: str, siddhi: str) -> InstancePlan:
                 logs.append(LogOutput(definition.name, sink.get("prefix"), (sink.get("priority") or "INFO").upper()))
             elif kind == "http":
                 http_outputs.append(_http_output(definition.name, sink, attributes))
+            elif kind == "nats":
+                outputs.append(_nats_output(definition.name, sink, attributes))
             else:
                 outputs.append(_kafka_output(definition.name, sink, attributes))
     if not inputs and not http_inputs:
@@ -228,6 +255,31 @@ def _kafka_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute
         stream, sink.get("topic") or (topics[0] if topics else ""), strategy, key, partitions, mapping.type, attributes,
         _bootstrap(sink), mapping, topics, partition, by_partition if by_partition != tuple(range(len(by_partition))) else (),
         sink.get("key"), _properties(sink),
+    )
+
+
+def _nats_endpoint(annotation: ast.Annotation) -> NatsEndpoint:
+    return NatsEndpoint(_bootstrap(annotation), annotation.get("cluster.id"))
+
+
+def _nats_input(stream: str, source: ast.Annotation, attributes: tuple[Attribute, ...], mapping: MapSpec) -> InputTopic:
+    """A user nats @source: topic `destination` of its NATS server and cluster, shared among the instances that read it."""
+    sequence = source.get("subscription.sequence")
+    return InputTopic(
+        stream, source.get("destination").strip(), (), mapping.type, attributes, mapping=mapping, share=_share(source),
+        nats=_nats_endpoint(source), start=int(sequence) if sequence is not None else None,
+    )
+
+
+def _nats_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute, ...]) -> OutputTopic:
+    """A user nats @sink: topic `destination` (or one per @destination, their partition 0) on its NATS server and cluster."""
+    strategy, key, destinations = _distribution(sink)
+    mapping = spec_of(sink.annotation("map"))
+    topics = tuple(d.get("destination").strip() for d in destinations if d.get("destination"))
+    topic = (sink.get("destination") or "").strip() or topics[0]
+    return OutputTopic(
+        stream, topic, strategy, key, 0, mapping.type, attributes, mapping=mapping, topics=topics, partition=0 if topics else None,
+        nats=_nats_endpoint(sink),
     )
 
 

@@ -254,6 +254,9 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
     """The (not yet started) DataStreamWriter of one instance."""
     from pyspark.sql import functions as F
 
+    for place in (*plan.inputs, *plan.outputs):
+        if place.nats is not None:
+            raise InstancePlanError(f"{plan.name}: the nats @source/@sink of {place.stream} runs in continuous mode only; set spark.executionMode: continuous")
     for output in plan.outputs:
         if output.bootstrap and output.bootstrap != settings.bootstrap:
             raise InstancePlanError(f"{plan.name}: publishing {output.stream} to another Kafka cluster ({output.bootstrap}) is not supported yet")

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from sp_dagster.embedded.broker import free_port
-from sp_dagster.messaging.kafka import KafkaTransport
+from sp_dagster.config.loader import load_config
+from sp_dagster.messaging import transport_for
 from sp_dagster.orchestration.processes import Detached, alive, group_members
 from tests.cluster.helpers import wait_until
 from tests.orchestration.conftest import REPO
@@ -31,8 +32,9 @@ def test_down_when_nothing_is_up(sp_home):
 
 
 @pytest.mark.slow
-def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home):
-    up = cli("up", "--no-ui", "--workers", "2", "--broker-port", str(free_port()))
+@pytest.mark.parametrize("messaging", ["kafka", pytest.param("nats", marks=pytest.mark.nats)])
+def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home, messaging, monkeypatch):
+    up = cli("up", "--no-ui", "--workers", "2", "--broker-port", str(free_port()), "--messaging", messaging)
     state = json.loads((sp_home / "up.json").read_text()) if (sp_home / "up.json").exists() else {"processes": []}
     processes = [Detached.from_dict(p) for p in state["processes"]]
     try:
@@ -48,13 +50,24 @@ def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home
         assert {i["node"] for i in deployment["instances"]} == {"worker-1", "worker-2"}
 
         # Events flow: the generator feeds TradeStream, the filter group publishes the large trades.
-        kafka = KafkaTransport(state["facts"]["bootstrap"], timeout=15)
+        for name, value in state["facts"]["env"].items():  # the confs `up` used (for NATS, the copies it wrote)
+            monkeypatch.setenv(name, value)
+        transport = transport_for(load_config(state["facts"]["env"]["SP_DAGSTER_CONF"]).messaging, timeout=15)
+        assert transport.kind == messaging
         try:
-            wait_until(lambda: sum(kafka.end_offsets("StockAlerts.TradeStream").values()) > 10, timeout=60, what="generated events")
-            wait_until(lambda: sum(kafka.end_offsets("StockAlerts.LargeTradeStream.symbol").values()) > 0, timeout=240, interval=2, what="events out of the filter group")
-            wait_until(lambda: sum(kafka.end_offsets("StockAlerts.AveragePriceStream").values()) > 0, timeout=120, interval=2, what="averages out of the average group")
+            wait_until(lambda: sum(transport.end_offsets("StockAlerts.TradeStream").values()) > 10, timeout=60, what="generated events")
+            wait_until(lambda: sum(transport.end_offsets("StockAlerts.LargeTradeStream.symbol").values()) > 0, timeout=240, interval=2, what="events out of the filter group")
+            wait_until(lambda: sum(transport.end_offsets("StockAlerts.AveragePriceStream").values()) > 0, timeout=120, interval=2, what="averages out of the average group")
         finally:
-            kafka.close()
+            transport.close()
+        # The averages as users read them, the same on either layer.
+        consumed = cli("consume", "--conf", state["facts"]["env"]["SP_DAGSTER_CONF"], "--from-beginning", "--count", "3", "--timeout", "30",
+                       "StockAlerts:AveragePriceStream", timeout=120)
+        averages = [json.loads(line) for line in consumed.stdout.splitlines() if line.strip()]
+        assert consumed.returncode == 0 and len(averages) == 3, consumed.stdout + consumed.stderr
+        for average in averages:
+            symbol, price, trades = average["data"]
+            assert average["stream"] == "AveragePriceStream" and isinstance(symbol, str) and price > 0 and trades >= 1, average
     finally:
         down = cli("down")
     assert down.returncode == 0 and "sp-dagster is down" in down.stdout
