@@ -1,26 +1,42 @@
-"""Parallelism changes on redeploy: what they do to state, and which are refused.
+"""Parallelism changes on redeploy: what they do to state, moving per-key state, and which are refused.
 
-A stateless group rescales freely. A stateful group whose parallelism changes would leave its
-state behind: per-key state (a keyed group: `partition with`, field grouping) would stay on the
-instance that owned each key under the old layout while the key's new events go to another,
-and a round-robin group's state has no owner at all. Both are refused with a clear message
-unless the deploy asks for a fresh start (`deploy --fresh`): every instance of the group then
-starts empty (its earlier checkpoints and revisions are set aside by the instances, not
-deleted), and the deploy says so.
+A stateless group rescales freely. A keyed group (`partition with (key of S)`, fed by field
+grouping from other groups of the app) whose state is all per key moves each key's state to the
+instance that owns the key under the new layout, in three recorded steps:
 
-Moving per-key state between instances (split and merge of the engine's partition state, with
-the input drained first) is not built yet: see the README's Status.
+1. *hold the upstream*: every instance that publishes to the group's keyed topics is held (its
+   worker stops it after a last checkpoint, and does not start it); the deploy waits until no
+   worker runs any of them, so nothing is published to those topics any more;
+2. *drain the old instances*: each is held with `drain`: its worker has it read its partitions
+   to their end (what the upstream published under the old layout: the partition of a key
+   depends on the partition count), checkpoint, and stop; the deploy waits until none runs;
+3. *release*: the new layout is recorded with nothing held; each new instance of the group is
+   marked `rescaled` (from which old instances, since when): its worker builds its start
+   checkpoint from the old instances' last ones, keeping the keys it now owns (the engine's
+   per-key partition state) and the offsets they reached. The upstream resumes under the new
+   layout. No key is processed by two instances at once: the old ones stop before any new
+   one starts; no event is lost or seen twice: the new ones start where the old ones ended.
+
+Other stateful groups whose parallelism changes (round-robin state has no owner; state outside
+partition blocks; a keyed topic users publish to) are refused with a clear message unless the
+deploy asks for a fresh start (`deploy --fresh`): every instance of the group then starts empty
+(its earlier checkpoints and revisions are set aside by the instances, not deleted).
+Moving state needs continuous mode and a persistence store the workers share (database, or a
+shared file location).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.deploy.steps import DeployError
 
 FRESH_SINCE = "fresh_since"  # instance extra: checkpoints saved before this time (ms) are not resumed
+KEPT_EXTRAS = (FRESH_SINCE, RESCALED)
+SETTLE_S = 2.0  # a pause longer than a worker's poll between start and report (deploy.rescale step 1)  # what an instance keeps from its previous spec when its group does not rescale now
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,16 @@ class Rescale:
     new: int
     keyed: bool
     stateless: bool
+    unmovable: str | None = None  # why per-key state cannot move (None: it moves)
+    topics: tuple[str, ...] = ()  # the keyed topics the group reads
+    upstream: tuple[str, ...] = ()  # the groups that publish to them
+    old_ids: tuple[str, ...] = ()  # the instances of the recorded layout
+    partitions: dict = field(default_factory=dict, compare=False)  # keyed topic -> the partitions publishers spread keys over
+
+    @property
+    def moves(self) -> bool:
+        """The state moves with the keys (a keyed group whose state is all per key)."""
+        return self.keyed and not self.stateless and self.unmovable is None
 
     @property
     def moving(self) -> float:
@@ -39,13 +65,17 @@ class Rescale:
         cycle = math.lcm(self.old, self.new)
         return sum(1 for r in range(cycle) if r % self.old != r % self.new) / cycle
 
-    def describe(self) -> str:
-        """One line: the change and what it does to state."""
+    def describe(self, fresh: bool = False) -> str:
+        """One line: the change and what it does to state (`fresh`: the deploy starts it empty)."""
         head = f"group {self.group}: {self.old} -> {self.new} instances"
         if self.stateless:
             return f"{head} (stateless: nothing to move)"
+        if self.keyed and fresh:
+            return f"{head}; {self.moving:.0%} of its keys change instance: starting empty (--fresh)"
+        if self.moves:
+            return f"{head}; {self.moving:.0%} of its keys change instance, their state moves with them"
         if self.keyed:
-            return f"{head}; {self.moving:.0%} of its keys change instance"
+            return f"{head}; {self.moving:.0%} of its keys change instance, but {self.unmovable}"
         return f"{head}; its state is round-robin (no key owns it)"
 
 
@@ -55,40 +85,101 @@ def rescales(plane, topology) -> list[Rescale]:
     from sp_dagster.topology.model import FIELD_GROUPING
     from sp_dagster.worker.instance_plan import plan_instance
 
-    before: dict[str, int] = {}
+    before: dict[str, list[str]] = {}
     for instance in list_instances(plane, topology.app):
-        before[instance.group] = before.get(instance.group, 0) + 1
+        before.setdefault(instance.group, []).append(instance.instance_id)
     found = []
     for group in topology.groups:
-        old = before.get(group.exec_group, 0)
+        old_ids = tuple(sorted(before.get(group.exec_group, ())))
+        old = len(old_ids)
         if old and old != len(group.instances) and not group.receiver:
             first = group.instances[0]
             stateless = plan_instance(first.name, first.siddhi).stateless
             keyed = any(s.strategy == FIELD_GROUPING for s in group.inputs)
-            found.append(Rescale(group.name, old, len(group.instances), keyed, stateless))
+            topics = tuple(sorted({s.topic for s in group.inputs if s.topic}))
+            upstream = tuple(g.name for g in topology.groups if any(p.topic in topics for p in g.outputs))
+            why = _unmovable(topology, group, topics, upstream) if keyed and not stateless else None
+            partitions = {t: topology.topic(t).partitions for t in topics}
+            found.append(Rescale(group.name, old, len(group.instances), keyed, stateless, why, topics, upstream, old_ids, partitions))
     return found
+
+
+def _unmovable(topology, group, topics: tuple[str, ...], upstream: tuple[str, ...]) -> str | None:
+    """Why a keyed group's state cannot move key by key, or None when it can."""
+    from sp_dagster.engine.stateparts import part_definitions
+    from sp_dagster.siddhi import load
+    from sp_dagster.topology.model import FIELD_GROUPING, INTERNAL
+
+    if any(s.strategy != FIELD_GROUPING or not s.topic for s in group.inputs):
+        return "it also reads streams that are not partitioned by key"
+    if any(topology.topic(t).role != INTERNAL for t in topics) or not upstream:
+        return "its keyed input is published from outside the app"
+    if len({topology.topic(t).partitions for t in topics}) != 1:
+        return "its keyed topics differ in partition count"
+    first = group.instances[0]
+    other = [p for p in part_definitions(load(first.siddhi, first.name)) if not p.startswith("partition:")]
+    if other:
+        return f"it has state outside `partition with` blocks ({', '.join(other)})"
+    return None
 
 
 def check_rescales(found: list[Rescale], *, fresh: bool) -> list[str]:
     """What the rescales do, one line each; DeployError when a stateful group would lose its state silently."""
-    refused = [r for r in found if not r.stateless]
+    refused = [r for r in found if not r.stateless and not r.moves]
     if refused and not fresh:
         raise DeployError(
             "; ".join(r.describe() for r in refused)
             + ": changing the parallelism of a stateful group would leave its state on the old instances. "
             "Deploy with --fresh to start these groups empty, or keep their parallelism"
         )
-    return [r.describe() + (": starting empty (--fresh)" if not r.stateless else "") for r in found]
+    return [r.describe(fresh) + (": starting empty (--fresh)" if not r.stateless and not r.keyed and fresh else "") for r in found]
 
 
-def fresh_specs(specs: list, found: list[Rescale], previous: dict[str, dict]) -> list:
-    """The instance specs with `fresh_since` set on the groups that start empty now, and kept where set before."""
+def state_specs(specs: list, found: list[Rescale], previous: dict[str, dict], *, fresh: bool, since: int | None = None) -> list:
+    """The instance specs with their state extras: `fresh_since` on groups that start empty now (`fresh`),
+    `rescaled` on groups whose state moves (at `since`, ms), and what each instance had before elsewhere."""
     import dataclasses
 
     now = int(time.time() * 1000)
-    fresh = {r.group for r in found if not r.stateless}
+    restarting = {r.group for r in found if not r.stateless and fresh}
+    moving = {r.group: r for r in found if r.moves and not fresh}
     result = []
     for spec in specs:
-        since = now if spec.extra.get("group") in fresh else previous.get(spec.instance_id, {}).get(FRESH_SINCE)
-        result.append(dataclasses.replace(spec, extra={**spec.extra, FRESH_SINCE: since}) if since else spec)
+        group = spec.extra.get("group")
+        extra = dict(spec.extra)
+        if group in restarting:
+            extra[FRESH_SINCE] = now
+        elif group in moving:
+            r = moving[group]
+            extra[RESCALED] = {"from": list(r.old_ids), "since": since or now, "partitions": dict(r.partitions)}
+        extra.update({k: v for k, v in previous.get(spec.instance_id, {}).items() if k in KEPT_EXTRAS and group not in restarting | set(moving)})
+        if FRESH_SINCE in previous.get(spec.instance_id, {}) and group in moving:
+            extra[FRESH_SINCE] = previous[spec.instance_id][FRESH_SINCE]
+        result.append(dataclasses.replace(spec, extra=extra) if extra != spec.extra else spec)
     return result
+
+
+def move_state(plane, topology, specs: list, found: list[Rescale], record_specs, timeout: float = 120.0) -> list[Rescale]:
+    """Steps 1 and 2 of moving keyed state (module docstring): hold the upstream of every group whose state
+    moves, then drain and stop its old instances; `record_specs(specs)` records a set of instances. Returns
+    the groups whose state moves (step 3 is the deploy's own record, with `state_specs(..., since=now)`)."""
+    import dataclasses
+
+    from sp_dagster.cluster.store.deployments import InstanceSpec, list_instances
+    from sp_dagster.deploy.state import wait_until_released
+
+    moving = [r for r in found if r.moves]
+    if not moving:
+        return []
+    groups = {r.group for r in moving}
+    upstream = {g for r in moving for g in r.upstream}
+    held = [dataclasses.replace(s, extra={**s.extra, HOLD: "rescale"}) if s.extra.get("group") in upstream else s for s in specs if s.extra.get("group") not in groups]
+    old = [i for i in list_instances(plane, topology.app) if i.extra.get("group") in groups]
+    as_recorded = lambda extra: [InstanceSpec(i.instance_id, i.group, i.parallel_index, i.siddhi_app, i.receiver, {**i.extra, **extra}) for i in old]  # noqa: E731
+    record_specs(held + as_recorded({}))
+    for _ in range(2):  # and again after a pause: a worker that read its assignments just before may still start one
+        wait_until_released(plane, [s.instance_id for s in held if s.extra.get(HOLD)], timeout)
+        time.sleep(SETTLE_S)
+    record_specs(held + as_recorded({HOLD: DRAIN}))
+    wait_until_released(plane, [i.instance_id for i in old], timeout)
+    return moving

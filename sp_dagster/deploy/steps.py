@@ -162,23 +162,25 @@ def state_changes(plane, topology: Topology, *, fresh: bool = False) -> list[str
     return lines
 
 
-def record(plane, loaded: LoadedApp, topology: Topology, *, fresh: bool = False):
-    """Record the desired state; unchanged instances keep their placement and state (stateful groups
-    whose parallelism changes start empty when `fresh`: see deploy.rescale)."""
+def record(plane, loaded: LoadedApp, topology: Topology, *, fresh: bool = False, timeout: float = 120.0):
+    """Record the desired state; unchanged instances keep their placement and state. A keyed group whose
+    parallelism changes moves its per-key state first; other stateful groups whose parallelism changes
+    start empty when `fresh` (see deploy.rescale)."""
     from sp_dagster.cluster.store.deployments import list_instances, record_deployment
-    from sp_dagster.deploy.rescale import fresh_specs, rescales
+    from sp_dagster.deploy.rescale import move_state, rescales, state_specs
     from sp_dagster.topology.output import to_dict
 
-    found = rescales(plane, topology) if fresh else []
+    found = rescales(plane, topology)
     previous = {i.instance_id: i.extra for i in list_instances(plane, topology.app)}
-    return record_deployment(
-        plane,
-        topology.app,
-        content_hash=loaded.content_hash,
-        source=loaded.text,
-        plan=to_dict(topology),
-        instances=fresh_specs(instance_specs(topology), found, previous),
-    )
+    specs = instance_specs(topology)
+
+    def record_specs(instances, content_hash=loaded.content_hash):
+        return record_deployment(plane, topology.app, content_hash=content_hash, source=loaded.text, plan=to_dict(topology), instances=instances)
+
+    # while state moves the recorded hash is not the app's: a deploy cut short is done again, not found unchanged
+    moving = [] if fresh else found
+    move_state(plane, topology, state_specs(specs, [], previous, fresh=False), moving, lambda i: record_specs(i, f"rescaling:{loaded.content_hash}"), timeout)
+    return record_specs(state_specs(specs, found, previous, fresh=fresh, since=int(time.time() * 1000)))
 
 
 def deployment_state(plane, app: str) -> DeploymentState:
@@ -253,7 +255,7 @@ def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.
             topics = create_topics(topology, transport)
         finally:
             transport.close()
-        result = record(plane, loaded, topology, fresh=fresh)
+        result = record(plane, loaded, topology, fresh=fresh, timeout=timeout)
         state = wait_until_running(plane, topology.app, timeout, progress=progress) if wait else deployment_state(plane, topology.app)
     finally:
         plane.close()

@@ -391,12 +391,7 @@ class AppRuntime:
         """Put the runtime back in the state `snapshot()` returned (same app); with `partial`, the
         snapshot may come from an earlier version of the app: the parts whose definition is
         unchanged get their state back, the others start empty. Returns which did which."""
-        try:
-            state = _SafeUnpickler(io.BytesIO(zlib.decompress(snapshot))).load()
-        except (zlib.error, pickle.UnpicklingError, EOFError, ValueError) as exc:
-            raise EngineError(f"not a snapshot of this engine: {exc}") from None
-        if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
-            raise EngineError("snapshot has an unknown format version")
+        state = _load_snapshot(snapshot)
         parts = dict(self._parts())
         if partial and "fingerprints" in state:
             matched = match_parts(self.fingerprints, state["fingerprints"])
@@ -447,6 +442,35 @@ class AppRuntime:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _load_snapshot(snapshot: bytes) -> dict:
+    """The plain data of snapshot()'s bytes; EngineError when they are not a snapshot of this engine."""
+    try:
+        state = _SafeUnpickler(io.BytesIO(zlib.decompress(snapshot))).load()
+    except (zlib.error, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raise EngineError(f"not a snapshot of this engine: {exc}") from None
+    if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
+        raise EngineError("snapshot has an unknown format version")
+    return state
+
+
+def merge_keyed(snapshots: Sequence[bytes], owns: Callable[[str], bool]) -> bytes:
+    """One snapshot from those of several copies of an app whose state is all per partition key (a rescaled
+    keyed group): every key `owns` accepts, with its state; EngineError when the app has state of another kind."""
+    states = [_load_snapshot(s) for s in snapshots]
+    if not states:
+        raise EngineError("no snapshot to merge")
+    other = sorted({name for state in states for name in state["parts"] if not name.startswith("partition:")})
+    if other:
+        raise EngineError(f"state outside partitions cannot be split by key: {', '.join(other)}")
+    parts: dict[str, list] = {}
+    for state in states:
+        for name, keys in state["parts"].items():
+            parts.setdefault(name, []).extend([key, saved] for key, saved in keys if owns(key))
+    clocks = [state["clock"] for state in states if state["clock"] is not None]
+    merged = {**states[0], "clock": max(clocks) if clocks else None, "parts": parts}
+    return zlib.compress(pickle.dumps(merged, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class _SafeUnpickler(pickle.Unpickler):

@@ -413,6 +413,11 @@ class KafkaReader(Reader):
                     self._unknown.discard(tp.partition)
         return dict(self._positions)
 
+    def fetched_to(self) -> dict[int, int]:
+        """The consumer's own positions: past the transaction markers that end_offsets() counts."""
+        mine = [TopicPartition(self.topic, p) for p in sorted({*self._positions, *self._unknown})]
+        return {tp.partition: tp.offset for tp in self.consumer.position(mine) if tp.offset >= 0}
+
     def backlog(self) -> dict[int, int]:
         """From the high watermarks the last fetches brought (no request to the broker)."""
         behind = {}

@@ -147,6 +147,10 @@ class Reader(ABC):
         """Events published but not yet read, per assigned partition, as last seen (None: unknown)."""
         return None
 
+    def fetched_to(self) -> dict[int, int]:
+        """Per assigned partition, how far the reader has gone (past transaction markers where the layer has them)."""
+        return self.positions()
+
     @abstractmethod
     def close(self) -> None:
         """Release the client."""

@@ -119,6 +119,22 @@ def unfit_reason(saved: Checkpoint, incarnations: Mapping[str, str], ends: Calla
     return None
 
 
+def split_checkpoints(olds: Iterable[bytes], owns: Callable[[str], bool]) -> Checkpoint:
+    """The start of a rescaled keyed instance: the state of the keys it owns (`owns(key)`) from every old
+    instance's last checkpoint, and the offsets they reached (drained: where the old layout ends)."""
+    from sp_dagster.worker.instance_runtime import merge_snapshots
+
+    saved = [Checkpoint.decode(data) for data in olds]
+    positions: dict[tuple[str, int], int] = {}
+    topics: dict[str, str] = {}
+    for checkpoint in saved:
+        for place, offset in checkpoint.positions.items():
+            positions[place] = max(positions.get(place, 0), offset)
+        topics.update(checkpoint.topics)
+    snapshot = merge_snapshots([c.snapshot for c in saved], owns)
+    return Checkpoint(positions, snapshot, max((c.saved_at for c in saved), default=0), topics)
+
+
 @dataclass(frozen=True)
 class Resumed:
     """Where an instance starts: the offsets to read from, what to tell the user, and why a checkpoint was set aside."""

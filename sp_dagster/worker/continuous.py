@@ -149,6 +149,10 @@ class ContinuousInstance:
         """The task's newest metrics."""
         return dict(self.link.metrics)
 
+    def drain(self) -> None:
+        """Have the task read its inputs to their end before its last checkpoint (a rescale: see deploy.rescale)."""
+        self.link.send(("drain",))
+
     def stop(self, *, save: bool, timeout: float = STOP_TIMEOUT_S) -> None:
         """Ask the task to stop (after a last checkpoint when save) and wait; cancel it if it does not."""
         if self.link.send(("stop", save)):

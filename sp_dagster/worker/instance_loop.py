@@ -40,6 +40,7 @@ from sp_dagster.worker.spark_types import ORIGIN_HEADER
 log = logging.getLogger(__name__)
 
 _LATENCY_WINDOW = 4096
+DRAIN_TIMEOUT_S = 20.0  # within the driver's wait for a stopping task (continuous.STOP_TIMEOUT_S)
 
 
 class Control(Protocol):
@@ -122,6 +123,7 @@ class InstanceLoop:
         self.replay_clock: int | None = None
         self._output_cluster = {t: (o.bootstrap, o.nats) for o in plan.outputs if o.bootstrap or o.nats for t in (o.topic, *o.topics)}
         self.stats = _Stats()
+        self.draining = False  # read the inputs to their end before the last checkpoint (a rescale)
         self._last_checkpoint = self._last_metrics = time.monotonic()
 
     def _new_runtime(self) -> InstanceRuntime:
@@ -264,7 +266,11 @@ class InstanceLoop:
                         save = bool(command[1])
                     elif command[0] == "checkpoint":
                         asked = True
+                    elif command[0] == "drain":
+                        self.draining = True
                 if save is not None:
+                    if save and self.draining:
+                        self.drain()
                     if save:
                         self._checkpoint()
                     return "stopped"
@@ -279,6 +285,24 @@ class InstanceLoop:
                     self.control.metrics(self.metrics())
         finally:
             self.close()
+
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """Read every input to its end as it is now (nothing publishes to them any more: a rescale holds the
+        upstream), so the last checkpoint covers all of it; False when time ran out first."""
+        ends = {(topic, p): end for topic, reader in self.readers for p, end in self._transport_of(topic).end_offsets(topic).items()}
+        deadline, behind = time.monotonic() + timeout_s, ends
+        while time.monotonic() < deadline and self.control.lease_ok():
+            behind = {(t, p): ends[(t, p)] - o for t, r in self.readers for p, o in r.fetched_to().items() if o < ends.get((t, p), 0)}
+            if not behind:
+                log.info("%s: drained its inputs to %s", self.plan.name, ends)
+                return True
+            self.turn()
+        log.error("%s: could not drain its inputs in %.0f s (still behind: %s)", self.plan.name, timeout_s, behind)
+        return False
+
+    def _transport_of(self, topic: str) -> Transport:
+        source = next(s for s in self.plan.inputs if s.topic == topic)
+        return self._transport(source.bootstrap, source.properties, source.nats)
 
     def turn(self) -> int:
         """One poll of every input, the engine, the outputs published and acknowledged; returns messages read."""

@@ -309,17 +309,40 @@ class InstanceRuntime:
     def restore(self, snapshot: bytes):
         """Put the engine, the origins seen and the clock's naming back as snapshot() saved them; the
         snapshot may be an earlier version's of the partial app (returns the engine's CarryOver)."""
-        size = int.from_bytes(snapshot[:4], "big")
-        head = json.loads(snapshot[4 : 4 + size])
-        if isinstance(head, list):  # saved before the head had the clock's naming
-            head = {"seen": head, "tick": [0, 0]}
+        head, engine = _split_snapshot(snapshot)
         self.seen = {(t, p, k): tuple(q) for t, p, k, q in head["seen"]}
         self._tick = list(head["tick"])
-        return self.engine.restore(snapshot[4 + size :], partial=True)
+        return self.engine.restore(engine, partial=True)
 
     def close(self) -> None:
         """Stop the engine."""
         self.engine.shutdown()
+
+
+def _split_snapshot(snapshot: bytes) -> tuple[dict, bytes]:
+    """An instance snapshot's head (origins seen, the clock's naming) and its engine's snapshot."""
+    size = int.from_bytes(snapshot[:4], "big")
+    head = json.loads(snapshot[4 : 4 + size])
+    if isinstance(head, list):  # saved before the head had the clock's naming
+        head = {"seen": head, "tick": [0, 0]}
+    return head, snapshot[4 + size :]
+
+
+def merge_snapshots(snapshots: Sequence[bytes], owns) -> bytes:
+    """One instance snapshot from those of a keyed group's old instances (a rescale): the keys `owns`
+    accepts of each engine, every origin seen (the highest per place) and the latest clock naming."""
+    from sp_dagster.engine.runtime import merge_keyed
+
+    seen: dict[tuple, list] = {}
+    tick, engines = [0, 0], []
+    for snapshot in snapshots:
+        head, engine = _split_snapshot(snapshot)
+        for t, p, k, q in head["seen"]:
+            seen[(t, p, k)] = max(seen.get((t, p, k), q), q)
+        tick = max(tick, list(head["tick"]))
+        engines.append(engine)
+    body = json.dumps({"seen": [[*place, q] for place, q in seen.items()], "tick": tick}).encode("utf-8")
+    return len(body).to_bytes(4, "big") + body + merge_keyed(engines, owns)
 
 
 class _Collector:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.config.yamlsource import default_home
+from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.errors import NotOwnerError
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.native_kafka import kafka_source_kind
@@ -158,8 +159,11 @@ class Worker:
         except Exception as exc:  # an outage between beat and read: try again next poll
             log.warning("worker %s: cannot read assignments: %s", self.config.node_id, exc)
             return
-        desired = {a.instance_id: a for a in assigned.instances}
+        held = {a.instance_id: a.extra[HOLD] for a in assigned.instances if a.extra.get(HOLD)}
+        desired = {a.instance_id: a for a in assigned.instances if a.instance_id not in held}
         for instance_id in [i for i, r in self.running.items() if i not in desired or desired[i].spec_hash != r.spec_hash]:
+            if held.get(instance_id) == DRAIN and self.running[instance_id].handle.mode == "continuous":
+                self.running[instance_id].handle.drain()
             self.stop_instance(instance_id, save=True)
         now = time.monotonic()
         for instance_id, assignment in desired.items():
@@ -182,6 +186,8 @@ class Worker:
         try:
             plan = self._plan(assignment)
             self.store.restore(instance_id, checkpoint)
+            if assignment.extra.get(RESCALED):
+                self._rescaled(plan, assignment.extra[RESCALED], checkpoint)
             handle = self._start(plan, assignment, checkpoint)
         except Exception as exc:  # a bad instance must not take the worker down
             detail = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -191,6 +197,26 @@ class Worker:
         self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint)
         self._report(instance_id, "starting")
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
+
+    def _rescaled(self, plan, rescaled: dict, checkpoint: Path) -> None:
+        """A keyed instance of a rescaled group (deploy.rescale) that has not checkpointed since: its start
+        is the state of the keys it now owns, split from its group's old instances' last checkpoints."""
+        from sp_dagster.messaging.strategies import partition_for_key
+        from sp_dagster.worker.checkpoints import Checkpoint, split_checkpoints
+        from sp_dagster.worker.continuous import read_checkpoint, write_checkpoint
+
+        own = read_checkpoint(checkpoint)
+        if own is not None and Checkpoint.decode(own).saved_at >= rescaled["since"]:
+            return
+        topic, count = next(iter(sorted(rescaled["partitions"].items())))
+        mine = set(next(s.partitions for s in plan.inputs if s.topic == topic))
+        olds = {old: self.store.newest_checkpoint(old) for old in rescaled["from"]}
+        missing = sorted(old for old, data in olds.items() if data is None)
+        if missing:
+            raise RuntimeError(f"rescaled, but no checkpoint of {', '.join(missing)} is in the persistence store (it must be shared)")
+        owns = lambda key: partition_for_key(key.encode("utf-8"), count) in mine  # noqa: E731
+        write_checkpoint(checkpoint, split_checkpoints(olds.values(), owns).encode())
+        log.info("worker %s: %s starts with the keys it owns of %s (partitions %s of %s)", self.config.node_id, plan.name, ", ".join(olds), sorted(mine), topic)
 
     def _plan(self, assignment):
         """The instance's plan, with the engine settings of this worker: datasources for @store, and the

@@ -79,6 +79,14 @@ class FileStore:
             log.info("%s: starting from the checkpoint of its previous version (%s)", instance, earlier.parent.name)
         return directory.exists()
 
+    def newest_checkpoint(self, instance: str) -> bytes | None:
+        """The newest continuous checkpoint of an instance, of any version of it, or None."""
+        from sp_dagster.worker.checkpoints import SET_ASIDE
+        from sp_dagster.worker.continuous import CHECKPOINT_FILE
+
+        found = [p for p in (self.root / instance).glob(f"*/{CHECKPOINT_FILE}") if p.parent.name != SET_ASIDE]
+        return max(found, key=lambda p: p.stat().st_mtime).read_bytes() if found else None
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -115,6 +123,20 @@ class DatabaseStore:
         unpack_checkpoint(newest.data, directory)
         log.info("restored %s from revision %d (saved by %s)", instance, newest.revision, newest.saved_by or "an earlier version")
         return True
+
+    def newest_checkpoint(self, instance: str) -> bytes | None:
+        """The continuous checkpoint in the newest revision of an instance, or None."""
+        from sp_dagster.worker.continuous import CHECKPOINT_FILE
+
+        newest = self.revisions.latest(instance)
+        if newest is None:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(newest.data), mode="r:") as archive:
+            try:
+                member = archive.extractfile(CHECKPOINT_FILE)
+            except KeyError:
+                return None
+            return member.read() if member is not None else None
 
     def close(self) -> None:
         """Release the persistence database."""

@@ -28,6 +28,10 @@ WAITING, PARTIAL, PLACED = "waiting", "partial", "placed"
 # Instance statuses: set by the control plane (pending, assigned) or reported by its worker.
 PENDING, ASSIGNED = "pending", "assigned"
 REPORTED_STATUSES = ("starting", "running", "stopped", "failed")
+# Instance extras of a rescale with state (sp_dagster.deploy.rescale): a held instance is not run
+# (`drain`: read its inputs to their end before its last checkpoint); a rescaled one starts from
+# its group's old instances' checkpoints, split by key.
+HOLD, DRAIN, RESCALED = "hold", "drain", "rescaled"
 
 
 def instance_id_for(app: str, group: str, index: int) -> str:
