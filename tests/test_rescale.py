@@ -3,6 +3,8 @@ which starts it empty; the deploy says what moves."""
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 from sp_dagster.cluster.db import ControlPlane
@@ -10,9 +12,13 @@ from sp_dagster.cluster.store.deployments import HOLD, RESCALED, list_instances
 from sp_dagster.deploy import DeployError, load_app, plan_app
 from sp_dagster.deploy.rescale import FRESH_SINCE, Rescale, check_rescales
 from sp_dagster.deploy.steps import record, state_changes
-from sp_dagster.worker.checkpoints import Checkpoint, resume
+from sp_dagster.messaging import codec_for
+from sp_dagster.messaging.strategies import partition_for_key
+from sp_dagster.worker.checkpoints import Checkpoint, resume, split_checkpoints
+from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
 
-from tests.worker.test_instance_queries import APP
+from tests.worker.test_instance_queries import APP, reference, trades
 
 
 def _deploy(plane, text, *, fresh=False):
@@ -57,3 +63,47 @@ def test_a_keyed_groups_state_moves_and_another_stateful_groups_rescale_is_refus
     older = Checkpoint({("t", 0): 7}, b"never restored", saved_at=since["Trades-average-1"] - 1).encode()
     resumed = resume(None, older, {}, lambda topic: {0: 9}, fresh_since=since["Trades-average-1"])
     assert resumed.positions == {("t", 0): 7} and resumed.note == "state started empty, offsets kept: its group was redeployed with --fresh"
+
+
+def _average_instances(parallel: int):
+    text = APP.replace("@dist(execGroup = 'average', parallel = '2')", f"@dist(execGroup = 'average', parallel = '{parallel}')")
+    group = plan_app(load_app(text=text)).group("average")
+    return [plan_instance(i.name, i.siddhi) for i in group.instances]
+
+
+def _feed(instances, runtimes, rows, start: int, offsets: dict, out: dict) -> None:
+    """Publish `rows` (filtered trades) keyed over the instances' topic, as the filter group does, and run them."""
+    source = instances[0].inputs[0]
+    codec, count = codec_for(source.codec, source.attributes), len(instances)
+    results = codec_for("json", [("symbol", "string"), ("avgPrice", "double"), ("total", "long")])
+    for n, row in enumerate(rows):
+        partition = partition_for_key(row[0].encode(), count)
+        owner = next(i for i, p in enumerate(instances) if partition in p.inputs[0].partitions)
+        offset = offsets.get(partition, 0)
+        offsets[partition] = offset + 1
+        message = Message(source.topic, partition, offset, start + n, row[0].encode(), codec.encode(row))
+        for m in runtimes[owner].process([message]):
+            for result in results.decode(m.value):
+                out[result[0]].append(result)
+
+
+def test_keyed_state_split_from_two_instances_into_three_and_merged_back_gives_the_engines_results_per_key():
+    rows, stamps = trades(600)
+    big = [r for r in rows if r[2] >= 10]
+    expected = reference(rows, stamps)
+    out, offsets = collections.defaultdict(list), {}
+    layout = _average_instances(2)
+    runtimes = [InstanceRuntime(p) for p in layout]
+    _feed(layout, runtimes, big[:200], 0, offsets, out)
+    for step, (parallel, chunk) in enumerate([(3, big[200:400]), (2, big[400:])]):
+        olds = [Checkpoint({(p.inputs[0].topic, q): offsets.get(q, 0) for q in p.inputs[0].partitions}, r.snapshot(), 1).encode() for p, r in zip(layout, runtimes)]
+        layout = _average_instances(parallel)
+        runtimes = []
+        for instance in layout:
+            mine = set(instance.inputs[0].partitions)
+            start = split_checkpoints(olds, lambda key: partition_for_key(key.encode(), parallel) in mine)
+            assert all(offsets.get(q, 0) == start.positions[(instance.inputs[0].topic, q)] for q in offsets)
+            runtimes.append(InstanceRuntime(instance))
+            runtimes[-1].restore(start.snapshot)
+        _feed(layout, runtimes, chunk, 1000 * (step + 1), offsets, out)
+    assert dict(out) == {k: [tuple(r) for r in v] for k, v in expected.items()}
