@@ -8,7 +8,9 @@ outputs with their arrival times, and at random moments one fault after another 
 
 - `worker-kill`   SIGKILL a worker that runs instances, start it again a few seconds later;
 - `worker-pause`  SIGSTOP a worker past its heartbeat window (its instances move), then SIGCONT;
-- `leader-kill`   SIGKILL the leader manager (another takes over), start it again.
+- `leader-kill`   SIGKILL the leader manager (another takes over), start it again;
+- `rescale-up`, `rescale-down`: redeploy with the keyed group's parallelism one higher (lower):
+  its per-key state moves to the new layout (deploy.rescale).
 
 At the end every key's outputs are compared with the in-process engine's over the same input.
 The report says events in, outputs, lost, duplicated, and per fault the longest time without
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import random
+import re
 import signal
 import threading
 import time
@@ -31,6 +34,7 @@ from sp_dagster.embedded.local_cluster import LocalCluster
 FAULTS = ("worker-kill", "worker-pause", "leader-kill")
 SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
 OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
+KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}')"  # the app's keyed group, rescaled by `rescale-*`
 
 
 @dataclass
@@ -74,6 +78,8 @@ class ChaosRun:
         self.home.mkdir(parents=True, exist_ok=True)
         self.app_path = self.home / "app.siddhi"
         self.app_path.write_text(app_text)
+        self.app_text = app_text
+        self.parallel = self.initial = int(re.search(re.escape(KEYED_GROUP).replace(re.escape("{}"), r"(\d+)"), app_text).group(1))
         self.loaded = load_app(self.app_path)
         first = plan_app(self.loaded).group("filter").instances[0]
         (self.entry,) = plan_instance(first.name, first.siddhi).inputs
@@ -147,11 +153,17 @@ class ChaosRun:
         """Cause one fault and bring the process back; returns it (its gap is measured later)."""
         if kind == "leader-kill":
             target = self._leader()
+        elif kind.startswith("rescale-"):
+            target = "deploy"
         else:
             busy = [w for w in self.cluster.worker_ids if self._instances_on(w)]
             target = rng.choice(busy or self.cluster.worker_ids)
         fault = Fault(kind, target, time.monotonic())
-        if kind == "worker-pause":
+        if kind.startswith("rescale-"):
+            self.parallel += 1 if kind == "rescale-up" else -1
+            self.app_path.write_text(self.app_text.replace(KEYED_GROUP.format(self.initial), KEYED_GROUP.format(self.parallel)))
+            self.cluster.deploy(self.app_path, timeout=240)
+        elif kind == "worker-pause":
             self.cluster.signal(target, signal.SIGSTOP)
             time.sleep(12)  # past heartbeatInterval x heartbeatMaxRetry (2 s x 4)
             self.cluster.signal(target, signal.SIGCONT)

@@ -1,0 +1,24 @@
+"""Rescaling a keyed group under load (3 -> 2 -> 3 instances; the embedded broker cannot add partitions, so it starts at 3) on real workers: every key's outputs equal the engine's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sp_dagster.embedded.chaos import KEYED_GROUP, ChaosRun
+
+from tests.worker.test_end_to_end import APP_PATH
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker]
+
+
+def test_per_key_results_are_exact_across_a_rescale_down_and_up_under_load(broker, tmp_path):
+    text = APP_PATH.read_text().replace("Trades", "TradesRescale").replace(KEYED_GROUP.format(2), KEYED_GROUP.format(3))
+    run = ChaosRun(tmp_path, broker.bootstrap_servers, text)
+    report = run.run(("rescale-down", "rescale-up"), seed=5, settle_s=(6.0, 10.0))
+    for line in report.lines():
+        print(json.dumps(line))
+    assert report.events_in > 0 and report.outputs > 0
+    assert (report.lost, report.duplicated) == (0, 0), run.cluster.logs()
+    assert report.exact_per_key and report.outputs == report.expected
