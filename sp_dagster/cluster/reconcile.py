@@ -6,6 +6,7 @@ belong to one moment of one term; it writes only what changed.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from sp_dagster.cluster.election import Leadership, fenced
 from sp_dagster.cluster.membership import declare_dead_nodes, read_nodes
 from sp_dagster.cluster.schema import deployments, instances
 from sp_dagster.cluster.store.assignments import assign, read_placements, unassign
-from sp_dagster.cluster.store.deployments import PARTIAL, PLACED, WAITING
+from sp_dagster.cluster.store.deployments import HOLD, PARTIAL, PLACED, WAITING
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,14 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
             dead = declare_dead_nodes(fence, node_max_age_ms)
         alive = {n.node_id: n for n in read_nodes(conn, alive_only=True)}
         rows = conn.execute(
-            select(instances.c.instance_id, instances.c.app, instances.c.group_name, instances.c.parallel_index, instances.c.receiver)
+            select(instances.c.instance_id, instances.c.app, instances.c.group_name, instances.c.parallel_index, instances.c.receiver, instances.c.extra)
         ).all()
         wanted = tuple(InstanceInfo(r.instance_id, r.app, r.group_name, int(r.parallel_index), bool(r.receiver)) for r in rows)
         placements = read_placements(conn)
         current = {i: p.node_id for i, p in placements.items() if p.node_id in alive}
+        # An instance held for a rescale with state stays where it is while its node lives: its
+        # worker drains it (or keeps it stopped); a move would stop it without draining.
+        pinned = {r.instance_id: current[r.instance_id] for r in rows if r.instance_id in current and HOLD in json.loads(r.extra or "{}")}
         request = AllocationRequest(
             nodes=tuple(NodeInfo(n.node_id, n.receiver, n.metrics) for n in alive.values()),
             instances=wanted,
@@ -84,7 +88,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
             unassign(fence, instance_id, "its deployment was removed")
             unassigned.append((instance_id, "its deployment was removed"))
         for instance in wanted:
-            node = allocation.placement.get(instance.instance_id)
+            node = pinned.get(instance.instance_id) or allocation.placement.get(instance.instance_id)
             old = placements.get(instance.instance_id)
             if node is None:
                 if old is not None:
