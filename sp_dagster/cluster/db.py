@@ -30,6 +30,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.functions import FunctionElement
 
+from sp_dagster.cluster.schema import migrate as migrate_schema
 from sp_dagster.config.datasources import create_engine
 from sp_dagster.errors import ControlPlaneError, DatabaseUnavailable
 
@@ -294,9 +295,7 @@ class ControlPlane(Database):
 
     def migrate(self) -> int:
         """Create or upgrade the schema to this version's; returns the schema version."""
-        from sp_dagster.cluster.schema import migrate
-
-        return self.run(lambda: migrate(self))
+        return self.run(lambda: migrate_schema(self))
 
 
 class Connectivity:
