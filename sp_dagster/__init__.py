@@ -41,7 +41,7 @@ __all__ = ["__version__", *_EXPORTS]
 if TYPE_CHECKING:
     from sp_dagster.config.loader import load_config
     from sp_dagster import deploy
-    from sp_dagster.deploy.steps import DeployError
+    from sp_dagster.deploy.errors import DeployError
     from sp_dagster.engine.errors import EngineError
     from sp_dagster.engine.runtime import AppRuntime
     from sp_dagster.errors import ConfigError, ControlPlaneError, MessagingError, SpDagsterError

@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from sp_dagster.deploy.steps import DeployError
+from sp_dagster.deploy.errors import DeployError
 
 FRESH_SINCE = "fresh_since"  # instance extra: checkpoints saved before this time (ms) are not resumed
 
