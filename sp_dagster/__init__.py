@@ -33,7 +33,7 @@ _EXPORTS = {
     "SiddhiQLError": "sp_dagster.siddhi.errors",
     "TopologyError": "sp_dagster.topology.errors",
     "EngineError": "sp_dagster.engine.errors",
-    "DeployError": "sp_dagster.deploy.steps",
+    "DeployError": "sp_dagster.deploy.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]
