@@ -10,7 +10,6 @@ from sp_dagster.deploy import DeployError, load_app, plan_app
 from sp_dagster.deploy.rescale import FRESH_SINCE
 from sp_dagster.deploy.steps import record, state_changes
 from sp_dagster.worker.checkpoints import Checkpoint, resume
-
 from tests.worker.test_instance_queries import APP
 
 

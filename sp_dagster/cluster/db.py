@@ -285,7 +285,7 @@ class ControlPlane(Database):
     setting = "deployment.config.datasource"
 
     @classmethod
-    def from_config(cls, config, *, migrate: bool = True) -> "ControlPlane":
+    def from_config(cls, config, *, migrate: bool = True) -> ControlPlane:
         """Open the control plane named by a Config (`deployment.config.datasource`), upgrading its schema."""
         source = config.control_plane
         plane = cls(source.url, pool_size=source.max_pool_size, datasource_name=source.name)
@@ -333,7 +333,7 @@ class Connectivity:
         self.failures = 0
 
 
-def open_control_plane(url_or_plane: "str | ControlPlane") -> ControlPlane:
+def open_control_plane(url_or_plane: str | ControlPlane) -> ControlPlane:
     """A ControlPlane for a URL (schema upgraded), or the given one unchanged."""
     if isinstance(url_or_plane, ControlPlane):
         return url_or_plane

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from sp_dagster.deploy.errors import DeployError
 from sp_dagster.siddhi import ast, load

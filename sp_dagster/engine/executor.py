@@ -9,7 +9,8 @@ there only where the vectorised form is exactly equal to the row form (otherwise
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 

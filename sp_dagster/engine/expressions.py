@@ -12,7 +12,8 @@ streams, selectors (output attributes) and, later, joins and patterns.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc

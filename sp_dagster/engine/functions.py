@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow.compute as pc
 

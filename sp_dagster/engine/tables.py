@@ -15,8 +15,8 @@ tables live in `sp_dagster.engine.store`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent

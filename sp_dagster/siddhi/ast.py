@@ -8,8 +8,8 @@ which is what lets ``parse(render(app)) == app`` hold.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Iterator, Union
 
 #: The attribute types of SiddhiQL, as written in definitions.
 TYPES = ("string", "int", "long", "float", "double", "bool", "object")
@@ -177,7 +177,7 @@ class Last(Node):
     offset: int = 0
 
 
-EventIndex = Union[int, Last]
+EventIndex = int | Last
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +303,7 @@ class Window(Node):
         return qualified(self.namespace, self.name)
 
 
-Handler = Union[Filter, StreamFunction, Window]
+Handler = Filter | StreamFunction | Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +409,7 @@ class StateChain(Node):
     elements: tuple[StateElement, ...]
 
 
-StateElement = Union[StreamState, AbsentState, LogicalState, EveryState, StateChain]
+StateElement = StreamState | AbsentState | LogicalState | EveryState | StateChain
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,7 +442,7 @@ def _state_leaves(element: StateElement) -> Iterator[StreamState | AbsentState]:
             yield from _state_leaves(child)
 
 
-QueryInput = Union[StreamInput, JoinInput, StateInput]
+QueryInput = StreamInput | JoinInput | StateInput
 
 
 # --------------------------------------------------------------------------- selection and output
@@ -558,7 +558,7 @@ class Return(Node):
     event_type: str = "current"
 
 
-QueryOutput = Union[InsertInto, Delete, Update, UpdateOrInsert, Return]
+QueryOutput = InsertInto | Delete | Update | UpdateOrInsert | Return
 
 
 # --------------------------------------------------------------------------- queries and partitions
@@ -613,7 +613,7 @@ class RangePartition(Node):
     ranges: tuple[RangeCondition, ...]
 
 
-PartitionKey = Union[ValuePartition, RangePartition]
+PartitionKey = ValuePartition | RangePartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -715,16 +715,7 @@ class FunctionDefinition(Definition):
     body: str  # the script between the outer braces
 
 
-Element = Union[
-    StreamDefinition,
-    TableDefinition,
-    WindowDefinition,
-    TriggerDefinition,
-    AggregationDefinition,
-    FunctionDefinition,
-    Query,
-    Partition,
-]
+Element = StreamDefinition | TableDefinition | WindowDefinition | TriggerDefinition | AggregationDefinition | FunctionDefinition | Query | Partition
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ Delivery is at-least-once: a micro-batch that Spark re-runs is published again.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage

@@ -15,7 +15,7 @@ The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensit
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -50,7 +50,7 @@ class KafkaPartitionsSource(DataSource):
         options = normalized(self.options)
         return RAW_DDL if options.get("format") == "raw" else spark_ddl(parse_attributes_option(options["attributes"]))
 
-    def streamReader(self, schema) -> "KafkaStreamReader":
+    def streamReader(self, schema) -> KafkaStreamReader:
         return KafkaStreamReader(normalized(self.options))
 
     def streamWriter(self, schema, overwrite: bool):

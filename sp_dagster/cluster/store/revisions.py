@@ -84,7 +84,7 @@ class RevisionStore:
             raise PersistenceError(f"cannot open the revision table {table} at {database.safe_url}: {short_reason(error)}") from None
 
     @classmethod
-    def from_config(cls, config, plane: ControlPlane) -> "RevisionStore":
+    def from_config(cls, config, plane: ControlPlane) -> RevisionStore:
         """The store a Config's `state.persistence` names, its ownership decided by `plane`."""
         source = config.persistence_datasource
         shared = same_database(source.url, plane.url)
