@@ -34,10 +34,6 @@ EVENT_TYPES = ("current", "expired", "all")
 JOIN_TYPES = ("inner", "left_outer", "right_outer", "full_outer")
 
 
-def _position() -> int:
-    return field(default=0, compare=False, repr=False, kw_only=True)
-
-
 def qualified(namespace: str | None, name: str) -> str:
     """`namespace:name`, or `name` when there is no namespace."""
     return f"{namespace}:{name}" if namespace else name
@@ -47,8 +43,8 @@ def qualified(namespace: str | None, name: str) -> str:
 class Node:
     """Base of every node: where it starts in the source text (0 when built by code)."""
 
-    line: int = _position()
-    column: int = _position()
+    line: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
+    column: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
 
 
 def walk(node: Node) -> Iterator[Node]:
@@ -234,8 +230,8 @@ class BinaryOp(Expression):
     op: str
     left: Expression
     right: Expression
-    op_line: int = _position()
-    op_column: int = _position()
+    op_line: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
+    op_column: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +257,8 @@ class In(Expression):
 
     operand: Expression
     table: str
-    op_line: int = _position()
-    op_column: int = _position()
+    op_line: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
+    op_column: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
 
 
 # --------------------------------------------------------------------------- query inputs
