@@ -8,12 +8,11 @@ the embedded broker / NATS server (JetStream on, file storage in a temporary dir
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import tempfile
 import time
 import uuid
-
-import contextlib
-import tempfile
 
 from sp_dagster.messaging import EARLIEST, Broadcast, Partitioned, RoundRobin, Transport, codec_for
 from sp_dagster.messaging.kafka import KafkaTransport

@@ -32,12 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from confluent_kafka import Producer  # noqa: E402
+
 from sp_dagster.deploy import load_app, plan_app  # noqa: E402
 from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
 from sp_dagster.embedded.local_cluster import LocalCluster  # noqa: E402
 from sp_dagster.messaging import EARLIEST, LATEST, Partitioned, RowPublisher, codec_for  # noqa: E402
-from confluent_kafka import Producer  # noqa: E402
-
 from sp_dagster.messaging.kafka import KafkaTransport  # noqa: E402
 from sp_dagster.worker.instance_plan import plan_instance  # noqa: E402
 

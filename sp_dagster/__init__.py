@@ -33,22 +33,25 @@ _EXPORTS = {
     "SiddhiQLError": "sp_dagster.siddhi.errors",
     "TopologyError": "sp_dagster.topology.errors",
     "EngineError": "sp_dagster.engine.errors",
-    "DeployError": "sp_dagster.deploy.steps",
+    "DeployError": "sp_dagster.deploy.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
-if TYPE_CHECKING:
-    from sp_dagster.config.loader import load_config
-    from sp_dagster import deploy
-    from sp_dagster.deploy.steps import DeployError
-    from sp_dagster.engine.errors import EngineError
-    from sp_dagster.engine.runtime import AppRuntime
-    from sp_dagster.errors import ConfigError, ControlPlaneError, MessagingError, SpDagsterError
-    from sp_dagster.siddhi.errors import SiddhiQLError
-    from sp_dagster.siddhi.parser import parse
-    from sp_dagster.topology.errors import TopologyError
-    from sp_dagster.topology.planner import plan
+if TYPE_CHECKING:  # what __getattr__ resolves, for type checkers (`X as X`: re-exported)
+    from sp_dagster import deploy as deploy
+    from sp_dagster.config.loader import load_config as load_config
+    from sp_dagster.deploy.errors import DeployError as DeployError
+    from sp_dagster.engine.errors import EngineError as EngineError
+    from sp_dagster.engine.runtime import AppRuntime as AppRuntime
+    from sp_dagster.errors import ConfigError as ConfigError
+    from sp_dagster.errors import ControlPlaneError as ControlPlaneError
+    from sp_dagster.errors import MessagingError as MessagingError
+    from sp_dagster.errors import SpDagsterError as SpDagsterError
+    from sp_dagster.siddhi.errors import SiddhiQLError as SiddhiQLError
+    from sp_dagster.siddhi.parser import parse as parse
+    from sp_dagster.topology.errors import TopologyError as TopologyError
+    from sp_dagster.topology.planner import plan as plan
 
 
 def _version() -> str:

@@ -205,9 +205,9 @@ class _Pool:
                 )
                 continue
 
-            def cost(n: str) -> tuple:
+            def cost(n: str, group_key=instance.group_key) -> tuple:
                 over = targets is not None and self.load[n] >= targets[n]
-                return (over, self.group_count[(n, instance.group_key)], self.load[n], n)
+                return (over, self.group_count[(n, group_key)], self.load[n], n)
 
             self._put(instance, min(candidates, key=cost))
         placement.update(self.on)
@@ -218,7 +218,7 @@ class _Pool:
         groups: dict[tuple[str, str], list[InstanceInfo]] = defaultdict(list)
         for instance in self.instances:
             groups[instance.group_key].append(instance)
-        for key, members in groups.items():
+        for _key, members in groups.items():
             cap = math.ceil(len(members) / len(self.nodes))
             for node in self.nodes:
                 here = [i for i in members if self.on.get(i.instance_id) == node]

@@ -30,6 +30,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.functions import FunctionElement
 
+from sp_dagster.cluster.schema import migrate as migrate_schema
 from sp_dagster.config.datasources import create_engine
 from sp_dagster.errors import ControlPlaneError, DatabaseUnavailable
 
@@ -284,7 +285,7 @@ class ControlPlane(Database):
     setting = "deployment.config.datasource"
 
     @classmethod
-    def from_config(cls, config, *, migrate: bool = True) -> "ControlPlane":
+    def from_config(cls, config, *, migrate: bool = True) -> ControlPlane:
         """Open the control plane named by a Config (`deployment.config.datasource`), upgrading its schema."""
         source = config.control_plane
         plane = cls(source.url, pool_size=source.max_pool_size, datasource_name=source.name)
@@ -294,9 +295,7 @@ class ControlPlane(Database):
 
     def migrate(self) -> int:
         """Create or upgrade the schema to this version's; returns the schema version."""
-        from sp_dagster.cluster.schema import migrate
-
-        return self.run(lambda: migrate(self))
+        return self.run(lambda: migrate_schema(self))
 
 
 class Connectivity:
@@ -334,7 +333,7 @@ class Connectivity:
         self.failures = 0
 
 
-def open_control_plane(url_or_plane: "str | ControlPlane") -> ControlPlane:
+def open_control_plane(url_or_plane: str | ControlPlane) -> ControlPlane:
     """A ControlPlane for a URL (schema upgraded), or the given one unchanged."""
     if isinstance(url_or_plane, ControlPlane):
         return url_or_plane

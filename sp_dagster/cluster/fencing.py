@@ -82,7 +82,7 @@ class NodeSession:
         self._leader_alive = False
 
     @classmethod
-    def from_config(cls, config, plane: ControlPlane | None = None) -> "NodeSession":
+    def from_config(cls, config, plane: ControlPlane | None = None) -> NodeSession:
         """A session for the worker described by a Config (its id, role, address and timing)."""
         d = config.deployment
         return cls(

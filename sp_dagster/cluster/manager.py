@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sp_dagster.cluster.allocation import AllocationAlgorithm, load_algorithm
 from sqlalchemy.exc import DBAPIError
 
+from sp_dagster.cluster.allocation import AllocationAlgorithm, load_algorithm
 from sp_dagster.cluster.db import Connectivity, ControlPlane, short_reason
 from sp_dagster.cluster.election import Elector, Leadership, LeadershipLost, rebalance_requests
 from sp_dagster.cluster.reconcile import ReconcileResult, reconcile

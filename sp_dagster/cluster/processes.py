@@ -84,7 +84,7 @@ class ManagerProcess:
             args += ["--journal", str(self.journal)]
         return args
 
-    def start(self) -> "ManagerProcess":
+    def start(self) -> ManagerProcess:
         """Start the process (its output is appended to log_path, if given)."""
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self._log_offset = out.tell() if self.log_path else 0

@@ -10,7 +10,8 @@ import dataclasses
 import difflib
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sp_dagster.config.yamlsource import LocatedDict, LocatedList, Mark
 from sp_dagster.errors import ConfigError
@@ -27,7 +28,7 @@ def setting(
     shown: str | None = None,
     choices: tuple[str, ...] | None = None,
     minimum: float | None = None,
-    parse: Callable[[Any, "Context"], Any] | None = None,
+    parse: Callable[[Any, Context], Any] | None = None,
     factory: Callable[[], Any] | None = None,
     aliases: tuple[str, ...] = (),
 ) -> Any:
@@ -46,7 +47,7 @@ class Context:
     path: str
     mark: Mark | None
 
-    def child(self, key: str | int, mark: Mark | None) -> "Context":
+    def child(self, key: str | int, mark: Mark | None) -> Context:
         """The context of a value one level down."""
         path = f"{self.path}[{key}]" if isinstance(key, int) else (f"{self.path}.{key}" if self.path else key)
         return Context(self.filename, path, mark or self.mark)

@@ -9,7 +9,6 @@ from any directory.
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +61,3 @@ def find_conf(role: str = "manager", explicit: str | os.PathLike | None = None) 
 def conf_path(role: str = "manager", explicit: str | os.PathLike | None = None) -> str:
     """find_conf(...).path as a string."""
     return str(find_conf(role, explicit).path)
-
-
-def add_conf_option(parser: argparse.ArgumentParser, role: str = "manager", what: str = "naming the control plane and broker") -> None:
-    """Add `--conf FILE|DIR` to a command (default: the search order)."""
-    parser.add_argument(
-        "--conf", metavar="FILE|DIR", help=f"a {role} deployment.yaml {what}, or a conf directory (default: {SEARCH_ORDER}; see `sp-dagster config where`)"
-    )

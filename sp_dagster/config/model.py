@@ -6,8 +6,8 @@ Each field names its YAML key; defaults are WSO2's own (see README "Configuratio
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sp_dagster.config.binding import Context, describe, setting

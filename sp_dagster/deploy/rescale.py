@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
-from sp_dagster.deploy.steps import DeployError
+from sp_dagster.deploy.errors import DeployError
 
 FRESH_SINCE = "fresh_since"  # instance extra: checkpoints saved before this time (ms) are not resumed
 KEPT_EXTRAS = (FRESH_SINCE, RESCALED)

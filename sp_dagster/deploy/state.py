@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from sp_dagster.deploy.steps import DeployError
+from sp_dagster.deploy.errors import DeployError
 
 
 def wait_until_released(plane, instance_ids: list[str], timeout: float, poll: float = 0.5) -> None:

@@ -9,21 +9,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from sp_dagster.errors import SpDagsterError
+from sp_dagster.deploy.errors import DeployError
 from sp_dagster.siddhi import ast, load
 from sp_dagster.topology import Topology, plan
 
 log = logging.getLogger(__name__)
 
 RUNNING = "running"
-
-
-class DeployError(SpDagsterError):
-    """A deployment could not be made or did not come up in time."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sp_dagster.deploy.steps import DeployError
+from sp_dagster.deploy.errors import DeployError
 from sp_dagster.messaging.codecs import Attribute
 
 

@@ -18,8 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-
-
 MANAGER_CONF = """
 wso2.carbon: {{id: manager-1}}
 cluster.config:
@@ -107,7 +105,7 @@ class LocalCluster:
             [sys.executable, "-m", "sp_dagster.cli", *args], stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.home
         )
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         """Start the managers, the workers and the receiver nodes."""
         for name in self.manager_ids + self.worker_ids + self.receiver_ids:
             self.restart(name)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from sp_dagster.engine.events import CURRENT, EXPIRED, RESET
-from sp_dagster.engine.expressions import Executor
+from sp_dagster.engine.events import CURRENT, EXPIRED
+from sp_dagster.engine.executor import Executor
 from sp_dagster.engine.values import java_float_to_int, wrap_long
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.functions import AGGREGATORS as SPECS

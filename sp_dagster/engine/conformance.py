@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from sp_dagster.engine.aggregation.settings import property_settings
 from sp_dagster.engine.errors import EngineError

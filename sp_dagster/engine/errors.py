@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from sp_dagster.errors import SpDagsterError
-from sp_dagster.siddhi import SiddhiQLError
-from sp_dagster.siddhi import ast
+from sp_dagster.siddhi import SiddhiQLError, ast
 
 
 class EngineError(SpDagsterError):

@@ -9,8 +9,8 @@ so stateless queries can filter and project whole batches with pyarrow.compute.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pyarrow as pa
 

@@ -12,13 +12,31 @@ streams, selectors (output attributes) and, later, joins and patterns.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sp_dagster.engine.aggregators import AGGREGATORS
 from sp_dagster.engine.errors import app_error
-from sp_dagster.engine.schema import Schema
+
+# The executor and scope types are the compiler's vocabulary: re-exported, so a module compiling
+# expressions imports one place.
+from sp_dagster.engine.executor import Executor as Executor
+from sp_dagster.engine.executor import JoinedScope as JoinedScope
+from sp_dagster.engine.executor import OutputScope as OutputScope
+from sp_dagster.engine.executor import Row as Row
+from sp_dagster.engine.executor import Scope as Scope
+from sp_dagster.engine.executor import StreamScope as StreamScope
+from sp_dagster.engine.executor import Vector as Vector
+from sp_dagster.engine.executor import attribute as attribute
+from sp_dagster.engine.executor import constant as constant
+from sp_dagster.engine.executor import converter as converter
+from sp_dagster.engine.executor import locate as locate
+from sp_dagster.engine.executor import materialize as materialize
+from sp_dagster.engine.executor import sides_of as sides_of
+from sp_dagster.engine.functions import FUNCTIONS
 from sp_dagster.engine.values import (
     ARROW_TYPES,
     NUMERIC,
@@ -30,137 +48,8 @@ from sp_dagster.engine.values import (
     wrap_long,
 )
 from sp_dagster.siddhi import ast
+from sp_dagster.siddhi.functions import FUNCTIONS as FUNCTION_SPECS
 from sp_dagster.siddhi.types import widest
-
-Row = Callable[[Any], Any]
-Vector = Callable[[Any], Any]
-
-
-class Executor:
-    """One compiled expression: its Siddhi type, a row function and maybe a vector function."""
-
-    __slots__ = ("type", "row", "arrow", "constant", "value", "aggregators")
-
-    def __init__(self, type: str, row: Row, arrow: Vector | None = None, *, constant: bool = False, value=None):
-        self.type = type
-        self.row = row
-        self.arrow = arrow
-        self.constant = constant
-        self.value = value
-        self.aggregators: tuple = ()
-
-
-def constant(value, kind: str) -> Executor:
-    """An executor that always yields `value` (already in the engine's representation)."""
-    arrow_type = ARROW_TYPES.get(kind)
-    scalar = pa.scalar(value, type=arrow_type) if arrow_type is not None else None
-    return Executor(kind, lambda e: value, (lambda c: scalar) if scalar is not None else None, constant=True, value=value)
-
-
-# --------------------------------------------------------------------------- scopes
-
-
-class Scope:
-    """Resolves attribute names; decides whether aggregators and which functions are allowed."""
-
-    def __init__(self, context=None, aggregation=None):
-        self.context = context  # the runtime context: clock, function registry extras
-        self.aggregation = aggregation  # an AggregationContext where aggregators may appear
-
-    def variable(self, node: ast.Variable) -> Executor:
-        """The executor reading attribute `node`."""
-        raise NotImplementedError
-
-
-class StreamScope(Scope):
-    """Attributes of one stream, referred to bare or qualified by the stream id (or alias)."""
-
-    def __init__(self, schema: Schema, names: tuple[str, ...], context=None, aggregation=None, inner: bool = False):
-        super().__init__(context, aggregation)
-        self.schema = schema
-        self.names = names
-        self.inner = inner
-
-    def variable(self, node: ast.Variable) -> Executor:
-        if node.index is not None:
-            raise app_error("indexed event references (e[0].x) are only valid in patterns and sequences", node)
-        if node.stream is not None and (node.stream not in self.names or node.inner != self.inner):
-            shown = ("#" if node.inner else "") + node.stream
-            raise app_error(f"'{shown}' is not an input of this query", node)
-        index = self.schema.index(node.name)
-        if index is None:
-            raise app_error(
-                f"stream {self.names[0]} has no attribute '{node.name}'; it has {', '.join(self.schema.names)}", node
-            )
-        return attribute(index, self.schema.types[index])
-
-
-class JoinedScope(Scope):
-    """Attributes of several inputs laid side by side in one event (joins, tables' `on` and `in`).
-
-    Each side is (names it is qualified by, schema, offset of its first attribute in the
-    joined data); an unqualified name is the first side's that has it.
-    """
-
-    def __init__(self, sides: list[tuple[tuple[str, ...], Schema, int]], context=None, aggregation=None):
-        super().__init__(context, aggregation)
-        self.sides = sides
-
-    def variable(self, node: ast.Variable) -> Executor:
-        if node.index is not None:
-            raise app_error("indexed event references (e[0].x) are only valid in patterns and sequences", node)
-        found = locate(node, self.sides)
-        if found is None:
-            where = node.stream or "the inputs of this query"
-            raise app_error(f"{where} has no attribute '{node.name}'", node)
-        side, index = found
-        _names, schema, offset = self.sides[side]
-        return attribute(offset + index, schema.types[index])
-
-
-def locate(node: ast.Variable, sides: list[tuple[tuple[str, ...], Schema, int]]) -> tuple[int, int] | None:
-    """(side, attribute index in that side) a variable reads: the first side that has it, or None."""
-    for side, (names, schema, _offset) in enumerate(sides):
-        if node.stream is not None and node.stream not in names:
-            continue
-        index = schema.index(node.name)
-        if index is not None:
-            return side, index
-    return None
-
-
-def sides_of(scope: Scope) -> list[tuple[tuple[str, ...], Schema, int]]:
-    """The sides of `scope` (a stream scope is one side), for scopes that add a table."""
-    if isinstance(scope, JoinedScope):
-        return list(scope.sides)
-    if isinstance(scope, StreamScope):
-        return [(scope.names, scope.schema, 0)]
-    if isinstance(scope, OutputScope):
-        return sides_of(scope.inner)
-    raise TypeError(f"no sides in {type(scope).__name__}")
-
-
-class OutputScope(Scope):
-    """A selector's output attributes first (having, order by), then the input attributes."""
-
-    def __init__(self, output: Schema, inner: Scope, aggregation=None):
-        super().__init__(inner.context, aggregation)
-        self.output = output
-        self.inner = inner
-
-    def variable(self, node: ast.Variable) -> Executor:
-        index = self.output.index(node.name)
-        if node.stream is None and index is not None:
-            kind = self.output.types[index]
-            return Executor(kind, lambda e: e.output[index])
-        return self.inner.variable(node)
-
-
-def attribute(index: int, kind: str) -> Executor:
-    """The executor reading attribute `index` of the input data."""
-    vector = (lambda c: c.batch.column(index)) if kind in ARROW_TYPES else None
-    return Executor(kind, lambda e: e.data[index], vector)
-
 
 # --------------------------------------------------------------------------- compiler
 
@@ -204,16 +93,50 @@ def compile_expression(node: ast.Expression, scope: Scope) -> Executor:
         result.aggregators = operand.aggregators
         return result
     if isinstance(node, ast.FunctionCall):
-        from sp_dagster.engine.functions import compile_call
-
         return compile_call(node, scope)
     if isinstance(node, ast.In):
-        from sp_dagster.engine.tables import compile_in
-
         return compile_in(node, scope)
     if isinstance(node, ast.StreamRef):
         raise app_error("event references are only valid in patterns and sequences", node)
     raise app_error(f"unsupported expression {type(node).__name__}", node)
+
+
+def compile_call(node: ast.FunctionCall, scope: Scope) -> Executor:
+    """Compile a function or aggregator call (argument types were checked by validation)."""
+    name = node.qualified_name  # support.check_supported has rejected what is not implemented
+    if node.namespace is None and name in AGGREGATORS:
+        if scope.aggregation is None:
+            raise app_error(f"aggregator {name}() is only allowed in select and having", node)
+        args = [compile_expression(arg, scope) for arg in node.args]
+        return scope.aggregation.compile(node, args)
+    compiler = FUNCTIONS[name]
+    args = [compile_expression(arg, scope) for arg in node.args]
+    spec = FUNCTION_SPECS.get(name)
+    kind = spec.returns([a.type for a in args], node.args) if spec is not None else None
+    result = compiler(node, args, kind, scope)
+    result.aggregators = tuple(a for arg in args for a in arg.aggregators)
+    return result
+
+
+def compile_in(node: ast.In, scope) -> Executor:
+    """`condition in T`: true when some row of table T satisfies the condition."""
+    tables = getattr(scope.context, "tables", {})
+    if node.table not in tables:
+        raise app_error(f"'{node.table}' is not a table", node)
+    table = tables[node.table]
+    sides = sides_of(scope)
+    width = max((offset + len(schema) for _, schema, offset in sides), default=0)
+    joined = JoinedScope([*sides, ((table.name,), table.schema, width)], scope.context)
+    condition = table.compile_condition(node.operand, joined, width)
+    contains = table.contains
+
+    def row(event):
+        data = event.data
+        if len(data) != width:
+            data = tuple(data[:width]) + (None,) * (width - len(data))
+        return contains(condition, data, event.timestamp)
+
+    return Executor("bool", row)
 
 
 def _is_stream_ref(node: ast.Variable, scope: Scope) -> bool:
@@ -227,17 +150,6 @@ def _constant(node: ast.Constant) -> Executor:
 
 
 # --------------------------------------------------------------------------- arithmetic
-
-
-def converter(source: str, target: str) -> Callable[[Any], Any] | None:
-    """How a non-null value of numeric type `source` becomes `target` in Java (None: as is)."""
-    if source == target:
-        return None
-    if target == "float":
-        return lambda v: f32(float(v))
-    if target == "double":
-        return float
-    return None  # int -> long
 
 
 def _numeric_op(op: str, kind: str) -> Callable[[Any, Any], Any]:
@@ -413,12 +325,3 @@ def _not(operand: Executor) -> Executor:
 
     # Siddhi's not: anything but TRUE (false or null) gives true
     return Executor("bool", lambda e: inner(e) is not True, vector)
-
-
-def materialize(value, length: int, kind: str) -> pa.Array:
-    """An Arrow array of `length` rows from an executor's vector result (array or scalar)."""
-    if isinstance(value, pa.Scalar):
-        return pa.array([value.as_py()] * length, type=ARROW_TYPES[kind])
-    if isinstance(value, pa.ChunkedArray):
-        return value.combine_chunks()
-    return value

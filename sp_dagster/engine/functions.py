@@ -3,7 +3,7 @@
 Each entry compiles a call from its argument executors into an Executor. What a function
 accepts and returns is the parser's table (sp_dagster.siddhi.functions); validation has
 checked the arguments by then, so entries here only implement. Aggregators (sum, count, ...) are not here: they keep
-state and live in aggregators.py; compile_call hands them to the scope's aggregation context.
+state and live in aggregators.py; the compiler (expressions.compile_call) hands them to the scope's aggregation context.
 """
 
 from __future__ import annotations
@@ -11,15 +11,14 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow.compute as pc
 
 from sp_dagster.engine.errors import app_error
-from sp_dagster.engine.expressions import Executor, Scope, compile_expression, converter
+from sp_dagster.engine.executor import Executor, Scope, converter
 from sp_dagster.engine.values import INT_MAX, INT_MIN, f32, java_class, java_float_to_int, java_str
 from sp_dagster.siddhi import ast
-from sp_dagster.siddhi.functions import FUNCTIONS as FUNCTION_SPECS
 
 Compiler = Callable[[ast.FunctionCall, list, str, Scope], Executor]
 FUNCTIONS: dict[str, Compiler] = {}
@@ -34,25 +33,6 @@ def function(*names: str):
         return compiler
 
     return register
-
-
-def compile_call(node: ast.FunctionCall, scope: Scope) -> Executor:
-    """Compile a function or aggregator call (argument types were checked by validation)."""
-    from sp_dagster.engine.aggregators import AGGREGATORS
-
-    name = node.qualified_name  # support.check_supported has rejected what is not implemented
-    if node.namespace is None and name in AGGREGATORS:
-        if scope.aggregation is None:
-            raise app_error(f"aggregator {name}() is only allowed in select and having", node)
-        args = [compile_expression(arg, scope) for arg in node.args]
-        return scope.aggregation.compile(node, args)
-    compiler = FUNCTIONS[name]
-    args = [compile_expression(arg, scope) for arg in node.args]
-    spec = FUNCTION_SPECS.get(name)
-    kind = spec.returns([a.type for a in args], node.args) if spec is not None else None
-    result = compiler(node, args, kind, scope)
-    result.aggregators = tuple(a for arg in args for a in arg.aggregators)
-    return result
 
 
 def _simple(kind: str, fn: Callable, args: list, vector=None) -> Executor:

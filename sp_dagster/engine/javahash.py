@@ -8,7 +8,7 @@ keys within one bucket in insertion order.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def string_hash(text: str) -> int:

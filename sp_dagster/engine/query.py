@@ -8,13 +8,13 @@ callbacks and the target stream. Partitions build one QueryRuntime per partition
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
+from sp_dagster.engine.aggregation.retrieval import AggregationJoinView
 from sp_dagster.engine.clock import Scheduler
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent, as_events
 from sp_dagster.engine.expressions import StreamScope, compile_expression
-from sp_dagster.engine.aggregation.retrieval import AggregationJoinView
 from sp_dagster.engine.join import EmptyWindow, join_scope, join_sides, side_scope
 from sp_dagster.engine.junction import StreamJunction
 from sp_dagster.engine.named_window import EventByEvent, WindowOutput
@@ -180,7 +180,7 @@ class QueryRuntime:
 
     def _join(self, join: ast.JoinInput, streams: Streams, schedulers, expired_on: bool):
         tables, aggregations = self.context.tables, self.context.aggregations
-        schemas, holders, chains = [], [], []
+        schemas, holders = [], []
         for source in (join.left, join.right):
             name = source.stream.stream
             stored = tables.get(name) or aggregations.get(name)

@@ -8,7 +8,8 @@ checks of values against attribute types are the ones topics use).
 
 from __future__ import annotations
 
-from typing import IO, Any, Callable, Iterable, Protocol, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import IO, Any, Protocol
 
 from sp_dagster.engine.errors import EngineError
 from sp_dagster.engine.events import Event

@@ -21,7 +21,7 @@ import functools
 import io
 import pickle
 import zlib
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
@@ -36,8 +36,8 @@ from sp_dagster.engine.partition import PartitionRuntime
 from sp_dagster.engine.query import QueryRuntime, Streams
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.stateparts import CarryOver, fingerprints, match_parts
+from sp_dagster.engine.store import build_table
 from sp_dagster.engine.support import check_supported
-from sp_dagster.engine.tables import build_table
 from sp_dagster.engine.triggers import triggers
 from sp_dagster.engine.values import f32
 from sp_dagster.siddhi import SiddhiQLError, ast, parse

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import pyarrow as pa
 
 from sp_dagster.engine.values import ARROW_TYPES
-
 
 #: Where a Schema keeps its Arrow schema once made (in its name index, under a key no name can be).
 _ARROW = object()

@@ -15,12 +15,12 @@ tables live in `sp_dagster.engine.store`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent
-from sp_dagster.engine.expressions import Executor, JoinedScope, compile_expression, locate, sides_of
+from sp_dagster.engine.expressions import JoinedScope, compile_expression, locate
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.values import f32
 from sp_dagster.siddhi import ast
@@ -175,16 +175,6 @@ def primary_key(definition: ast.TableDefinition, schema: Schema) -> list[int] | 
     return positions
 
 
-def build_table(definition: ast.TableDefinition, context) -> Table:
-    """The table `definition` asks for: in memory, or in a database with @store."""
-    store = definition.annotation("store")
-    if store is None or (store.get("type") or "").lower() in ("in-memory", "inmemory"):
-        return InMemoryTable(definition)  # the topology planner reads type='in-memory' the same way
-    from sp_dagster.engine.store import build_store_table
-
-    return build_store_table(definition, store, context)
-
-
 # --------------------------------------------------------------------------- reading the scope
 
 
@@ -209,27 +199,6 @@ def table_side(scope: JoinedScope, offset: int) -> int:
 
 
 # --------------------------------------------------------------------------- `in` and joins
-
-
-def compile_in(node: ast.In, scope) -> Executor:
-    """`condition in T`: true when some row of table T satisfies the condition."""
-    tables = getattr(scope.context, "tables", {})
-    if node.table not in tables:
-        raise app_error(f"'{node.table}' is not a table", node)
-    table = tables[node.table]
-    sides = sides_of(scope)
-    width = max((offset + len(schema) for _, schema, offset in sides), default=0)
-    joined = JoinedScope([*sides, ((table.name,), table.schema, width)], scope.context)
-    condition = table.compile_condition(node.operand, joined, width)
-    contains = table.contains
-
-    def row(event):
-        data = event.data
-        if len(data) != width:
-            data = tuple(data[:width]) + (None,) * (width - len(data))
-        return contains(condition, data, event.timestamp)
-
-    return Executor("bool", row)
 
 
 class TableJoinView:

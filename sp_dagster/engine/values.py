@@ -10,11 +10,9 @@ from __future__ import annotations
 import array
 import math
 
-import numpy as np
-
-from sp_dagster.javatext import java_str  # noqa: F401  (re-exported: the engine's callers import it from here)
 import pyarrow as pa
 
+from sp_dagster.javatext import java_str  # noqa: F401  (re-exported: the engine's callers import it from here)
 from sp_dagster.siddhi.types import JAVA_CLASSES
 
 #: Siddhi type -> Arrow type (object attributes have none: they stay Python objects).

@@ -11,13 +11,13 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from sp_dagster.errors import BrokerUnavailable, MessagingError, ProducerFenced, TopicError
-from sp_dagster.errors import EventDecodeError
+from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingError, ProducerFenced, TopicError
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
@@ -60,7 +60,7 @@ class KafkaTransport(Transport):
         return self.bootstrap_servers
 
     @classmethod
-    def from_settings(cls, settings: Any, timeout: float = 10.0) -> "KafkaTransport":
+    def from_settings(cls, settings: Any, timeout: float = 10.0) -> KafkaTransport:
         """Build from a config's MessagingSettings."""
         return cls(settings.bootstrap_servers, settings.properties, timeout)
 
@@ -216,13 +216,13 @@ class KafkaTransport(Transport):
             }
         )
 
-    def raw_publisher(self) -> "RawPublisher":
+    def raw_publisher(self) -> RawPublisher:
         return RawPublisher(self)
 
-    def transactional_publisher(self, transactional_id: str, group_id: str) -> "TransactionalPublisher":
+    def transactional_publisher(self, transactional_id: str, group_id: str) -> TransactionalPublisher:
         return TransactionalPublisher(self, transactional_id, group_id, self.timeout)
 
-    def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> "KafkaReader":
+    def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> KafkaReader:
         return KafkaReader(self, topic, self.resolve(topic, assignments), codec)
 
     def close(self) -> None:

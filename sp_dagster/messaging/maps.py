@@ -21,8 +21,9 @@ import csv
 import io
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from xml.etree import ElementTree
 

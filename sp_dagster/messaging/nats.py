@@ -20,8 +20,8 @@ import concurrent.futures
 import json
 import logging
 import threading
-import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 try:
     import nats
@@ -161,7 +161,7 @@ class NatsTransport(Transport):
         self._js = None
 
     @classmethod
-    def from_settings(cls, settings: Any, timeout: float = 10.0) -> "NatsTransport":
+    def from_settings(cls, settings: Any, timeout: float = 10.0) -> NatsTransport:
         """Build from a config's MessagingSettings (natsServerUrl, clusterId)."""
         return cls(settings.servers, settings.cluster_id, timeout)
 
@@ -392,10 +392,10 @@ class NatsTransport(Transport):
 
     # -- publishing and reading -------------------------------------------------------------------
 
-    def raw_publisher(self) -> "NatsRawPublisher":
+    def raw_publisher(self) -> NatsRawPublisher:
         return NatsRawPublisher(self)
 
-    def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> "NatsReader":
+    def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> NatsReader:
         resolved = self.resolve(topic, assignments)
         if any(offset == EARLIEST for offset in resolved.values()):
             first = self.first_offset(topic)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from sp_dagster.javatext import java_str
 from sp_dagster.messaging.errors import StrategyError

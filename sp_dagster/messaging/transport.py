@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.strategies import Strategy
@@ -88,7 +89,7 @@ class RawPublisher(ABC):
         for topic, value, key, partition, timestamp, found in records:
             self.produce(topic, value, key, partition, timestamp, [(header, found)] if found is not None else None)
 
-    def serve(self) -> None:
+    def serve(self) -> None:  # noqa: B027  (optional hook: a no-op unless the client has reports to serve)
         """Let the client handle what it received (delivery reports) without waiting; a no-op by default."""
 
     def close(self) -> None:
@@ -230,5 +231,5 @@ class Transport(ABC):
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> Reader:
         """A reader of the given partitions, each from its offset (or EARLIEST / LATEST)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional hook: a transport that holds no client has nothing to release)
         """Release clients held by the transport."""

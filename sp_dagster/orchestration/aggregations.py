@@ -12,7 +12,7 @@ lives only inside its instances: its asset has no observation.
 
 import dataclasses
 import functools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -100,7 +100,7 @@ def read_store(reader_siddhi: str, datasources: dict | None) -> dict:
 
 
 def _when(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S GMT")
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S GMT")
 
 
 def observation(key: dg.AssetKey, seen: dict) -> dg.AssetObservation:

@@ -59,7 +59,7 @@ class Stack:
     facts: dict = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path) -> "Stack | None":
+    def load(cls, path: Path) -> Stack | None:
         """The recorded stack, or None when there is none."""
         if not path.exists():
             return None

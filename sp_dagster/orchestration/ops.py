@@ -240,7 +240,8 @@ def undeploy_app(
 @dg.op(description="Ask the leader manager to rebalance placements on its next pass (moving the fewest instances).")
 def request_rebalance(context: dg.OpExecutionContext, control_plane: ControlPlaneResource) -> dict | None:
     """The placements before the request, or None when no leader is alive to act on it."""
-    from sp_dagster.cluster.election import current_leader, request_rebalance as ask
+    from sp_dagster.cluster.election import current_leader
+    from sp_dagster.cluster.election import request_rebalance as ask
     from sp_dagster.cluster.store.deployments import list_instances
 
     group = control_plane.group_id()

@@ -103,7 +103,7 @@ class Detached:
         return {**asdict(self), "command": list(self.command)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Detached":
+    def from_dict(cls, data: dict) -> Detached:
         """Read back from the state file."""
         return cls(data["name"], int(data["pid"]), data["started"], data["log"], tuple(data["command"]))
 

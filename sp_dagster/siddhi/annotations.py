@@ -6,7 +6,7 @@ unknown annotation is kept as data and never rejected. Names compare case-insens
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.errors import SiddhiQLError
@@ -37,7 +37,7 @@ def check_annotations(app: ast.App, report: Report) -> None:
     """Report every misplaced or malformed annotation of `app`."""
     _app_annotations(app.annotations, report)
     names: dict[str, ast.Node] = {}
-    for element, place, partition in _placed(app):
+    for element, place, _partition in _placed(app):
         for annotation in element.annotations:
             _element_annotation(annotation, element, place, report)
         info = element.annotation("info") if place not in (_PARTITION, _AGGREGATION) else None

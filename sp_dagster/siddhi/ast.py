@@ -8,8 +8,8 @@ which is what lets ``parse(render(app)) == app`` hold.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Iterator, Union
 
 #: The attribute types of SiddhiQL, as written in definitions.
 TYPES = ("string", "int", "long", "float", "double", "bool", "object")
@@ -34,10 +34,6 @@ EVENT_TYPES = ("current", "expired", "all")
 JOIN_TYPES = ("inner", "left_outer", "right_outer", "full_outer")
 
 
-def _position() -> int:
-    return field(default=0, compare=False, repr=False, kw_only=True)
-
-
 def qualified(namespace: str | None, name: str) -> str:
     """`namespace:name`, or `name` when there is no namespace."""
     return f"{namespace}:{name}" if namespace else name
@@ -47,8 +43,8 @@ def qualified(namespace: str | None, name: str) -> str:
 class Node:
     """Base of every node: where it starts in the source text (0 when built by code)."""
 
-    line: int = _position()
-    column: int = _position()
+    line: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
+    column: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
 
 
 def walk(node: Node) -> Iterator[Node]:
@@ -177,7 +173,7 @@ class Last(Node):
     offset: int = 0
 
 
-EventIndex = Union[int, Last]
+EventIndex = int | Last
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +230,8 @@ class BinaryOp(Expression):
     op: str
     left: Expression
     right: Expression
-    op_line: int = _position()
-    op_column: int = _position()
+    op_line: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
+    op_column: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +257,8 @@ class In(Expression):
 
     operand: Expression
     table: str
-    op_line: int = _position()
-    op_column: int = _position()
+    op_line: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
+    op_column: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
 
 
 # --------------------------------------------------------------------------- query inputs
@@ -303,7 +299,7 @@ class Window(Node):
         return qualified(self.namespace, self.name)
 
 
-Handler = Union[Filter, StreamFunction, Window]
+Handler = Filter | StreamFunction | Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +405,7 @@ class StateChain(Node):
     elements: tuple[StateElement, ...]
 
 
-StateElement = Union[StreamState, AbsentState, LogicalState, EveryState, StateChain]
+StateElement = StreamState | AbsentState | LogicalState | EveryState | StateChain
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,7 +438,7 @@ def _state_leaves(element: StateElement) -> Iterator[StreamState | AbsentState]:
             yield from _state_leaves(child)
 
 
-QueryInput = Union[StreamInput, JoinInput, StateInput]
+QueryInput = StreamInput | JoinInput | StateInput
 
 
 # --------------------------------------------------------------------------- selection and output
@@ -558,7 +554,7 @@ class Return(Node):
     event_type: str = "current"
 
 
-QueryOutput = Union[InsertInto, Delete, Update, UpdateOrInsert, Return]
+QueryOutput = InsertInto | Delete | Update | UpdateOrInsert | Return
 
 
 # --------------------------------------------------------------------------- queries and partitions
@@ -613,7 +609,7 @@ class RangePartition(Node):
     ranges: tuple[RangeCondition, ...]
 
 
-PartitionKey = Union[ValuePartition, RangePartition]
+PartitionKey = ValuePartition | RangePartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -715,16 +711,7 @@ class FunctionDefinition(Definition):
     body: str  # the script between the outer braces
 
 
-Element = Union[
-    StreamDefinition,
-    TableDefinition,
-    WindowDefinition,
-    TriggerDefinition,
-    AggregationDefinition,
-    FunctionDefinition,
-    Query,
-    Partition,
-]
+Element = StreamDefinition | TableDefinition | WindowDefinition | TriggerDefinition | AggregationDefinition | FunctionDefinition | Query | Partition
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ function means adding one entry here (and its implementation in the engine).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from sp_dagster.siddhi.ast import NUMERIC_TYPES, TYPES
 

@@ -8,7 +8,7 @@ newlines and spaces that preceded it, so positions in its errors are those of th
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 # Strings, comments and quoted names are skipped whole; words and the few characters that
 # matter for nesting are the only other tokens looked at.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 from lark import Token, Transformer
 
@@ -30,9 +30,16 @@ _JAVA_ESCAPE = re.compile(r"\\(u+[0-9a-fA-F]{4}|[0-3]?[0-7]{1,2}|.)", re.S)
 _SIMPLE_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
 
 
-def _pos(item: Any) -> dict[str, int]:
+class Position(TypedDict):
+    """Where a node starts: the keyword arguments every node takes."""
+
+    line: int
+    column: int
+
+
+def _pos(item: Any) -> Position:
     """The keyword arguments that place a node where `item` (a Token or a node) starts."""
-    return {"line": getattr(item, "line", 0) or 0, "column": getattr(item, "column", 0) or 0}
+    return Position(line=getattr(item, "line", 0) or 0, column=getattr(item, "column", 0) or 0)
 
 
 def _error(message: str, item: Any) -> SiddhiQLError:

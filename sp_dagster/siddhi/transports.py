@@ -12,8 +12,8 @@ JSON paths (`$.a.b[0]`), XPaths as ElementTree reads them, and `{{attribute}}` t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import urlsplit
 from xml.etree import ElementTree
 

@@ -8,8 +8,8 @@ long, `sum` long for integers and double otherwise, `min`/`max` keep their argum
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.functions import AGGREGATORS, FUNCTIONS, Spec, accepts, suggestion

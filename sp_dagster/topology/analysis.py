@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Union
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.analysis import Analysis
@@ -27,7 +27,7 @@ _KINDS = {
     ast.FunctionDefinition: FUNCTION,
 }
 
-Executable = Union[ast.Query, ast.Partition, ast.AggregationDefinition]
+Executable = ast.Query | ast.Partition | ast.AggregationDefinition
 
 
 

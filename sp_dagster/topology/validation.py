@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from sp_dagster.siddhi import ast
 from sp_dagster.topology.analysis import AGGREGATION, TABLE, WINDOW, Catalog, ElementInfo, is_aggregate_call, is_persisted

@@ -61,7 +61,7 @@ class Checkpoint:
         return _MAGIC + len(data).to_bytes(4, "big") + data + self.snapshot
 
     @classmethod
-    def decode(cls, data: bytes) -> "Checkpoint":
+    def decode(cls, data: bytes) -> Checkpoint:
         """A checkpoint from encode()'s bytes."""
         head, size = read_head(data)
         positions = {(t, int(p)): int(o) for t, p, o in head["positions"]}

@@ -121,7 +121,7 @@ class ContinuousInstance:
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._job, name=f"instance-{plan.name}", daemon=True)
 
-    def start(self) -> "ContinuousInstance":
+    def start(self) -> ContinuousInstance:
         """Submit the instance's Spark job."""
         self._thread.start()
         return self

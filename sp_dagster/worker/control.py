@@ -22,8 +22,8 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
-from typing import Callable
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import urlsplit
 
 from sp_dagster.errors import EventDecodeError
@@ -265,7 +265,7 @@ class HostedReceiver:
         self.error: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"receiver-{plan.name}", daemon=True)
 
-    def start(self) -> "HostedReceiver":
+    def start(self) -> HostedReceiver:
         """Start serving; raise when the receiver cannot listen."""
         try:
             self.loop.start()

@@ -306,7 +306,7 @@ def _partition_key(app: ast.App, inputs: list[InputTopic]) -> str | None:
     """The key to run one engine per key by: every query sits in a value partition on that one
     attribute, and every input stream is partitioned by it. Otherwise None (one engine)."""
     keys = set()
-    for query, partition in app.queries():
+    for _query, partition in app.queries():
         if partition is None:
             return None
         for key in partition.keys:

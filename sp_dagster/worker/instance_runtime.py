@@ -30,7 +30,8 @@ import heapq
 import json
 import logging
 import time
-from typing import Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import DrivenClock, PlaybackClock
@@ -38,9 +39,9 @@ from sp_dagster.engine.events import ArrowChunk
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.strategies import strategy_for
-from sp_dagster.worker.sinks import HTTP_PREFIX, destination_chooser, log_sink, message_key, sequenced
 from sp_dagster.siddhi import ast, parse
 from sp_dagster.worker.instance_plan import InstancePlan
+from sp_dagster.worker.sinks import HTTP_PREFIX, destination_chooser, log_sink, message_key, sequenced
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def origin_of(message: Message) -> tuple[str, tuple[int, ...]]:
 
 def encode_origin(key: str, sequence: tuple[int, ...]) -> bytes:
     """The sp-origin header value."""
-    return f"{key}|{'.'.join(map(str, sequence))}".encode("utf-8")
+    return f"{key}|{'.'.join(map(str, sequence))}".encode()
 
 
 @functools.lru_cache(maxsize=64)
@@ -134,7 +135,7 @@ class InstanceRuntime:
         for sink in plan.logs:
             self.engine.add_callback(sink.stream, log_sink(plan.name, sink))
 
-    def _collector(self, stream: str) -> "_Collector":
+    def _collector(self, stream: str) -> _Collector:
         collector = _Collector(self.engine)
         self.engine.add_receiver(stream, collector)
         return collector
@@ -206,7 +207,7 @@ class InstanceRuntime:
                 if prefix is None:
                     origin_key, sequence = origin_of_send(send)
                     prefix = prefixes[send] = f"{origin_key}|{''.join(f'{part}.' for part in sequence)}"
-                origins.append(f"{prefix}{last}".encode("utf-8"))
+                origins.append(f"{prefix}{last}".encode())
             publish(rows, stamps, origins)
         return last
 
@@ -285,7 +286,7 @@ class InstanceRuntime:
         out, self._out = self._out, []
         return out
 
-    def _send(self, run: "_Run") -> None:
+    def _send(self, run: _Run) -> None:
         """One engine call for a run of messages of one stream: each message is one send, as if sent
         alone, and the outputs of each are named after it."""
         if not run.sizes:

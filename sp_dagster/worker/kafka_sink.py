@@ -11,11 +11,13 @@ Delivery is at-least-once: a micro-batch that Spark re-runs is published again.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from sp_dagster.worker.kafka_options import transport_from_options
 
 
 @dataclass
@@ -33,8 +35,6 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def open_transport(self):
         """A new transport from the sink's options."""
-        from sp_dagster.worker.kafka_source import transport_from_options
-
         return transport_from_options(self.options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:

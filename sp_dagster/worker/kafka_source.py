@@ -15,30 +15,16 @@ The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensit
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from sp_dagster.worker.kafka_options import normalized, transport_from_options
+from sp_dagster.worker.kafka_sink import KafkaStreamWriter
 from sp_dagster.worker.spark_types import ORIGIN_HEADER, RAW_DDL, RAW_SCHEMA, arrow_schema, parse_attributes_option, spark_ddl
 
 BATCH_ROWS = 10_000
-
-
-def normalized(options) -> dict:
-    """Spark passes options case-insensitively: keep one lower-case plain dict."""
-    return {str(k).lower(): v for k, v in dict(options).items()}
-
-
-def _kafka_properties(options: dict) -> dict:
-    return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
-
-
-def transport_from_options(options: dict):
-    """A KafkaTransport from the data source's options."""
-    from sp_dagster.messaging.kafka import KafkaTransport
-
-    return KafkaTransport(options["bootstrap.servers"], _kafka_properties(options), timeout=float(options.get("timeout", 30)))
 
 
 def _record_batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
@@ -64,12 +50,10 @@ class KafkaPartitionsSource(DataSource):
         options = normalized(self.options)
         return RAW_DDL if options.get("format") == "raw" else spark_ddl(parse_attributes_option(options["attributes"]))
 
-    def streamReader(self, schema) -> "KafkaStreamReader":
+    def streamReader(self, schema) -> KafkaStreamReader:
         return KafkaStreamReader(normalized(self.options))
 
     def streamWriter(self, schema, overwrite: bool):
-        from sp_dagster.worker.kafka_sink import KafkaStreamWriter
-
         return KafkaStreamWriter(normalized(self.options))
 
 

@@ -23,7 +23,8 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from sp_dagster.engine.javahash import string_hash
 from sp_dagster.errors import EventDecodeError
@@ -73,7 +74,7 @@ def sequenced(message):
     sequence_id, colon, number = head.decode("utf-8", "replace").partition(":")
     if not tilde or not colon or not number.strip().isdigit():
         raise EventDecodeError("seq.enabled is on but the message has no 'sequenceId:seqNo~' header")
-    origin = f"seq:{sequence_id}|{int(number)}".encode("utf-8")
+    origin = f"seq:{sequence_id}|{int(number)}".encode()
     return message._replace(value=body, origin=origin)
 
 

@@ -25,8 +25,8 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 
@@ -94,7 +94,7 @@ class _Cached:
 # Engines kept between micro-batches in this Python worker process: a batch reuses one only
 # when the state store still holds its token (a retried batch rolls the store back, and then
 # the engine is rebuilt from the snapshot, and its timer registered again).
-_RUNTIMES: "OrderedDict[tuple, _Cached]" = OrderedDict()
+_RUNTIMES: OrderedDict[tuple, _Cached] = OrderedDict()
 
 
 def _freeze_once() -> None:
@@ -181,7 +181,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
                     cached.armed = wakeup
             _keep(cache_key, cached)
 
-        def handleInputRows(self, key, rows, timerValues) -> Iterator["pd.DataFrame"]:
+        def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
             now = _processing_time(timerValues)
             cache_key, cached = self._engine(key, now, create=True)
             # Spark hands the columns over positionally (named _0, _1, ...), in the source's order.
@@ -190,7 +190,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
             self._save(cache_key, cached, now)
             yield from _output_frames(out)
 
-        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator["pd.DataFrame"]:
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
             now = max(_processing_time(timerValues), expiredTimerInfo.getExpiryTimeInMs())
             cache_key, cached = self._engine(key, now, create=False)
             if cached is None:

@@ -78,7 +78,7 @@ class Workers:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "Workers":
+    def __enter__(self) -> Workers:
         for session in self.sessions.values():
             session.beat()
         self._thread.start()

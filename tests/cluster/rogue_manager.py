@@ -16,8 +16,8 @@ import threading
 import time
 from dataclasses import replace
 
+from sp_dagster.cli.cluster import register
 from sp_dagster.cluster.allocation import Allocation, AllocationAlgorithm
-from sp_dagster.cluster.commands import register
 from sp_dagster.cluster.election import LeadershipLost
 from sp_dagster.cluster.manager import Manager, run_until_signalled
 from sp_dagster.cluster.reconcile import reconcile

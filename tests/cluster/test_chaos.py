@@ -155,7 +155,7 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
                 if now >= next_change:  # churn: a worker falls silent, an app changes
                     silent = rng.choice(WORKERS)
                     workers.silent = {silent}
-                    threading.Timer(1.5, lambda: workers.silent.discard(silent)).start()
+                    threading.Timer(1.5, workers.silent.discard, args=(silent,)).start()  # this round's node, not the next round's
                     record(plane, "orders", rng.choice((2, 3, 4)))
                     if rng.random() < 0.5:
                         remove_deployment(plane, "alerts")

@@ -63,7 +63,7 @@ def test_managers_elect_place_and_hand_over_on_sigterm(tmp_path, database_url):
             leader_proc = next(p for p in procs if p.node_id == first.holder)
             started = time.monotonic()
             assert leader_proc.stop() == 0  # SIGTERM: resigns the lease
-            second = wait_until(lambda: (lambda l: l if l and l.alive and l.term > first.term else None)(current_leader(plane)), what="takeover")
+            second = wait_until(lambda: (lambda lead: lead if lead and lead.alive and lead.term > first.term else None)(current_leader(plane)), what="takeover")
             # Resigning hands over within a heartbeat or two, not after the lease runs out.
             assert time.monotonic() - started < 3
             assert second.holder != first.holder

@@ -3,8 +3,8 @@ state rebuilt from them, shards sharing one store (seed 002), snapshots, errors 
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 import pytest
+import sqlalchemy as sa
 
 from sp_dagster.engine import AppRuntime, EngineError
 from sp_dagster.engine.aggregation.settings import property_settings

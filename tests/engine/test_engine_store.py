@@ -23,6 +23,7 @@ from sp_dagster.siddhi import SiddhiQLError
 from tests.engine.test_engine_conformance import FILES
 from tests.fixtures.databases import BACKENDS
 
+
 class Store:
     """Where a test's store tables go: a JDBC URL (and user) for @store, the SQLAlchemy URL to look."""
 
@@ -459,7 +460,7 @@ def test_query_command_replays_events_into_memory_tables_and_reports_mistakes(tm
     app = tmp_path / "app.siddhi"
     app.write_text("define stream S (symbol string, volume long);\ndefine table T (symbol string, volume long);\nfrom S insert into T;\n")
     events = tmp_path / "events.jsonl"
-    events.write_text("\n".join('{"stream": "S", "data": ["%s", %d]}' % row for row in [("A", 1), ("B", 2), ("A", 3)]) + "\n")
+    events.write_text("\n".join(f'{{"stream": "S", "data": ["{symbol}", {volume}]}}' for symbol, volume in [("A", 1), ("B", 2), ("A", 3)]) + "\n")
     result = cli("query", str(app), "from T select symbol, sum(volume) as total group by symbol order by total desc", "--events", str(events))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["symbol  total", "A       4", "B       2", "(2 rows)"]

@@ -24,7 +24,7 @@ class StandInWorker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "StandInWorker":
+    def start(self) -> StandInWorker:
         """Register and start heartbeating."""
         self.session.beat()
         self._thread.start()
@@ -47,7 +47,7 @@ class StandInWorker:
             for instance in self.running():
                 self.session.report(instance, "running", metrics=self.metrics.get(instance, {"rows_in_total": 0, "rows_out_total": 0, "lag": 0, "batch_ms": 1}))
 
-    def __enter__(self) -> "StandInWorker":
+    def __enter__(self) -> StandInWorker:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -213,8 +213,6 @@ def test_topic_names_match_the_messaging_layer(stream, key):
 def test_topology_imports_only_the_language_and_the_standard_library():
     folder = ROOT / "sp_dagster" / "topology"
     for path in folder.glob("*.py"):
-        if path.name == "commands.py":
-            continue  # the CLI front end
         for node in python_ast.walk(python_ast.parse(path.read_text())):
             if isinstance(node, python_ast.ImportFrom) and node.module and node.module.startswith("sp_dagster"):
                 assert node.module.startswith(("sp_dagster.siddhi", "sp_dagster.topology")), (path.name, node.module)

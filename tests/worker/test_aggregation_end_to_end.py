@@ -24,14 +24,13 @@ import pytest
 import sqlalchemy as sa
 
 from sp_dagster.deploy import load_app, plan_app
+from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.aggregation.timing import bucket_start
 from sp_dagster.messaging import EARLIEST, RoundRobin, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology.partial_apps import reader_view
 from sp_dagster.worker.instance_plan import plan_instance
-
-from sp_dagster.embedded.local_cluster import LocalCluster
 from tests.engine.test_engine_store import _store
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]

@@ -14,7 +14,6 @@ from sp_dagster.worker.checkpoints import SET_ASIDE, Checkpoint, predecessor, un
 from sp_dagster.worker.continuous import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
-
 from tests.worker.test_continuous import APP, Running, by_symbol, deploy_topics, publish, read_outputs
 from tests.worker.test_instance_queries import reference, trades
 

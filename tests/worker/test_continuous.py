@@ -21,7 +21,6 @@ from sp_dagster.topology import plan
 from sp_dagster.worker.checkpoints import Checkpoint, CheckpointError
 from sp_dagster.worker.instance_loop import InstanceLoop, LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
-
 from tests.worker.test_instance_queries import APP, BATCHES, CLOCK_APP, GONE, reference, trades
 
 pytestmark = [pytest.mark.broker]

@@ -25,7 +25,6 @@ from sp_dagster.worker.http_receiver import HostedReceiver
 from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
-
 from tests.worker.test_continuous import Running
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

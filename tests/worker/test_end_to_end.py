@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 
 from sp_dagster.deploy import load_app, plan_app
+from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.worker.instance_plan import plan_instance
-
-from sp_dagster.embedded.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 

@@ -20,7 +20,6 @@ from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.worker.sinks import java_hash_destination
-
 from tests.worker.test_edges import Collector, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]

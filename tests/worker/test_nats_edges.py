@@ -14,7 +14,6 @@ from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.nats import NatsTransport
 from sp_dagster.worker.instance_plan import NatsEndpoint, plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
-
 from tests.worker.test_continuous import Running
 from tests.worker.test_edges import start_app, wait_for
 
@@ -130,7 +129,6 @@ def test_an_unreachable_user_nats_server_is_named_with_the_option_to_fix(nats):
     from sp_dagster.embedded import free_port
     from sp_dagster.errors import BrokerUnavailable
     from sp_dagster.worker.instance_loop import InstanceLoop, LoopSettings
-
     from tests.worker.test_continuous import Line
 
     address = f"nats://127.0.0.1:{free_port()}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sp_dagster.messaging import BinaryCodec, JsonCodec, Partitioned, RoundRobin
+from sp_dagster.messaging import BinaryCodec, JsonCodec, RoundRobin
 from sp_dagster.messaging.strategies import key_string, partition_for_key
 from sp_dagster.worker.spark_types import attributes_option
 from tests.messaging.helpers import read_all

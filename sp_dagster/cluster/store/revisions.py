@@ -28,25 +28,21 @@ from __future__ import annotations
 
 import gzip
 import logging
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import BigInteger, Column, Connection, Index, Integer, MetaData, String, Table, delete, func, inspect, select, text, update
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from sp_dagster.cluster.db import ControlPlane, Database, db_now_ms, short_reason
-from sp_dagster.cluster.schema import ID, Blob
+from sp_dagster.cluster.schema import DEFAULT_REVISION_TABLE as DEFAULT_TABLE
+from sp_dagster.cluster.schema import prepare_revision_table, revision_table
 from sp_dagster.cluster.store.deployments import owns_instance
 from sp_dagster.errors import NotOwnerError, PersistenceError
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TABLE = "PERSISTENCE_TABLE"
-# The columns of the first layout: a table that lacks one of them is not a revision table.
-FIRST_LAYOUT = ("id", "siddhiAppName", "revision", "snapshot", "savedAt")
 
 
 @dataclass(frozen=True)
@@ -60,86 +56,6 @@ class Revision:
     stored_size: int
     saved_by: str | None = None
     data: bytes | None = None
-
-
-def revision_table(name: str) -> Table:
-    """The layout of a revision table called `name`."""
-    return Table(
-        name,
-        MetaData(),
-        Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-        Column("siddhiAppName", String(ID), nullable=False),  # the instance id
-        Column("revision", String(300), nullable=False),  # WSO2's label: <savedAt>_<instance>
-        Column("snapshot", Blob, nullable=False),  # gzip-compressed
-        Column("savedAt", BigInteger, nullable=False),  # the database's clock, ms
-        # Nullable because ALTER TABLE adds them to tables of the first layout; always written.
-        Column("revisionNumber", BigInteger),
-        Column("rawSize", BigInteger),
-        Column("savedBy", String(ID)),  # <node id>/<incarnation>
-        Index(f"ux_{name[:48]}_revision", "siddhiAppName", "revisionNumber", unique=True),
-    )
-
-
-def prepare_table(conn: Connection, table: Table) -> None:
-    """Create the table, or upgrade one of the first layout in place (its rows numbered in save
-    order); call it inside the database's schema_transaction()."""
-    if not inspect(conn).has_table(table.name):
-        table.create(conn)
-        return
-    present = {c["name"] for c in inspect(conn).get_columns(table.name)}
-    lacking = [name for name in FIRST_LAYOUT if name not in present]
-    if lacking:
-        raise PersistenceError(
-            f"table {table.name} has no column {', '.join(lacking)}: it is not a state-revision table; "
-            "name another table in state.persistence.config.table"
-        )
-    quote = conn.dialect.identifier_preparer
-    for column in [c for c in table.columns if c.name not in present]:
-        conn.execute(text(f"ALTER TABLE {quote.format_table(table)} ADD COLUMN {quote.format_column(column)} {column.type.compile(dialect=conn.dialect)}"))
-    _number_revisions(conn, table)
-    for row_id in conn.execute(select(table.c.id).where(table.c.rawSize.is_(None))).scalars().all():
-        snapshot = conn.execute(select(table.c.snapshot).where(table.c.id == row_id)).scalar_one()
-        conn.execute(update(table).where(table.c.id == row_id).values(rawSize=len(gzip.decompress(snapshot))))
-    indexes = {i["name"] for i in inspect(conn).get_indexes(table.name)}
-    for index in table.indexes:
-        if index.name not in indexes:
-            index.create(conn)
-
-
-def _number_revisions(conn: Connection, table: Table) -> None:
-    """Number 1, 2, ... in save order the revisions of every instance that has an unnumbered one."""
-    c = table.c
-    for instance_id in conn.execute(select(c.siddhiAppName).where(c.revisionNumber.is_(None)).distinct()).scalars().all():
-        conn.execute(update(table).where(c.siddhiAppName == instance_id).values(revisionNumber=None))
-        ids = conn.execute(select(c.id).where(c.siddhiAppName == instance_id).order_by(c.savedAt, c.id)).scalars().all()
-        for number, row_id in enumerate(ids, start=1):
-            conn.execute(update(table).where(c.id == row_id).values(revisionNumber=number))
-
-
-def adopt_retired_revisions(conn: Connection, retired: Table) -> int:
-    """Migration: copy the rows of the control plane's retired sp_state_revisions (zlib) into this
-    database's PERSISTENCE_TABLE, merged in save order with any revisions already there."""
-    r = retired.c
-    keys = conn.execute(select(r.instance_id, r.revision).order_by(r.instance_id, r.revision)).all()
-    if not keys:
-        return 0
-    table = revision_table(DEFAULT_TABLE)
-    prepare_table(conn, table)
-    for key in keys:
-        row = conn.execute(select(retired).where(r.instance_id == key.instance_id, r.revision == key.revision)).one()
-        conn.execute(
-            table.insert().values(
-                siddhiAppName=row.instance_id, revision=f"{row.created_at}_{row.instance_id}",
-                snapshot=gzip.compress(zlib.decompress(row.data), compresslevel=6, mtime=0),
-                savedAt=row.created_at, rawSize=row.raw_size, revisionNumber=None, savedBy=None,
-            )
-        )
-    _number_revisions(conn, table)
-    log.warning(
-        "moved %d state revision(s) from sp_state_revisions to %s in the control-plane database; workers restore "
-        "them when their state.persistence.config names this datasource and table", len(keys), DEFAULT_TABLE,
-    )
-    return len(keys)
 
 
 def same_database(a: str, b: str) -> bool:
@@ -168,7 +84,7 @@ class RevisionStore:
             raise PersistenceError(f"cannot open the revision table {table} at {database.safe_url}: {short_reason(error)}") from None
 
     @classmethod
-    def from_config(cls, config, plane: ControlPlane) -> "RevisionStore":
+    def from_config(cls, config, plane: ControlPlane) -> RevisionStore:
         """The store a Config's `state.persistence` names, its ownership decided by `plane`."""
         source = config.persistence_datasource
         shared = same_database(source.url, plane.url)
@@ -185,7 +101,7 @@ class RevisionStore:
 
     def _prepare(self) -> None:
         with self.database.schema_transaction() as conn:
-            prepare_table(conn, self.table)
+            prepare_revision_table(conn, self.table)
 
     def save(self, instance_id: str, data: bytes, *, owner: tuple[str, int | None] | None = None) -> int:
         """Store a new revision (compressed) and keep the newest `keep`; returns its number.

@@ -9,8 +9,8 @@ the latest event time). The outputs are computed from them: avg = AGG_SUM_x / AG
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.expressions import StreamScope, compile_expression

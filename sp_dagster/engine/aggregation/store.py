@@ -137,6 +137,7 @@ class RdbmsStore:
 
     def __init__(self, name: str, durations: tuple[str, ...], plan, distributed: bool, external: bool, options, connections):
         import sqlalchemy as sa
+        import sqlalchemy.exc  # noqa: F401  (sa.exc below)
 
         from sp_dagster.engine.store.rdbms import _READERS, column_type
 

@@ -9,7 +9,7 @@ zone (`aggTimeZone`, GMT by default), as Siddhi's IncrementalTimeConverterUtil d
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sp_dagster.engine.errors import EngineError
@@ -27,7 +27,7 @@ _PER_NAMES = {
     "YEARS": ("year", "years"),
 }
 _FIXED = {"SECONDS": 1000, "MINUTES": 60_000}
-GMT = timezone.utc
+GMT = UTC
 
 
 def zone(name: str | None):

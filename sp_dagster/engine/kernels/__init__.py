@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from sp_dagster.engine.kernels.base import RUNS, Kernel, Output, StreamPlan
 from sp_dagster.engine.kernels.eligibility import written_streams
-from sp_dagster.engine.kernels.stateless import StatelessKernel
+from sp_dagster.engine.kernels.join import JoinKernel
 from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
 from sp_dagster.engine.kernels.partition import PartitionKernel
 from sp_dagster.engine.kernels.pattern import PatternKernel
-from sp_dagster.engine.kernels.join import JoinKernel
+from sp_dagster.engine.kernels.stateless import StatelessKernel
 from sp_dagster.engine.kernels.time_batch import LengthBatchAggregateKernel, TimeBatchAggregateKernel
 
 #: Kernel classes, tried in order; the first whose `build` accepts a query is used.

@@ -10,7 +10,6 @@ import pyarrow as pa
 from sp_dagster.engine.events import ArrowChunk, StreamEvent
 from sp_dagster.engine.kernels.eligibility import blind_output
 
-
 #: Segments computed per kernel class (tests check that the kernels they mean to test ran).
 RUNS: Counter = Counter()
 

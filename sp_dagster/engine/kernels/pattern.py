@@ -203,7 +203,7 @@ class PatternKernel(Kernel):
         done = done[np.lexsort((done, matched[done]))]
         first, second = e1[done], base + matched[done]
         columns = []
-        for (slot, index), field in zip(self.columns, self.out_schema):
+        for (slot, index), _field in zip(self.columns, self.out_schema):
             columns.append(table.column(index).take(pa.array(first if slot == 0 else second)))
         out = pa.RecordBatch.from_arrays(columns, schema=self.out_schema)
         return out, np.maximum(all_times[first], all_times[second]), owner[matched[done]], matched[done]

@@ -1,5 +1,7 @@
 """Tables behind `@store(...)`: `type='rdbms'` keeps a table's rows in a database through SQLAlchemy.
 
+build_table() picks a table definition's kind: in memory (tables.py) or one of these.
+
 options.py reads the annotation (siddhi-store-rdbms's options), conditions.py turns `on`
 conditions into SQL with bound parameters, rdbms.py is the table itself. Other store types
 (mongodb, redis, ...) are rejected when the app is built.
@@ -8,7 +10,16 @@ conditions into SQL with bound parameters, rdbms.py is the table itself. Other s
 from __future__ import annotations
 
 from sp_dagster.engine.errors import app_error
+from sp_dagster.engine.tables import InMemoryTable, Table
 from sp_dagster.siddhi import ast
+
+
+def build_table(definition: ast.TableDefinition, context) -> Table:
+    """The table `definition` asks for: in memory, or in a database with @store."""
+    store = definition.annotation("store")
+    if store is None or (store.get("type") or "").lower() in ("in-memory", "inmemory"):
+        return InMemoryTable(definition)  # the topology planner reads type='in-memory' the same way
+    return build_store_table(definition, store, context)
 
 
 def build_store_table(definition: ast.TableDefinition, store: ast.Annotation, context):

@@ -18,7 +18,7 @@ Comparisons with null are false in both: SQL's unknown never reaches a NOT, so i
 from __future__ import annotations
 
 import operator
-from typing import Callable
+from collections.abc import Callable
 
 import sqlalchemy as sa
 

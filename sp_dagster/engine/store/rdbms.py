@@ -33,6 +33,7 @@ import logging
 from pathlib import Path
 
 import sqlalchemy as sa
+import sqlalchemy.exc  # sa.exc: imported by name, not only as a side effect of sqlalchemy's own imports
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.pool import StaticPool
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from sp_dagster.engine.clock import Clock, Scheduler
 from sp_dagster.engine.errors import app_error

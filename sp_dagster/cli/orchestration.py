@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sp_dagster.config.locate import add_conf_option
+from sp_dagster.cli.options import add_conf_option, say
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +44,7 @@ def run_up(args: argparse.Namespace) -> int:
         logging.getLogger("sp_dagster.messaging").setLevel(logging.WARNING)  # one line per topic is noise here
     up(
         workers=args.workers, ui=not args.no_ui, demo=not args.no_demo, port=args.port, broker_port=args.broker_port,
-        conf=args.conf, worker_conf=args.worker_conf or _directory(args.conf), timeout=args.timeout, messaging=args.messaging, say=lambda line: print(line, flush=True),
+        conf=args.conf, worker_conf=args.worker_conf or _directory(args.conf), timeout=args.timeout, messaging=args.messaging, say=say,
     )
     return 0
 
@@ -60,5 +60,5 @@ def run_down(args: argparse.Namespace) -> int:
     """Stop what `up` started."""
     from sp_dagster.orchestration.demo import down
 
-    down(say=lambda line: print(line, flush=True))
+    down(say=say)
     return 0

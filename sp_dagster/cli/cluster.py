@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sp_dagster.config.locate import add_conf_option, conf_path
+from sp_dagster.cli.options import add_conf_option, load_role_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,9 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_manager(args: argparse.Namespace) -> int:
     """Run a manager until SIGINT/SIGTERM."""
     from sp_dagster.cluster.manager import Manager, run_until_signalled
-    from sp_dagster.config.loader import load_config
 
-    run_until_signalled(Manager(load_config(conf_path("manager", args.conf), role="manager", node_id=args.id), journal=args.journal))
+    run_until_signalled(Manager(load_role_config(args, "manager", node=True), journal=args.journal))
     return 0
 
 
@@ -46,9 +45,8 @@ def show_status(args: argparse.Namespace) -> int:
 
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.cluster.status import cluster_status, render_status
-    from sp_dagster.config.loader import load_config
 
-    config = load_config(conf_path("manager", args.conf))
+    config = load_role_config(args)
     with ControlPlane.from_config(config, migrate=False) as plane:
         status = cluster_status(plane)
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else render_status(status), end="\n" if args.json else "")

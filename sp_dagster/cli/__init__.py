@@ -1,8 +1,9 @@
 """`sp-dagster`: one command-line entry point with a subcommand per task.
 
-Each subcommand lives next to the code it drives, in a module that exposes
-``register(subparsers)``; this file only wires them together, so ``--help`` stays fast
-(heavy imports happen inside the handlers).
+The top layer: every subcommand lives in this package, one module per layer it drives
+(`cli/deploy.py` holds `deploy`, `undeploy`, `produce`, `consume`, ...), each exposing
+``register(subparsers)``; shared option helpers are in `cli/options.py`. This file only wires
+them together, so ``--help`` stays fast (heavy imports happen inside the handlers).
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from sp_dagster.errors import SpDagsterError
 
 # (module, ...) in the order they appear in `sp-dagster --help`.
 COMMAND_MODULES = (
-    "sp_dagster.config.commands",
-    "sp_dagster.embedded.commands",
-    "sp_dagster.siddhi.commands",
-    "sp_dagster.cluster.commands",
-    "sp_dagster.topology.commands",
-    "sp_dagster.engine.commands",
-    "sp_dagster.deploy.commands",
-    "sp_dagster.worker.commands",
-    "sp_dagster.orchestration.commands",
+    "sp_dagster.cli.config",
+    "sp_dagster.cli.embedded",
+    "sp_dagster.cli.siddhi",
+    "sp_dagster.cli.cluster",
+    "sp_dagster.cli.topology",
+    "sp_dagster.cli.engine",
+    "sp_dagster.cli.deploy",
+    "sp_dagster.cli.worker",
+    "sp_dagster.cli.orchestration",
 )
 
 
@@ -64,7 +65,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from sp_dagster.cli.options import open_input
 from sp_dagster.errors import SpDagsterError
 
 
@@ -82,12 +83,8 @@ def run_app(args: argparse.Namespace) -> int:
     from sp_dagster.messaging import eventlines
 
     text = Path(args.app).read_text(encoding="utf-8")
-    source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
-    try:
+    with open_input(args.input) as source:
         replay_file(text, args.app, source, args.input, sys.stdout, eventlines, _datasources(args.conf))
-    finally:
-        if source is not sys.stdin:
-            source.close()
     return 0
 
 
@@ -116,12 +113,8 @@ def run_query(args: argparse.Namespace) -> int:
     runtime = _query_runtime(text, args.app, config)
     try:
         if args.events:
-            source = sys.stdin if args.events == "-" else open(args.events, encoding="utf-8")
-            try:
+            with open_input(args.events) as source:
                 send_lines(runtime, source, args.events, eventlines)
-            finally:
-                if source is not sys.stdin:
-                    source.close()
         with runtime.lock:
             result = run_on_demand(runtime, args.query, "query")
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sp_dagster.config.locate import add_conf_option, conf_path
+from sp_dagster.cli.options import add_conf_option, load_role_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,10 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _context(args):
     from sp_dagster.cluster.db import ControlPlane
-    from sp_dagster.config.loader import load_config
     from sp_dagster.messaging import transport_for
 
-    config = load_config(conf_path("manager", args.conf))
+    config = load_role_config(args)
     return config, ControlPlane.from_config(config), transport_for(config.messaging)
 
 
@@ -77,10 +76,9 @@ def _stream_target(args, *, writing: bool):
 
 def run_deploy(args: argparse.Namespace) -> int:
     """Deploy an app and report where its instances run."""
-    from sp_dagster.config.loader import load_config
     from sp_dagster.deploy.steps import deploy
 
-    config = load_config(conf_path("manager", args.conf))
+    config = load_role_config(args)
 
     def progress(state) -> None:
         running = sum(1 for i in state.instances if i.status == "running")

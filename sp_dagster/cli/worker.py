@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sp_dagster.config.locate import add_conf_option, conf_path
+from sp_dagster.cli.options import add_conf_option, load_role_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,10 +24,9 @@ def run_worker(args: argparse.Namespace) -> int:
     """Run a worker until SIGINT/SIGTERM."""
     import signal
 
-    from sp_dagster.config.loader import load_config
     from sp_dagster.worker.node import Worker
 
-    config = load_config(conf_path("worker", args.conf), role="worker", node_id=args.id)
+    config = load_role_config(args, "worker", node=True)
     worker = Worker(config)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: worker.stop())
