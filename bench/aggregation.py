@@ -78,9 +78,20 @@ def main() -> None:
     runtime = AppRuntime(APP.format(store=store))
     try:
         seconds = load(runtime, args.events, args.symbols, args.spacing)
-        print(json.dumps({"bench": "aggregation", "figure": "load", "events": args.events, "seconds": round(seconds, 3),
-                          "events_per_s": round(args.events / seconds), "rows": runtime.context.aggregations["TradeAgg"].counts(),
-                          "store": "rdbms" if args.jdbc else "memory"}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "aggregation",
+                    "figure": "load",
+                    "events": args.events,
+                    "seconds": round(seconds, 3),
+                    "events_per_s": round(args.events / seconds),
+                    "rows": runtime.context.aggregations["TradeAgg"].counts(),
+                    "store": "rdbms" if args.jdbc else "memory",
+                }
+            ),
+            flush=True,
+        )
         end = START + args.events * args.spacing
         for name, query in RETRIEVALS.items():
             text = query.format(start=START, end=min(end, START + 60_000))
@@ -90,12 +101,21 @@ def main() -> None:
                 rows = len(runtime.query(text))
                 latencies.append((time.perf_counter() - began) * 1000)
             latencies.sort()
-            print(json.dumps({
-                "bench": "aggregation", "figure": "retrieval", "retrieval": name, "rows": rows, "repeat": args.repeat,
-                "p50_ms": round(statistics.median(latencies), 2),
-                "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 2),
-                "max_ms": round(latencies[-1], 2),
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "bench": "aggregation",
+                        "figure": "retrieval",
+                        "retrieval": name,
+                        "rows": rows,
+                        "repeat": args.repeat,
+                        "p50_ms": round(statistics.median(latencies), 2),
+                        "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 2),
+                        "max_ms": round(latencies[-1], 2),
+                    }
+                ),
+                flush=True,
+            )
     finally:
         runtime.shutdown()
 

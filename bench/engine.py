@@ -45,15 +45,12 @@ WORKLOADS = {
     + "from Trades#window.timeBatch(1 sec) select symbol, avg(price) as average group by symbol insert into Out;",
     "partitioned_length_avg": STREAM
     + "partition with (symbol of Trades) begin from Trades#window.length(10) select symbol, avg(price) as average insert into Out; end;",
-    "length_window_join": STREAM
-    + QUOTES
-    + "from Trades#window.length(100) join Quotes#window.length(100) on Trades.symbol == Quotes.symbol "
+    "length_window_join": STREAM + QUOTES + "from Trades#window.length(100) join Quotes#window.length(100) on Trades.symbol == Quotes.symbol "
     "select Trades.symbol as symbol, Trades.price as price, Quotes.price as quote insert into Out;",
     "partitioned_pattern_within": STREAM
     + "partition with (symbol of Trades) begin from every e1=Trades[price > 190.0] -> e2=Trades[price > e1.price] within 1 sec "
     "select e1.symbol as symbol, e1.price as first, e2.price as second insert into Out; end;",
-    "pattern_within": STREAM
-    + "from every e1=Trades[price > 190.0] -> e2=Trades[symbol == e1.symbol and price > e1.price] within 1 sec "
+    "pattern_within": STREAM + "from every e1=Trades[price > 190.0] -> e2=Trades[symbol == e1.symbol and price > e1.price] within 1 sec "
     "select e1.symbol as symbol, e1.price as first, e2.price as second insert into Out;",
     "absent_pattern_playback": "@app:playback\n"
     + STREAM

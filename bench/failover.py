@@ -63,10 +63,20 @@ def live_leader(plane, newer_than: int = 0):
 
 def summary(figure: str, values: list[float], **extra) -> None:
     """Print the summary line of a figure."""
-    print(json.dumps({
-        "bench": f"failover.{figure}", "runs": len(values), "min_ms": round(min(values)), "p50_ms": round(statistics.median(values)),
-        "mean_ms": round(statistics.mean(values)), "max_ms": round(max(values)), **extra,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": f"failover.{figure}",
+                "runs": len(values),
+                "min_ms": round(min(values)),
+                "p50_ms": round(statistics.median(values)),
+                "mean_ms": round(statistics.mean(values)),
+                "max_ms": round(max(values)),
+                **extra,
+            }
+        ),
+        flush=True,
+    )
 
 
 def measure_leader_failover(plane, procs, runs: int, graceful: bool) -> list[float]:
@@ -87,7 +97,10 @@ def measure_leader_failover(plane, procs, runs: int, graceful: bool) -> list[flo
         elapsed = (time.monotonic() - started) * 1000
         times.append(elapsed)
         figure = "leader_handover" if graceful else "leader_failover"
-        print(json.dumps({"bench": f"failover.{figure}.run", "run": run + 1, "ms": round(elapsed), "from": lease.holder, "to": new.holder, "term": new.term}), flush=True)
+        print(
+            json.dumps({"bench": f"failover.{figure}.run", "run": run + 1, "ms": round(elapsed), "from": lease.holder, "to": new.holder, "term": new.term}),
+            flush=True,
+        )
         if graceful:
             victim.process.wait(15)
         victim.start()
@@ -132,11 +145,16 @@ def main() -> None:
     plane = ControlPlane(url)
     plane.migrate()
     conf = work / "manager.yaml"
-    conf.write_text(manager_config(
-        url, heartbeat_interval_ms=args.heartbeat_interval, heartbeat_max_retry=args.max_retry,
-        event_polling_interval_ms=args.poll, worker_heartbeat_interval_ms=args.worker_heartbeat_interval,
-        worker_heartbeat_max_retry=args.worker_max_retry,
-    ))
+    conf.write_text(
+        manager_config(
+            url,
+            heartbeat_interval_ms=args.heartbeat_interval,
+            heartbeat_max_retry=args.max_retry,
+            event_polling_interval_ms=args.poll,
+            worker_heartbeat_interval_ms=args.worker_heartbeat_interval,
+            worker_heartbeat_max_retry=args.worker_max_retry,
+        )
+    )
     procs = [ManagerProcess(conf, f"m{i}", log_path=work / f"m{i}.log", cwd=ROOT).start() for i in range(1, args.managers + 1)]
     database = "mariadb" if getattr(plane.engine.dialect, "is_mariadb", False) else plane.dialect
     setting = {"database": database, "managers": args.managers}
@@ -148,8 +166,15 @@ def main() -> None:
         summary("leader_handover", handover, note="SIGTERM: the leader resigns its lease", **setting)
         dead_ms = args.worker_heartbeat_interval * args.worker_max_retry
         detection = measure_worker_detection(plane, url, args.runs, args.worker_heartbeat_interval)
-        summary("worker_detection", detection, expected_ms=dead_ms, poll_ms=args.poll,
-                heartbeat_interval_ms=args.worker_heartbeat_interval, max_retry=args.worker_max_retry, **setting)
+        summary(
+            "worker_detection",
+            detection,
+            expected_ms=dead_ms,
+            poll_ms=args.poll,
+            heartbeat_interval_ms=args.worker_heartbeat_interval,
+            max_retry=args.worker_max_retry,
+            **setting,
+        )
     finally:
         for proc in procs:
             proc.stop()

@@ -138,9 +138,7 @@ def receiver_run(bootstrap: str, concurrency: int, batch: int, seconds: float, r
     receiver = HostedReceiver(plan_instance(instance.name, instance.siddhi), transport, settings, users={USER: PASSWORD}, own_transport=True).start()
     try:
         results = multiprocessing.get_context("spawn").Queue()
-        load = multiprocessing.get_context("spawn").Process(
-            target=client, args=(f"http://127.0.0.1:{port}/readings", concurrency, batch, seconds, results)
-        )
+        load = multiprocessing.get_context("spawn").Process(target=client, args=(f"http://127.0.0.1:{port}/readings", concurrency, batch, seconds, results))
         load.start()
         latencies, failures, elapsed = results.get(timeout=seconds + 120)
         load.join(30)
@@ -148,12 +146,21 @@ def receiver_run(bootstrap: str, concurrency: int, batch: int, seconds: float, r
         receiver.stop()
     events = len(latencies) * batch
     quantiles = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [0.0] * 99
-    emit({
-        "bench": "http.receiver", "concurrency": concurrency, "events_per_request": batch, "requests": len(latencies),
-        "failed": failures, "seconds": round(elapsed, 2), "requests_per_s": round(len(latencies) / elapsed),
-        "events_per_s": round(events / elapsed), "latency_ms_p50": round(quantiles[49], 2), "latency_ms_p99": round(quantiles[98], 2),
-        "vs_raw_produce": round(events / elapsed / raw_rate, 3),
-    })
+    emit(
+        {
+            "bench": "http.receiver",
+            "concurrency": concurrency,
+            "events_per_request": batch,
+            "requests": len(latencies),
+            "failed": failures,
+            "seconds": round(elapsed, 2),
+            "requests_per_s": round(len(latencies) / elapsed),
+            "events_per_s": round(events / elapsed),
+            "latency_ms_p50": round(quantiles[49], 2),
+            "latency_ms_p99": round(quantiles[98], 2),
+            "vs_raw_produce": round(events / elapsed / raw_rate, 3),
+        }
+    )
 
 
 def main() -> None:

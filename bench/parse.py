@@ -15,8 +15,7 @@ from sp_dagster.siddhi.render import render
 from sp_dagster.siddhi.validate import validate
 
 QUERY_SHAPES = (
-    "@info(name = 'filter{i}')\nfrom Trades[price > {i} and symbol != 'X{i}']\n"
-    "select symbol, price * 2 as doubled, volume\ninsert into Filtered{i};",
+    "@info(name = 'filter{i}')\nfrom Trades[price > {i} and symbol != 'X{i}']\nselect symbol, price * 2 as doubled, volume\ninsert into Filtered{i};",
     "@info(name = 'window{i}')\nfrom Trades#window.time({i} sec)\n"
     "select symbol, avg(price) as avgPrice, count() as trades\ngroup by symbol\nhaving avgPrice > {i}.5\n"
     "output last every 5 events\ninsert into Stats{i};",
@@ -29,11 +28,7 @@ QUERY_SHAPES = (
 
 def make_app(queries: int) -> str:
     """A valid app with `queries` queries of mixed shapes (filter, window, join, pattern)."""
-    head = (
-        "@app:name('Bench')\n"
-        "define stream Trades (symbol string, price double, volume long);\n"
-        "define stream Quotes (symbol string, bid double);\n"
-    )
+    head = "@app:name('Bench')\ndefine stream Trades (symbol string, price double, volume long);\ndefine stream Quotes (symbol string, bid double);\n"
     body = "\n".join(QUERY_SHAPES[i % len(QUERY_SHAPES)].format(i=i) for i in range(queries))
     return head + body
 

@@ -177,8 +177,14 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
     per_s = round(events / elapsed) if elapsed > 0 else None
     if name == "passthrough" and per_s:
         FLOOR["events_per_s"] = per_s
-    figure = {"bench": f"pipeline.{name}.throughput", "events": events, "outputs": collector.count, "complete": done,
-              "seconds": round(elapsed, 2), "events_per_s": per_s}
+    figure = {
+        "bench": f"pipeline.{name}.throughput",
+        "events": events,
+        "outputs": collector.count,
+        "complete": done,
+        "seconds": round(elapsed, 2),
+        "events_per_s": per_s,
+    }
     if name != "passthrough" and per_s and FLOOR:
         figure["vs_passthrough"] = round(per_s / FLOOR["events_per_s"], 3)
     emit(figure)
@@ -195,8 +201,16 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
     collector.join(5)
     lat = sorted(collector.latencies)
     if lat:
-        emit({"bench": f"pipeline.{name}.latency", "rate_per_s": rate, "events": len(paced), "outputs": collector.count - before,
-              "p50_ms": round(statistics.median(lat), 1), "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 1)})
+        emit(
+            {
+                "bench": f"pipeline.{name}.latency",
+                "rate_per_s": rate,
+                "events": len(paced),
+                "outputs": collector.count - before,
+                "p50_ms": round(statistics.median(lat), 1),
+                "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 1),
+            }
+        )
 
 
 def pipeline(transport, name: str, text: str, events: int, rate: float, seconds: float, *, mode: str, workers: int = 2, address: str | None = None) -> None:
@@ -211,8 +225,14 @@ def pipeline(transport, name: str, text: str, events: int, rate: float, seconds:
         layer = {"messaging": "nats", "cluster_id": transport.cluster_id} if transport.kind == "nats" else {}
         mode, _, delivery = mode.partition("-")  # continuous-at-least-once: no transactions
         cluster = LocalCluster(
-            Path(home), address or transport.bootstrap_servers, workers=workers, persist_every_min=1, mode=mode, slots=slots,
-            exactly_once=delivery != "at-least-once", **layer,
+            Path(home),
+            address or transport.bootstrap_servers,
+            workers=workers,
+            persist_every_min=1,
+            mode=mode,
+            slots=slots,
+            exactly_once=delivery != "at-least-once",
+            **layer,
         ).start()
         try:
             cluster.deploy(path, timeout=300)
@@ -232,7 +252,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0, help="events/s for the latency figure")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the paced latency run lasts")
     parser.add_argument(
-        "--modes", default="continuous,continuous-at-least-once,microbatch",
+        "--modes",
+        default="continuous,continuous-at-least-once,microbatch",
         help="execution modes to measure, separated by commas (continuous-at-least-once: without transactions)",
     )
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1 -> 2 workers figures")

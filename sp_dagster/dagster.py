@@ -35,7 +35,19 @@ from sp_dagster.orchestration.schedules import build_health_schedule, build_reba
 from sp_dagster.orchestration.sensors import build_app_repository_sensor
 
 __all__ = [
-    "ControlPlaneResource", "MessagingResource", "SiddhiAssetProps", "SpDagsterComponent", "SpDagsterTranslator",
-    "build_app_repository_sensor", "build_definitions", "build_deploy_jobs", "build_health_schedule", "build_node_jobs",
-    "build_partial_app_specs", "build_rebalance_schedule", "deploy_siddhi_app", "siddhi_app_assets", "spark_resource",
+    "ControlPlaneResource",
+    "MessagingResource",
+    "SiddhiAssetProps",
+    "SpDagsterComponent",
+    "SpDagsterTranslator",
+    "build_app_repository_sensor",
+    "build_definitions",
+    "build_deploy_jobs",
+    "build_health_schedule",
+    "build_node_jobs",
+    "build_partial_app_specs",
+    "build_rebalance_schedule",
+    "deploy_siddhi_app",
+    "siddhi_app_assets",
+    "spark_resource",
 ]

@@ -58,7 +58,10 @@ def test_broker_command_serves_a_kafka_client(tmp_path):
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "sp_dagster.cli", "broker", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
     )
     try:
         lines = [process.stdout.readline() for _ in range(2)]

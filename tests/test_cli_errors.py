@@ -22,8 +22,15 @@ BAD_CONF = "deployment.config:\n  type: distributed\n  heartbeatIntervall: 10\n"
 
 
 def cli(cwd: Path, *args: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sp_dagster.cli", *args], cwd=cwd, capture_output=True, text=True, input=stdin,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "sp_dagster.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
 
 
 def one_line(result: subprocess.CompletedProcess) -> str:

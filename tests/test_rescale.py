@@ -17,7 +17,6 @@ from sp_dagster.messaging.strategies import partition_for_key
 from sp_dagster.worker.checkpoints import Checkpoint, resume, split_checkpoints
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
-
 from tests.worker.test_instance_queries import APP, reference, trades
 
 
@@ -27,7 +26,6 @@ def _deploy(plane, text, *, fresh=False):
     lines = state_changes(plane, topology, fresh=fresh)
     record(plane, loaded, topology, fresh=fresh)
     return lines
-
 
 
 def test_a_keyed_groups_state_moves_and_another_stateful_groups_rescale_is_refused_unless_fresh(tmp_path):
@@ -96,7 +94,9 @@ def test_keyed_state_split_from_two_instances_into_three_and_merged_back_gives_t
     runtimes = [InstanceRuntime(p) for p in layout]
     _feed(layout, runtimes, big[:200], 0, offsets, out)
     for step, (parallel, chunk) in enumerate([(3, big[200:400]), (2, big[400:])]):
-        olds = [Checkpoint({(p.inputs[0].topic, q): offsets.get(q, 0) for q in p.inputs[0].partitions}, r.snapshot(), 1).encode() for p, r in zip(layout, runtimes)]
+        olds = [
+            Checkpoint({(p.inputs[0].topic, q): offsets.get(q, 0) for q in p.inputs[0].partitions}, r.snapshot(), 1).encode() for p, r in zip(layout, runtimes)
+        ]
         layout = _average_instances(parallel)
         runtimes = []
         for instance in layout:

@@ -28,12 +28,15 @@ from In select id, msg insert into Out;
 @pytest.mark.broker
 def test_a_wheel_runs_from_an_empty_directory(tmp_path, sp_home):
     # Only the build backend is fetched (PyPI or pip's local wheel links); the venv reuses the installed dependencies.
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(REPO)],
-                   check=True, cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(REPO)], check=True, cwd=tmp_path, capture_output=True
+    )
     [wheel] = (tmp_path / "dist").glob("sp_dagster-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall", str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall", str(wheel)], check=True, capture_output=True
+    )
     empty = tmp_path / "empty"
     empty.mkdir()
     port = free_port()

@@ -19,9 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("files", nargs="+", metavar="FILE", help="deployment.yaml files")
     check.add_argument("--role", choices=("manager", "worker"), help="check as this role (default: from the file's directory)")
     check.set_defaults(handler=check_files)
-    reference = actions.add_parser(
-        "reference", help="print every configuration key", description="Print every key, its type, default and meaning (Markdown)."
-    )
+    reference = actions.add_parser("reference", help="print every configuration key", description="Print every key, its type, default and meaning (Markdown).")
     reference.set_defaults(handler=print_reference)
     where = actions.add_parser(
         "where",
@@ -62,5 +60,7 @@ def check_files(args: argparse.Namespace) -> int:
             failed += 1
             print(f"FAIL {exc}")
         else:
-            print(f"OK   {path} ({config.role} '{config.node_id}', {config.messaging.kind} at {','.join(config.messaging.servers)}, control plane {config.control_plane.safe_url})")
+            print(
+                f"OK   {path} ({config.role} '{config.node_id}', {config.messaging.kind} at {','.join(config.messaging.servers)}, control plane {config.control_plane.safe_url})"
+            )
     return 1 if failed else 0

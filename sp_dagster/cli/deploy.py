@@ -23,11 +23,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deploy.add_argument("--timeout", type=float, default=180.0, metavar="S", help="seconds to wait for every instance to run (default 180)")
     deploy.set_defaults(handler=run_deploy)
 
-    undeploy = subparsers.add_parser("undeploy", help="stop and remove a deployed app", description="Remove a deployment; its workers stop its instances. Topics and state are kept unless --delete-topics / --drop-state.")
+    undeploy = subparsers.add_parser(
+        "undeploy",
+        help="stop and remove a deployed app",
+        description="Remove a deployment; its workers stop its instances. Topics and state are kept unless --delete-topics / --drop-state.",
+    )
     undeploy.add_argument("name", metavar="NAME", help="the app's name (@App:name)")
     add_conf_option(undeploy)
     undeploy.add_argument("--delete-topics", action="store_true", help="also delete the app's topics and the events in them")
-    undeploy.add_argument("--drop-state", action="store_true", help="also drop its instances' saved state (revisions and checkpoints), once its workers stopped them")
+    undeploy.add_argument(
+        "--drop-state", action="store_true", help="also drop its instances' saved state (revisions and checkpoints), once its workers stopped them"
+    )
     undeploy.set_defaults(handler=run_undeploy)
 
     produce = subparsers.add_parser(

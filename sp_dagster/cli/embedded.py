@@ -15,8 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "broker",
         help="run the embedded Kafka-protocol broker (tansu)",
-        description="Run a local Kafka-protocol broker (tansu, in memory) until Ctrl-C. "
-        "The shipped conf/ files point at localhost:9092.",
+        description="Run a local Kafka-protocol broker (tansu, in memory) until Ctrl-C. The shipped conf/ files point at localhost:9092.",
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser(
         "run",
         help="replay events through an app in process",
-        description="Send the events of a JSON-lines file ({\"stream\": \"S\", \"data\": [...] or {...}, "
-        "\"timestamp\": ms}) through an app and print every event its output streams receive, one JSON line each.",
+        description='Send the events of a JSON-lines file ({"stream": "S", "data": [...] or {...}, '
+        '"timestamp": ms}) through an app and print every event its output streams receive, one JSON line each.',
     )
     run.add_argument("app", metavar="APP.siddhi", help="the Siddhi app")
     run.add_argument("--input", required=True, metavar="EVENTS.jsonl", help="events to send ('-' for standard input)")
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "merges its N shards).",
     )
     query.add_argument("app", metavar="APP", help="the Siddhi app's file, or the name of an app deployed on the control plane of --conf")
-    query.add_argument("query", metavar="QUERY", help="the on-demand query, e.g. \"from StockTable on price > 10 select symbol, price\"")
+    query.add_argument("query", metavar="QUERY", help='the on-demand query, e.g. "from StockTable on price > 10 select symbol, price"')
     query.add_argument("--events", metavar="EVENTS.jsonl", help="events to send before the query, as for `run` ('-' for standard input)")
     query.add_argument("--json", action="store_true", help="print one JSON object per row, keyed by attribute name")
     query.add_argument("--conf", metavar="FILE", help="a deployment.yaml whose datasources @store(datasource='NAME') refers to")
@@ -69,7 +69,7 @@ def run_conformance(args: argparse.Namespace) -> int:
             print(json.dumps(outcome.to_json()), flush=True)
             continue
         print(f"{'PASS' if outcome.passed else 'FAIL'} {outcome.id}", flush=True)
-        for line in ([outcome.error] if outcome.error else outcome.differences):
+        for line in [outcome.error] if outcome.error else outcome.differences:
             for part in line.splitlines():
                 print(f"     {part}")
     line = summary(outcomes)
@@ -146,9 +146,7 @@ def _app_text(app: str, config) -> tuple[str, bool]:
     finally:
         plane.close()
     if record is None:
-        raise SpDagsterError(
-            f"{app}: no such file, and no app of that name is deployed on {plane.safe_url} (deployed: {', '.join(names) or 'none'})"
-        )
+        raise SpDagsterError(f"{app}: no such file, and no app of that name is deployed on {plane.safe_url} (deployed: {', '.join(names) or 'none'})")
     return record.source, True
 
 

@@ -17,17 +17,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Prints where to look. `sp-dagster down` stops it all.",
     )
     up.add_argument("--workers", type=int, default=2, metavar="N", help="how many workers (default 2)")
+    up.add_argument(
+        "--receivers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="how many receiver nodes (isReceiverNode: true) to host the apps' HTTP receivers (default 0: workers host them)",
+    )
     up.add_argument("--no-ui", action="store_true", help="do not start the Dagster UI")
     up.add_argument("--no-demo", action="store_true", help="no sample deployment and no event generator")
     up.add_argument("--port", type=int, metavar="PORT", help="the Dagster UI's port (default dagster.port, 3000)")
-    up.add_argument("--messaging", choices=("kafka", "nats"), default="kafka", help="the messaging layer: the embedded Kafka-protocol broker (default) or the embedded NATS server with JetStream")
+    up.add_argument(
+        "--messaging",
+        choices=("kafka", "nats"),
+        default="kafka",
+        help="the messaging layer: the embedded Kafka-protocol broker (default) or the embedded NATS server with JetStream",
+    )
     up.add_argument("--broker-port", type=int, metavar="PORT", help="the embedded broker's port (default 9092, NATS 4222; a free one if taken)")
     add_conf_option(up, "manager", "for the manager (a directory: the workers' too)")
     up.add_argument("--worker-conf", metavar="FILE", help="the workers' deployment.yaml (default: --conf when a directory, else the search order)")
     up.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds to wait for each stage (default 300)")
     up.set_defaults(handler=run_up)
 
-    down = subparsers.add_parser("down", help="stop everything `sp-dagster up` started", description="Stop, newest first, every process `sp-dagster up` started (recorded in $SP_DAGSTER_HOME/up.json).")
+    down = subparsers.add_parser(
+        "down",
+        help="stop everything `sp-dagster up` started",
+        description="Stop, newest first, every process `sp-dagster up` started (recorded in $SP_DAGSTER_HOME/up.json).",
+    )
     down.set_defaults(handler=run_down)
 
 
@@ -40,11 +56,22 @@ def run_up(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    if args.receivers < 0:
+        raise ConfigError("--receivers cannot be negative")
     if not getattr(args, "verbose", False):
         logging.getLogger("sp_dagster.messaging").setLevel(logging.WARNING)  # one line per topic is noise here
     up(
-        workers=args.workers, ui=not args.no_ui, demo=not args.no_demo, port=args.port, broker_port=args.broker_port,
-        conf=args.conf, worker_conf=args.worker_conf or _directory(args.conf), timeout=args.timeout, messaging=args.messaging, say=say,
+        workers=args.workers,
+        ui=not args.no_ui,
+        demo=not args.no_demo,
+        port=args.port,
+        broker_port=args.broker_port,
+        conf=args.conf,
+        worker_conf=args.worker_conf or _directory(args.conf),
+        timeout=args.timeout,
+        messaging=args.messaging,
+        receivers=args.receivers,
+        say=say,
     )
     return 0
 

@@ -11,8 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate",
         help="check SiddhiQL apps",
-        description="Parse and validate each app; print OK, or every error with file:line:column. "
-        "Exit 1 if any file is invalid.",
+        description="Parse and validate each app; print OK, or every error with file:line:column. Exit 1 if any file is invalid.",
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help=".siddhi files")
     parser.set_defaults(handler=validate_files)

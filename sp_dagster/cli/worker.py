@@ -30,7 +30,10 @@ def run_worker(args: argparse.Namespace) -> int:
     worker = Worker(config)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: worker.stop())
-    print(f"worker {config.node_id} starting (control plane {config.control_plane.safe_url}, messaging {config.messaging.bootstrap_servers}); Ctrl-C to stop", flush=True)
+    print(
+        f"worker {config.node_id} starting (control plane {config.control_plane.safe_url}, messaging {config.messaging.bootstrap_servers}); Ctrl-C to stop",
+        flush=True,
+    )
     worker.run()
     print(f"worker {config.node_id} stopped", flush=True)
     return 0

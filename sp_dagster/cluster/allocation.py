@@ -149,7 +149,11 @@ class _Pool:
     """One set of interchangeable nodes and the instances that may run on them."""
 
     def __init__(
-        self, nodes: tuple[str, ...], instances: list[InstanceInfo], current: Mapping[str, str], receivers_alive: bool,
+        self,
+        nodes: tuple[str, ...],
+        instances: list[InstanceInfo],
+        current: Mapping[str, str],
+        receivers_alive: bool,
         capacity: Mapping[str, int | None] | None = None,
     ):
         self.nodes = nodes
@@ -193,15 +197,13 @@ class _Pool:
             if not candidates and any(self._allowed(instance, n) for n in self.nodes):
                 total = sum(self.capacity.get(n) or 0 for n in self.nodes)
                 unplaced[instance.instance_id] = (
-                    f"every eligible node is full: {len(self.nodes)} alive with {total} task slot(s) in all; "
-                    "add workers or raise spark.taskSlots"
+                    f"every eligible node is full: {len(self.nodes)} alive with {total} task slot(s) in all; add workers or raise spark.taskSlots"
                 )
                 continue
             if not candidates:
                 kind = "receiver node" if instance.receiver and self.receivers_alive else "worker"
                 unplaced[instance.instance_id] = (
-                    f"needs a {kind} not already running another instance of receiver group "
-                    f"{instance.app}/{instance.group}: {len(self.nodes)} alive"
+                    f"needs a {kind} not already running another instance of receiver group {instance.app}/{instance.group}: {len(self.nodes)} alive"
                 )
                 continue
 
@@ -244,9 +246,7 @@ def check_allocation(request: AllocationRequest, allocation: Allocation, algorit
     for instance in request.instances:
         node = allocation.placement.get(instance.instance_id)
         if node is None:
-            unplaced[instance.instance_id] = allocation.unplaced.get(
-                instance.instance_id, f"allocation algorithm '{algorithm_name}' did not place it"
-            )
+            unplaced[instance.instance_id] = allocation.unplaced.get(instance.instance_id, f"allocation algorithm '{algorithm_name}' did not place it")
         elif node not in {n.node_id for n in eligible_nodes(instance, request.nodes)}:
             unplaced[instance.instance_id] = f"allocation algorithm '{algorithm_name}' chose node '{node}', which is not an alive eligible node"
         else:

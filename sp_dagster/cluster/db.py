@@ -326,9 +326,7 @@ class Connectivity:
     def succeeded(self) -> None:
         """Note a successful attempt (logs once when the database is back)."""
         if self._down_since is not None:
-            self.log.warning(
-                "control-plane database %s is reachable again after %.1f s", self.plane.safe_url, time.monotonic() - self._down_since
-            )
+            self.log.warning("control-plane database %s is reachable again after %.1f s", self.plane.safe_url, time.monotonic() - self._down_since)
         self._down_since = None
         self.failures = 0
 

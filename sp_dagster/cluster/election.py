@@ -85,9 +85,7 @@ class Fence:
         """Take the next fence sequence number for this transaction's writes (once per transaction)."""
         if not self._bumped:
             lease = leader_lease.c
-            self.conn.execute(
-                update(leader_lease).where(lease.group_id == self.leadership.group_id).values(fence_seq=lease.fence_seq + 1)
-            )
+            self.conn.execute(update(leader_lease).where(lease.group_id == self.leadership.group_id).values(fence_seq=lease.fence_seq + 1))
             self.seq = int(self.conn.execute(select(lease.fence_seq).where(lease.group_id == self.leadership.group_id)).scalar_one())
             self._bumped = True
         return self.seq
@@ -110,9 +108,7 @@ def fenced(plane: ControlPlane, leadership: Leadership) -> Iterator[Fence]:
     lease = leader_lease.c
     with plane.transaction() as conn:
         row = conn.execute(
-            select(lease.term, lease.holder_incarnation, lease.expires_at, lease.fence_seq)
-            .where(lease.group_id == leadership.group_id)
-            .with_for_update()
+            select(lease.term, lease.holder_incarnation, lease.expires_at, lease.fence_seq).where(lease.group_id == leadership.group_id).with_for_update()
         ).one_or_none()
         now = int(conn.execute(select(db_now_ms())).scalar_one())
         if row is None or row.term != leadership.term or row.holder_incarnation != leadership.incarnation:
@@ -215,9 +211,7 @@ class Elector:
     def _heartbeat(self, conn: Connection) -> None:
         m = managers.c
         values = dict(incarnation=self.incarnation, address=self.address, last_heartbeat=db_now_ms(), state="running")
-        updated = conn.execute(
-            update(managers).where(m.group_id == self.group_id, m.node_id == self.node_id).values(**values)
-        ).rowcount
+        updated = conn.execute(update(managers).where(m.group_id == self.group_id, m.node_id == self.node_id).values(**values)).rowcount
         if not updated:
             insert_ignore(conn, managers, dict(group_id=self.group_id, node_id=self.node_id, started_at=db_now_ms(), **values))
 
@@ -239,9 +233,7 @@ class Elector:
 
     def _acquire(self, conn: Connection, started: float) -> tuple[Leadership, int] | None:
         lease = leader_lease.c
-        other = conn.execute(
-            select(lease.group_id).where(lease.group_id != self.group_id, lease.expires_at > db_now_ms()).limit(1)
-        ).scalar()
+        other = conn.execute(select(lease.group_id).where(lease.group_id != self.group_id, lease.expires_at > db_now_ms()).limit(1)).scalar()
         if other is not None:
             raise ControlPlaneError(
                 f"the control-plane database {self.plane.safe_url} is in use by manager group '{other}', not "
@@ -269,21 +261,15 @@ class Elector:
             if conn.execute(select(lease.term).where(lease.group_id == self.group_id)).first() is None:
                 self._lease_row_exists = False  # someone deleted it: recreate it on the next tick
             return None
-        row = conn.execute(
-            select(lease.term, lease.acquired_at, lease.fence_seq).where(lease.group_id == self.group_id)
-        ).one()
+        row = conn.execute(select(lease.term, lease.acquired_at, lease.fence_seq).where(lease.group_id == self.group_id)).one()
         term = int(row.term)
         conn.execute(
-            terms.insert().values(
-                group_id=self.group_id, term=term, holder=self.node_id, holder_incarnation=self.incarnation, elected_at=row.acquired_at
-            )
+            terms.insert().values(group_id=self.group_id, term=term, holder=self.node_id, holder_incarnation=self.incarnation, elected_at=row.acquired_at)
         )
         # The new term adopts the placement as it stands: workers obey only the current term.
         adopted = conn.execute(update(assignments).where(assignments.c.term != term).values(term=term)).rowcount
         seq = int(row.fence_seq)
-        record_event(
-            conn, "elected", term=term, seq=seq, actor=self.node_id, detail={"incarnation": self.incarnation, "adopted": adopted}
-        )
+        record_event(conn, "elected", term=term, seq=seq, actor=self.node_id, detail={"incarnation": self.incarnation, "adopted": adopted})
         deadline = started + self.lease_ms / 1000
         return Leadership(self.group_id, self.node_id, self.incarnation, term, int(row.acquired_at), deadline), seq
 

@@ -146,8 +146,14 @@ class NodeSession:
     def status(self) -> NodeStatus:
         """The session as it stands, without contacting the database."""
         return NodeStatus(
-            self.node_id, self.incarnation, self.fenced, self.fence_reason, self._leader, self._term,
-            self._leader_alive, self.heartbeat_interval_s,
+            self.node_id,
+            self.incarnation,
+            self.fenced,
+            self.fence_reason,
+            self._leader,
+            self._term,
+            self._leader_alive,
+            self.heartbeat_interval_s,
         )
 
     # -- actions ------------------------------------------------------------------------------

@@ -79,7 +79,9 @@ class Manager:
         self.journal = Journal(journal)
         https = deployment.https_interface
         self.elector = Elector(
-            self.plane, self.group_id, self.node_id,
+            self.plane,
+            self.group_id,
+            self.node_id,
             lease_ms=self.lease_ms,
             address=f"{https.host}:{https.port}",
             node_heartbeat_ms=deployment.heartbeat_interval,
@@ -143,7 +145,8 @@ class Manager:
         rebalance = self._rebalance_due or (self._rebalance_seen is not None and requested != self._rebalance_seen)
         self._rebalance_seen = requested
         result = reconcile(
-            self.plane, leadership,
+            self.plane,
+            leadership,
             algorithm=self.algorithm,
             min_resource_count=self.min_resource_count,
             node_max_age_ms=self.node_max_age_ms,
@@ -175,7 +178,11 @@ class Manager:
             moved = sum(1 for _, _, previous in result.assigned if previous)
             log.info(
                 "term %d%s: placed %d instance(s) (%d moved), took %d off their node",
-                result.term, " (rebalance)" if rebalance else "", len(result.assigned), moved, len(result.unassigned),
+                result.term,
+                " (rebalance)" if rebalance else "",
+                len(result.assigned),
+                moved,
+                len(result.unassigned),
             )
         for app, status, reason in result.status_changes:
             log.info("app %s is %s%s", app, status, f": {reason}" if reason else "")

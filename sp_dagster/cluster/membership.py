@@ -76,28 +76,32 @@ def _metrics_json(metrics: dict[str, Any] | None) -> str | None:
     return json.dumps(metrics, sort_keys=True) if metrics else None
 
 
-def register_node(
-    plane: ControlPlane, node_id: str, *, receiver: bool = False, address: str = "", metrics: dict[str, Any] | None = None
-) -> int:
+def register_node(plane: ControlPlane, node_id: str, *, receiver: bool = False, address: str = "", metrics: dict[str, Any] | None = None) -> int:
     """Register (or re-register) a node as alive; returns its new incarnation number."""
 
     def work() -> int:
         with plane.transaction() as conn:
             now = db_now_ms()
             values = dict(
-                role=RECEIVER if receiver else WORKER, address=address, state=ALIVE, registered_at=now,
-                last_heartbeat=now, state_changed_at=now, metrics=_metrics_json(metrics),
+                role=RECEIVER if receiver else WORKER,
+                address=address,
+                state=ALIVE,
+                registered_at=now,
+                last_heartbeat=now,
+                state_changed_at=now,
+                metrics=_metrics_json(metrics),
             )
-            previous = conn.execute(
-                select(nodes.c.incarnation, nodes.c.state).where(nodes.c.node_id == node_id).with_for_update()
-            ).one_or_none()
+            previous = conn.execute(select(nodes.c.incarnation, nodes.c.state).where(nodes.c.node_id == node_id).with_for_update()).one_or_none()
             if previous is None and insert_ignore(conn, nodes, dict(node_id=node_id, incarnation=1, **values)):
                 incarnation = 1
             else:
                 conn.execute(update(nodes).where(nodes.c.node_id == node_id).values(incarnation=nodes.c.incarnation + 1, **values))
                 incarnation = int(conn.execute(select(nodes.c.incarnation).where(nodes.c.node_id == node_id)).scalar_one())
             record_event(
-                conn, "node-registered", actor=node_id, subject=node_id,
+                conn,
+                "node-registered",
+                actor=node_id,
+                subject=node_id,
                 detail={"incarnation": incarnation, "role": values["role"], "previous_state": previous.state if previous else None},
             )
             return incarnation
@@ -114,9 +118,7 @@ def heartbeat(plane: ControlPlane, node_id: str, incarnation: int, *, metrics: d
             if metrics is not None:
                 values["metrics"] = _metrics_json(metrics)
             accepted = conn.execute(
-                update(nodes)
-                .where(nodes.c.node_id == node_id, nodes.c.incarnation == incarnation, nodes.c.state == ALIVE)
-                .values(**values)
+                update(nodes).where(nodes.c.node_id == node_id, nodes.c.incarnation == incarnation, nodes.c.state == ALIVE).values(**values)
             ).rowcount
             reason = None if accepted else _refusal(conn, node_id, incarnation)
             return HeartbeatReply(bool(accepted), reason, read_lease(conn))
@@ -184,7 +186,12 @@ def declare_dead_nodes(fence: Fence, max_age_ms: int) -> list[str]:
             .values(state=DEAD, state_changed_at=fence.now_ms)
         )
         record_event(
-            conn, "node-dead", term=fence.term, seq=seq, actor=fence.leadership.node_id, subject=row.node_id,
+            conn,
+            "node-dead",
+            term=fence.term,
+            seq=seq,
+            actor=fence.leadership.node_id,
+            subject=row.node_id,
             detail={"incarnation": int(row.incarnation), "silent_ms": int(fence.now_ms - row.last_heartbeat)},
         )
     return [row.node_id for row in silent]

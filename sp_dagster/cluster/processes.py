@@ -90,8 +90,12 @@ class ManagerProcess:
         self._log_offset = out.tell() if self.log_path else 0
         try:
             self.process = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd,
-                env={**os.environ, **(self.env or {})}, preexec_fn=die_with_parent,
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                env={**os.environ, **(self.env or {})},
+                preexec_fn=die_with_parent,
             )
         finally:
             if self.log_path:

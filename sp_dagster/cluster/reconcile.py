@@ -130,8 +130,6 @@ def _update_statuses(conn, wanted: tuple[InstanceInfo, ...], unplaced: dict[str,
             reason = f"{len(missing)} of {len(members)} instances not placed ({first.instance_id}: {unplaced[first.instance_id]})"
             status = (WAITING if len(missing) == len(members) else PARTIAL, reason)
         if status != previous:
-            conn.execute(
-                update(deployments).where(deployments.c.app == app).values(status=status[0], waiting_reason=status[1], updated_at=now_ms)
-            )
+            conn.execute(update(deployments).where(deployments.c.app == app).values(status=status[0], waiting_reason=status[1], updated_at=now_ms))
             changes.append((app, *status))
     return changes

@@ -285,8 +285,7 @@ def prepare_revision_table(conn: Connection, table: Table) -> None:
     lacking = [name for name in FIRST_LAYOUT if name not in present]
     if lacking:
         raise PersistenceError(
-            f"table {table.name} has no column {', '.join(lacking)}: it is not a state-revision table; "
-            "name another table in state.persistence.config.table"
+            f"table {table.name} has no column {', '.join(lacking)}: it is not a state-revision table; name another table in state.persistence.config.table"
         )
     quote = conn.dialect.identifier_preparer
     for column in [c for c in table.columns if c.name not in present]:
@@ -324,14 +323,20 @@ def adopt_retired_revisions(conn: Connection, retired: Table) -> int:
         row = conn.execute(select(retired).where(r.instance_id == key.instance_id, r.revision == key.revision)).one()
         conn.execute(
             table.insert().values(
-                siddhiAppName=row.instance_id, revision=f"{row.created_at}_{row.instance_id}",
+                siddhiAppName=row.instance_id,
+                revision=f"{row.created_at}_{row.instance_id}",
                 snapshot=gzip.compress(zlib.decompress(row.data), compresslevel=6, mtime=0),
-                savedAt=row.created_at, rawSize=row.raw_size, revisionNumber=None, savedBy=None,
+                savedAt=row.created_at,
+                rawSize=row.raw_size,
+                revisionNumber=None,
+                savedBy=None,
             )
         )
     number_revisions(conn, table)
     log.warning(
         "moved %d state revision(s) from sp_state_revisions to %s in the control-plane database; workers restore "
-        "them when their state.persistence.config names this datasource and table", len(keys), DEFAULT_REVISION_TABLE,
+        "them when their state.persistence.config names this datasource and table",
+        len(keys),
+        DEFAULT_REVISION_TABLE,
     )
     return len(keys)

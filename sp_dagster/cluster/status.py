@@ -44,13 +44,21 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
         "control_plane": plane.safe_url,
         "schema_version": version,
         "database_time_ms": now,
-        "leader": None if lease is None else {
-            "group": lease.group_id, "node": lease.holder, "term": lease.term, "alive": lease.alive,
+        "leader": None
+        if lease is None
+        else {
+            "group": lease.group_id,
+            "node": lease.holder,
+            "term": lease.term,
+            "alive": lease.alive,
             "expires_in_ms": lease.expires_in_ms,
         },
         "managers": [
             {
-                "group": m.group_id, "node": m.node_id, "state": m.state, "address": m.address,
+                "group": m.group_id,
+                "node": m.node_id,
+                "state": m.state,
+                "address": m.address,
                 "last_heartbeat_ago_ms": now - m.last_heartbeat,
                 "leader": bool(lease and lease.alive and lease.holder_incarnation == m.incarnation),
             }
@@ -58,19 +66,35 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
         ],
         "nodes": [
             {
-                "node": n.node_id, "role": n.role, "state": n.state, "incarnation": n.incarnation, "address": n.address,
-                "last_heartbeat_ago_ms": now - n.last_heartbeat, "instances": per_node.get(n.node_id, 0), "metrics": n.metrics,
+                "node": n.node_id,
+                "role": n.role,
+                "state": n.state,
+                "incarnation": n.incarnation,
+                "address": n.address,
+                "last_heartbeat_ago_ms": now - n.last_heartbeat,
+                "instances": per_node.get(n.node_id, 0),
+                "metrics": n.metrics,
             }
             for n in nodes
         ],
         "deployments": [
             {
-                "app": d.app, "status": d.status, "waiting_reason": d.waiting_reason, "content_hash": d.content_hash,
+                "app": d.app,
+                "status": d.status,
+                "waiting_reason": d.waiting_reason,
+                "content_hash": d.content_hash,
                 "generation": d.generation,
                 "instances": [
                     {
-                        "instance": i.instance_id, "group": i.group, "index": i.parallel_index, "receiver": i.receiver,
-                        "node": i.node_id, "term": i.term, "status": i.status, "detail": i.status_detail, "metrics": i.metrics,
+                        "instance": i.instance_id,
+                        "group": i.group,
+                        "index": i.parallel_index,
+                        "receiver": i.receiver,
+                        "node": i.node_id,
+                        "term": i.term,
+                        "status": i.status,
+                        "detail": i.status_detail,
+                        "metrics": i.metrics,
                     }
                     for i in instances
                     if i.app == d.app
@@ -124,7 +148,9 @@ def render_status(status: dict[str, Any]) -> str:
     if leader is None:
         lines.append("leader         none yet: no manager has held the lease")
     elif leader["alive"]:
-        lines.append(f"leader         {leader['node']} (group {leader['group']}, term {leader['term']}, lease expires in {leader['expires_in_ms'] / 1000:.1f} s)")
+        lines.append(
+            f"leader         {leader['node']} (group {leader['group']}, term {leader['term']}, lease expires in {leader['expires_in_ms'] / 1000:.1f} s)"
+        )
     else:
         lines.append(f"leader         none: the lease of {leader['node']} (term {leader['term']}) expired {_ago(-leader['expires_in_ms'])}")
     for m in status["managers"]:
@@ -145,8 +171,11 @@ def render_status(status: dict[str, Any]) -> str:
         placed = sum(1 for i in d["instances"] if i["node"])
         reason = f": {d['waiting_reason']}" if d["waiting_reason"] else ""
         lines.append(f"app {d['app']}: {d['status']}, {placed}/{len(d['instances'])} instances placed{reason}")
-        lines += ["  " + line for line in _table(
-            ["INSTANCE", "NODE", "TERM", "STATUS", "EVENTS/S", "LAG", "LATENCY P50/P99", "DETAIL"],
-            [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), _detail(i)] for i in d["instances"]],
-        )]
+        lines += [
+            "  " + line
+            for line in _table(
+                ["INSTANCE", "NODE", "TERM", "STATUS", "EVENTS/S", "LAG", "LATENCY P50/P99", "DETAIL"],
+                [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), _detail(i)] for i in d["instances"]],
+            )
+        ]
     return "\n".join(lines).rstrip() + "\n"

@@ -59,9 +59,7 @@ def default_datasources() -> dict[str, Datasource]:
     home = Path(default_home())
     return {
         "SP_MGT_DB": Datasource("SP_MGT_DB", f"sqlite:///{home / 'sp_mgt.db'}", "control plane (embedded SQLite)"),
-        "WSO2_PERSISTENCE_DB": Datasource(
-            "WSO2_PERSISTENCE_DB", f"sqlite:///{home / 'persistence.db'}", "state persistence (embedded SQLite)"
-        ),
+        "WSO2_PERSISTENCE_DB": Datasource("WSO2_PERSISTENCE_DB", f"sqlite:///{home / 'persistence.db'}", "state persistence (embedded SQLite)"),
     }
 
 
@@ -146,9 +144,7 @@ def _check(config: Config, document: LocatedDict, filename: str) -> None:
 
     def need_datasource(name: str, *path: str) -> None:
         if name not in config.datasources:
-            raise _ctx(document, filename, *path).error(
-                f"datasource '{name}' is not defined; define it under datasources: (defined: {names})"
-            )
+            raise _ctx(document, filename, *path).error(f"datasource '{name}' is not defined; define it under datasources: (defined: {names})")
 
     d = config.deployment
     need_datasource(d.datasource, "deployment.config", "datasource")
@@ -159,7 +155,10 @@ def _check(config: Config, document: LocatedDict, filename: str) -> None:
         log.warning(
             "%s: cluster.config.strategyConfig.datasource '%s' is not used: sp-dagster elects group '%s''s leader in "
             "deployment.config.datasource '%s' (coordination and deployments share one database)",
-            filename, strategy.datasource, config.cluster.group_id, d.datasource,
+            filename,
+            strategy.datasource,
+            config.cluster.group_id,
+            d.datasource,
         )
     if config.persistence.enabled and config.persistence.persistence_store == "database":
         need_datasource(config.persistence.config.datasource, "state.persistence", "config", "datasource")
@@ -168,10 +167,6 @@ def _check(config: Config, document: LocatedDict, filename: str) -> None:
             "is required: appCreatorClass selects NATS, so expected NATS server URLs (nats://host:4222)"
         )
     if config.messaging.kind == "nats" and not d.cluster_id:
-        raise _ctx(document, filename, "deployment.config", "clusterId").error(
-            "is required with natsServerUrl: expected the NATS cluster id"
-        )
+        raise _ctx(document, filename, "deployment.config", "clusterId").error("is required with natsServerUrl: expected the NATS cluster id")
     if config.role == "manager" and d.is_receiver_node:
-        raise _ctx(document, filename, "deployment.config", "isReceiverNode").error(
-            "is only for worker nodes: a manager cannot be a receiver node"
-        )
+        raise _ctx(document, filename, "deployment.config", "isReceiverNode").error("is only for worker nodes: a manager cannot be a receiver node")

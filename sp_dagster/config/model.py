@@ -54,7 +54,11 @@ class Carbon:
 class StrategyConfig:
     """`cluster.config.strategyConfig`: timing of the manager cluster's coordination."""
 
-    datasource: str = setting("datasource", "SP_MGT_DB", doc="the coordination database: sp-dagster's is `deployment.config.datasource` (another, such as WSO2's `WSO2_CLUSTER_DB`, is ignored with a warning)")
+    datasource: str = setting(
+        "datasource",
+        "SP_MGT_DB",
+        doc="the coordination database: sp-dagster's is `deployment.config.datasource` (another, such as WSO2's `WSO2_CLUSTER_DB`, is ignored with a warning)",
+    )
     heartbeat_interval: int = setting("heartbeatInterval", 1000, minimum=1, unit="milliseconds", doc="ms between renewals of the leader lease")
     heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1, doc="missed renewals before another manager takes over")
     event_polling_interval: int = setting("eventPollingInterval", 1000, minimum=1, unit="milliseconds", doc="ms between checks of membership and deployments")
@@ -114,13 +118,21 @@ class DeploymentConfig:
     min_resource_count: int = setting("minResourceCount", 1, minimum=1, doc="apps wait until this many workers are alive")
     allocation_algorithm: str | None = setting("allocationAlgorithm", None, doc="how instances are placed on workers (default: balanced, spread per group)")
     app_creator_class: str | None = setting("appCreatorClass", None, choices=(KAFKA_APP_CREATOR, NATS_APP_CREATOR), doc="selects Kafka or NATS")
-    bootstrap_urls: tuple[str, ...] | None = setting("bootstrapURLs", None, parse=_url_list, shown="localhost:9092", doc="Kafka brokers, `host:port` separated by commas")
+    bootstrap_urls: tuple[str, ...] | None = setting(
+        "bootstrapURLs", None, parse=_url_list, shown="localhost:9092", doc="Kafka brokers, `host:port` separated by commas"
+    )
     kafka_properties: dict[str, str] = setting("kafkaProperties", factory=dict, doc="extra librdkafka client settings (security.protocol, sasl.*, ...)")
     zoo_keeper_urls: str | None = setting("zooKeeperURLs", None, doc="ignored: topics are created with Kafka's admin API")
     zoo_keeper_config: ZooKeeperConfig | None = setting("zooKeeperConfig", None, doc="ignored")
-    nats_server_url: tuple[str, ...] | None = setting("natsServerUrl", None, parse=_url_list, doc="NATS servers with JetStream (`nats://host:4222`), separated by commas (with `clusterId`)")
-    cluster_id: str | None = setting("clusterId", None, doc="names this cluster's JetStream streams and subjects, so clusters sharing a NATS server never collide")
-    leader_retry_interval: int = setting("leaderRetryInterval", 10000, minimum=1, unit="milliseconds", doc="ms without a live leader before a worker stops its apps")
+    nats_server_url: tuple[str, ...] | None = setting(
+        "natsServerUrl", None, parse=_url_list, doc="NATS servers with JetStream (`nats://host:4222`), separated by commas (with `clusterId`)"
+    )
+    cluster_id: str | None = setting(
+        "clusterId", None, doc="names this cluster's JetStream streams and subjects, so clusters sharing a NATS server never collide"
+    )
+    leader_retry_interval: int = setting(
+        "leaderRetryInterval", 10000, minimum=1, unit="milliseconds", doc="ms without a live leader before a worker stops its apps"
+    )
     resource_managers: tuple[HttpsInterface, ...] = setting("resourceManagers", (), doc="the managers; accepted for compatibility")
     is_receiver_node: bool = setting("isReceiverNode", False, doc="run only receiver (passthrough) partial apps")
     receiver_users: tuple[ReceiverUser, ...] = setting("receiverUsers", (), doc="users HTTP receivers with basic.auth.enabled accept: `[{username, password}]`")
@@ -132,7 +144,9 @@ class PersistenceStoreConfig:
 
     datasource: str = setting("datasource", "WSO2_PERSISTENCE_DB", doc="database store: the datasource")
     table: str = setting("table", "PERSISTENCE_TABLE", doc="database store: the table")
-    location: str = setting("location", factory=lambda: str(Path(default_home()) / "persistence"), shown="$SP_DAGSTER_HOME/persistence", doc="file store: the directory")
+    location: str = setting(
+        "location", factory=lambda: str(Path(default_home()) / "persistence"), shown="$SP_DAGSTER_HOME/persistence", doc="file store: the directory"
+    )
 
 
 @dataclass(frozen=True)
@@ -142,7 +156,9 @@ class PersistenceConfig:
     enabled: bool = setting("enabled", False, doc="snapshot every partial app's state")
     interval_in_min: float = setting("intervalInMin", 1.0, minimum=1e-9, unit="minutes", doc="minutes between snapshots")
     revisions_to_keep: int = setting("revisionsToKeep", 2, minimum=1, doc="snapshots kept per instance")
-    persistence_store: str = setting("persistenceStore", "file", parse=_persistence_store, doc="`database` (DBPersistenceStore) or `file` (FileSystemPersistenceStore)")
+    persistence_store: str = setting(
+        "persistenceStore", "file", parse=_persistence_store, doc="`database` (DBPersistenceStore) or `file` (FileSystemPersistenceStore)"
+    )
     config: PersistenceStoreConfig = setting("config", factory=PersistenceStoreConfig, doc="where snapshots go")
 
 
@@ -172,31 +188,41 @@ class SparkConfig:
     app_name: str | None = setting("appName", None, shown="sp-dagster-worker-<id>", doc="the Spark application name")
     conf: dict[str, str] = setting("conf", factory=dict, doc="any `spark.*` settings")
     kafka_source: str = setting(
-        "kafkaSource", "auto", choices=("auto", "native", "python"),
+        "kafkaSource",
+        "auto",
+        choices=("auto", "native", "python"),
         doc="how instances read Kafka: Spark's connector (`native`, needs spark-sql-kafka-0-10 in `spark.jars.packages`), "
         "the built-in Python source (`python`), or the connector when its jar is loadable (`auto`); the two keep offsets apart, so keep one choice while instances have checkpoints",
     )
     execution_mode: str = setting(
-        "executionMode", "continuous", choices=("continuous", "microbatch"),
+        "executionMode",
+        "continuous",
+        choices=("continuous", "microbatch"),
         doc="how instances run: each as a long-running Spark task that processes events as they come (`continuous`: "
         "milliseconds of latency, one task slot per instance), or as a Structured Streaming query (`microbatch`: "
         "Spark's checkpoints and state store, about a second per micro-batch and hop); the two keep state apart, so "
         "an instance switched to the other mode starts afresh",
     )
     checkpoint_interval: int = setting(
-        "checkpointInterval", 2000, minimum=100, unit="milliseconds",
+        "checkpointInterval",
+        2000,
+        minimum=100,
+        unit="milliseconds",
         doc="continuous mode: ms between an instance's checkpoints (engine snapshot and the input offsets it covers) "
         "kept by its worker; revisions go to the persistence store every `state.persistence.intervalInMin`",
     )
     exactly_once: bool = setting(
-        "exactlyOnce", True,
+        "exactlyOnce",
+        True,
         doc="continuous mode on Kafka: publish each turn's outputs with its input offsets in one transaction "
         "(exactly-once); false: at-least-once, replays dropped by origin between groups (fewer round trips per turn)",
     )
     task_slots: int | None = setting(
-        "taskSlots", None, minimum=1, shown="the application's default parallelism",
-        doc="continuous mode: how many instances this worker runs at once (each holds one task slot); told to the "
-        "managers, which place no more here",
+        "taskSlots",
+        None,
+        minimum=1,
+        shown="the application's default parallelism",
+        doc="continuous mode: how many instances this worker runs at once (each holds one task slot); told to the managers, which place no more here",
     )
 
 
@@ -206,7 +232,9 @@ def _interval_minutes(value: Any, ctx: Context) -> int:
         raise ctx.error(f"expected a whole number of minutes of at least 1, got {describe(value)}")
     if 60 % value == 0 or (value % 60 == 0 and 1440 % value == 0):
         return value
-    raise ctx.error(f"expected minutes that divide an hour (1, 2, 5, 10, 15, 30, ...) or whole hours that divide a day (60, 120, 180, 240, 360, 480, 720, 1440), got {value}")
+    raise ctx.error(
+        f"expected minutes that divide an hour (1, 2, 5, 10, 15, 30, ...) or whole hours that divide a day (60, 120, 180, 240, 360, 480, 720, 1440), got {value}"
+    )
 
 
 @dataclass(frozen=True)

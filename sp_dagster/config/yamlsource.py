@@ -58,7 +58,9 @@ def _mark(node: yaml.Node) -> Mark:
 def _carbon(kind: str, name: str, where: str, env) -> str:
     """One Carbon placeholder: ${sys:carbon.home} is $SP_DAGSTER_HOME, another ${sys:a.b} reads $A_B, ${env:VAR} reads $VAR."""
     if kind == "sec":
-        raise ConfigError(f"{where}: ${{sec:{name}}} is a WSO2 secure-vault alias, which sp-dagster does not read; put the secret in an environment variable and write ${{VAR}}")
+        raise ConfigError(
+            f"{where}: ${{sec:{name}}} is a WSO2 secure-vault alias, which sp-dagster does not read; put the secret in an environment variable and write ${{VAR}}"
+        )
     if kind == "sys" and name == "carbon.home":
         return default_home()
     variable = name if kind == "env" else re.sub(r"\W", "_", name).upper()
@@ -81,10 +83,7 @@ def resolve_env(text: str, where: str, env: dict[str, str] | None = None) -> str
             return default
         if name == "SP_DAGSTER_HOME":
             return default_home()
-        raise ConfigError(
-            f"{where}: environment variable {name} is not set; export it, "
-            f"or give a default as ${{{name}:-value}}"
-        )
+        raise ConfigError(f"{where}: environment variable {name} is not set; export it, or give a default as ${{{name}:-value}}")
 
     return _ENV_REF.sub(substitute, text)
 

@@ -32,8 +32,21 @@ from sp_dagster.deploy.steps import (
 )
 
 __all__ = [
-    "DeployError", "DeploymentState", "LoadedApp", "content_hash", "create_topics", "dead_letter_topic", "deploy",
-    "deployment_state", "instance_specs", "load_app", "plan_app", "record", "undeploy", "wait_until_placed", "wait_until_running",
+    "DeployError",
+    "DeploymentState",
+    "LoadedApp",
+    "content_hash",
+    "create_topics",
+    "dead_letter_topic",
+    "deploy",
+    "deployment_state",
+    "instance_specs",
+    "load_app",
+    "plan_app",
+    "record",
+    "undeploy",
+    "wait_until_placed",
+    "wait_until_running",
 ]
 
 

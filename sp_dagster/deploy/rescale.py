@@ -128,8 +128,7 @@ def check_rescales(found: list[Rescale], *, fresh: bool) -> list[str]:
     refused = [r for r in found if not r.stateless and not r.moves]
     if refused and not fresh:
         raise DeployError(
-            "; ".join(r.describe() for r in refused)
-            + ": changing the parallelism of a stateful group would leave its state on the old instances. "
+            "; ".join(r.describe() for r in refused) + ": changing the parallelism of a stateful group would leave its state on the old instances. "
             "Deploy with --fresh to start these groups empty, or keep their parallelism"
         )
     return [r.describe(fresh) + (": starting empty (--fresh)" if not r.stateless and not r.keyed and fresh else "") for r in found]
@@ -173,7 +172,11 @@ def move_state(plane, topology, specs: list, found: list[Rescale], record_specs,
         return []
     groups = {r.group for r in moving}
     upstream = {g for r in moving for g in r.upstream}
-    held = [dataclasses.replace(s, extra={**s.extra, HOLD: "rescale"}) if s.extra.get("group") in upstream else s for s in specs if s.extra.get("group") not in groups]
+    held = [
+        dataclasses.replace(s, extra={**s.extra, HOLD: "rescale"}) if s.extra.get("group") in upstream else s
+        for s in specs
+        if s.extra.get("group") not in groups
+    ]
     old = [i for i in list_instances(plane, topology.app) if i.extra.get("group") in groups]
     as_recorded = lambda extra: [InstanceSpec(i.instance_id, i.group, i.parallel_index, i.siddhi_app, i.receiver, {**i.extra, **extra}) for i in old]  # noqa: E731
     record_specs(held + as_recorded({}))

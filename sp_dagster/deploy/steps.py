@@ -1,7 +1,7 @@
 """The deploy path, one function per step; the CLI and the Dagster ops call the same ones.
 
-    load_app -> plan_app -> create_topics -> record -> wait_until_running      (deploy)
-    undeploy                                                                   (remove)
+load_app -> plan_app -> create_topics -> record -> wait_until_running      (deploy)
+undeploy                                                                   (remove)
 """
 
 from __future__ import annotations
@@ -187,8 +187,7 @@ def deployment_state(plane, app: str) -> DeploymentState:
     if record_ is None:
         raise DeployError(f"no deployment named '{app}'; `sp-dagster status` lists the deployments")
     instances = tuple(
-        InstanceState(i.instance_id, i.group, i.node_id, i.status, i.status_detail or i.metrics.get("state_note"))
-        for i in list_instances(plane, app)
+        InstanceState(i.instance_id, i.group, i.node_id, i.status, i.status_detail or i.metrics.get("state_note")) for i in list_instances(plane, app)
     )
     return DeploymentState(app, record_.status, record_.waiting_reason, instances)
 

@@ -78,10 +78,7 @@ class EmbeddedServer:
     def start(self, timeout: float = 30.0):
         """Start the server and wait until it answers."""
         if port_open(self.host, self.port):
-            raise SpDagsterError(
-                f"port {self.port} on {self.host} is already in use; stop what listens there "
-                "or pick another port (--port N)"
-            )
+            raise SpDagsterError(f"port {self.port} on {self.host} is already in use; stop what listens there or pick another port (--port N)")
         command = self.command()
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,8 +105,7 @@ class EmbeddedServer:
         while time.monotonic() < deadline:
             if self.process and self.process.poll() is not None:
                 raise BrokerUnavailable(
-                    f"the embedded {self.what} exited with code {self.process.returncode} while starting"
-                    + (f"; see {self.log_path}" if self.log_path else "")
+                    f"the embedded {self.what} exited with code {self.process.returncode} while starting" + (f"; see {self.log_path}" if self.log_path else "")
                 )
             if port_open(self.host, self.port) and self.answers():
                 return

@@ -79,7 +79,10 @@ class ChaosRun:
         self.app_path = self.home / "app.siddhi"
         self.app_path.write_text(app_text)
         self.app_text = app_text
-        self.parallel = self.initial = int(re.search(re.escape(KEYED_GROUP).replace(re.escape("{}"), r"(\d+)"), app_text).group(1))
+        declared = re.search(re.escape(KEYED_GROUP).replace(re.escape("{}"), r"(\d+)"), app_text)
+        if declared is None:
+            raise ValueError(f"the chaos app must declare its keyed group as {KEYED_GROUP.format('N')}")
+        self.parallel = self.initial = int(declared.group(1))
         self.loaded = load_app(self.app_path)
         first = plan_app(self.loaded).group("filter").instances[0]
         (self.entry,) = plan_instance(first.name, first.siddhi).inputs
@@ -214,6 +217,11 @@ class ChaosRun:
             times = [fault.at] + [t for t in arrivals if fault.at < t <= end]
             fault.gap_s = max((b - a for a, b in zip(times, times[1:])), default=0.0)
         return Report(
-            len(self.rows), len(rows), len(expected), sum((wanted - have).values()), sum((have - wanted).values()),
-            per_key(rows) == per_key(expected), struck,
+            len(self.rows),
+            len(rows),
+            len(expected),
+            sum((wanted - have).values()),
+            sum((have - wanted).values()),
+            per_key(rows) == per_key(expected),
+            struck,
         )

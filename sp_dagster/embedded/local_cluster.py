@@ -74,9 +74,20 @@ class LocalCluster:
     """One manager and N worker processes sharing a SQLite control plane under `home`, on Kafka or NATS."""
 
     def __init__(
-        self, home: Path, bootstrap: str, workers: int = 2, persist_every_min: float = 0.05, trigger: str = "300 milliseconds",
-        mode: str = "continuous", slots: int = 6, exactly_once: bool = True, messaging: str = "kafka", cluster_id: str = "sp-dagster",
-        managers: int = 1, receivers: int = 0, receiver_users: dict[str, str] | None = None,
+        self,
+        home: Path,
+        bootstrap: str,
+        workers: int = 2,
+        persist_every_min: float = 0.05,
+        trigger: str = "300 milliseconds",
+        mode: str = "continuous",
+        slots: int = 6,
+        exactly_once: bool = True,
+        messaging: str = "kafka",
+        cluster_id: str = "sp-dagster",
+        managers: int = 1,
+        receivers: int = 0,
+        receiver_users: dict[str, str] | None = None,
     ):
         self.home = home
         self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)

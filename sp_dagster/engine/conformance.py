@@ -319,9 +319,7 @@ def run_case(case: Case, restore_at: int | None = None) -> Outcome:
     if expected.get("callback"):
         ordered = expected.get("ordered", True)
         diffs += _compare_rows("in_events", recorder.in_events, expected.get("in_events") or [], expected.get("types"), ordered)
-        diffs += _compare_rows(
-            "remove_events", recorder.remove_events, expected.get("remove_events") or [], expected.get("remove_types"), ordered
-        )
+        diffs += _compare_rows("remove_events", recorder.remove_events, expected.get("remove_events") or [], expected.get("remove_types"), ordered)
         if expected.get("types") is not None and in_types != expected["types"]:
             diffs.append(f"types: expected {expected['types']}, got {in_types}")
         if expected.get("remove_types") is not None and remove_types != expected["remove_types"]:

@@ -76,9 +76,7 @@ class StreamScope(Scope):
             raise app_error(f"'{shown}' is not an input of this query", node)
         index = self.schema.index(node.name)
         if index is None:
-            raise app_error(
-                f"stream {self.names[0]} has no attribute '{node.name}'; it has {', '.join(self.schema.names)}", node
-            )
+            raise app_error(f"stream {self.names[0]} has no attribute '{node.name}'; it has {', '.join(self.schema.names)}", node)
         return attribute(index, self.schema.types[index])
 
 

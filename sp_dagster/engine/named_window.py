@@ -79,11 +79,7 @@ class _Publisher(Processor):
         self.expired = expired
 
     def process(self, chunk):
-        out = [
-            StreamEvent(e.timestamp, e.data, e.type)
-            for e in chunk
-            if (e.type == CURRENT and self.current) or (e.type == EXPIRED and self.expired)
-        ]
+        out = [StreamEvent(e.timestamp, e.data, e.type) for e in chunk if (e.type == CURRENT and self.current) or (e.type == EXPIRED and self.expired)]
         if out:
             self.junction.send(out)
 

@@ -66,11 +66,7 @@ class QueryOutput:
         for callback in self.callbacks:
             callback.receive(chunk)
         if self.target is not None:
-            rows = [
-                StreamEvent(e.timestamp, e.output)
-                for e in chunk
-                if e.type == CURRENT or e.type == EXPIRED
-            ]
+            rows = [StreamEvent(e.timestamp, e.output) for e in chunk if e.type == CURRENT or e.type == EXPIRED]
             if rows:
                 self.target.send(rows)
 
@@ -166,7 +162,9 @@ class QueryRuntime:
         for junction, receiver in self.subscriptions:
             junction.subscribe(receiver)
 
-    def _handlers(self, source: ast.StreamInput, scope, schema: Schema, expired_on: bool, schedulers, slot: str = "window", findable: bool = False) -> list[Processor]:
+    def _handlers(
+        self, source: ast.StreamInput, scope, schema: Schema, expired_on: bool, schedulers, slot: str = "window", findable: bool = False
+    ) -> list[Processor]:
         processors: list[Processor] = []
         for handler in source.handlers:
             if isinstance(handler, ast.Filter):

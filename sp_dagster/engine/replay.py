@@ -48,9 +48,7 @@ def decode_line(line: str, runtime: AppRuntime, form: EventLines) -> tuple[str, 
     return form.decode_event_line(line, attributes)
 
 
-def replay_file(
-    text: str, app_path: str, lines: Iterable[str], input_name: str, out: IO[str], form: EventLines, datasources: dict | None = None
-) -> None:
+def replay_file(text: str, app_path: str, lines: Iterable[str], input_name: str, out: IO[str], form: EventLines, datasources: dict | None = None) -> None:
     """Build the app, send every input line, print every output event as a JSON line."""
     runtime = AppRuntime(text, source=app_path, datasources=datasources)
     try:

@@ -286,9 +286,7 @@ class AppRuntime:
                 else:
                     junction.send([StreamEvent(t, r) for t, r in zip(times, rows)])
                 return
-            events = ArrowChunk(batch, pa.array(times, pa.int64())).events() if batch is not None else [
-                StreamEvent(t, r) for t, r in zip(times, rows)
-            ]
+            events = ArrowChunk(batch, pa.array(times, pa.int64())).events() if batch is not None else [StreamEvent(t, r) for t, r in zip(times, rows)]
             for start, end in runs:
                 self.clock.advance(times[start])
                 junction.send(events[start:end])

@@ -219,9 +219,7 @@ def snapshot_limiter(query, period: int, scheduler) -> SnapshotLimiter:
     selector = query.selector
     attributes = query.query.selector.attributes
     positions = [
-        i
-        for i, attribute in enumerate(attributes)
-        if isinstance(attribute.expression, ast.FunctionCall) and attribute.expression in _aggregate_calls(selector)
+        i for i, attribute in enumerate(attributes) if isinstance(attribute.expression, ast.FunctionCall) and attribute.expression in _aggregate_calls(selector)
     ]
     windowed = query.window is not None
     grouped = bool(query.query.selector.group_by)

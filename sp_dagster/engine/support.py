@@ -57,7 +57,6 @@ def _implemented_call(node: ast.FunctionCall) -> bool:
     return node.qualified_name in FUNCTIONS
 
 
-
 def check_supported(app: ast.App) -> None:
     """Raise one SiddhiQLError listing every feature of `app` the engine cannot run."""
     errors = []

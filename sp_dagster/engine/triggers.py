@@ -175,10 +175,7 @@ class QuartzCron:
             )
         day_of_month, day_of_week = fields[3], fields[5]
         if (day_of_month == "?") == (day_of_week == "?"):
-            raise ValueError(
-                f"cron '{self.text}': exactly one of day-of-month and day-of-week must be '?' (Quartz does "
-                "not support giving both)"
-            )
+            raise ValueError(f"cron '{self.text}': exactly one of day-of-month and day-of-week must be '?' (Quartz does not support giving both)")
         for index, field in enumerate(fields):
             if "?" in field and (index not in (3, 5) or field != "?"):
                 raise ValueError(f"cron '{self.text}': '?' can only stand alone in day-of-month or day-of-week")

@@ -253,4 +253,3 @@ def codec_for(name: str, attributes: Sequence[Attribute | tuple[str, str]]) -> C
         return CODECS[name.lower()](attributes)
     except KeyError:
         raise CodecError(f"unknown codec '{name}'; expected one of {', '.join(CODECS)}") from None
-

@@ -91,11 +91,7 @@ class KafkaTransport(Transport):
             metadata = self.admin.list_topics(timeout=self.timeout)
         except KafkaException as exc:
             raise self.unreachable(exc, "listing topics") from None
-        return {
-            name: TopicInfo(name, len(topic.partitions))
-            for name, topic in metadata.topics.items()
-            if topic.error is None and not name.startswith("__")
-        }
+        return {name: TopicInfo(name, len(topic.partitions)) for name, topic in metadata.topics.items() if topic.error is None and not name.startswith("__")}
 
     def ensure_topic(self, topic: str, partitions: int) -> TopicInfo:
         if not _TOPIC_NAME.fullmatch(topic):
@@ -239,9 +235,7 @@ class RawPublisher(RawPublisherBase):
         self.transport = transport
         # Idempotent: a retried send never lands twice or out of order, which the next group's
         # origin check relies on (a later origin arriving first would make the earlier look replayed).
-        self.producer = Producer(
-            transport.client_config(**{"linger.ms": 5, "acks": "all", "enable.idempotence": True, "allow.auto.create.topics": False})
-        )
+        self.producer = Producer(transport.client_config(**{"linger.ms": 5, "acks": "all", "enable.idempotence": True, "allow.auto.create.topics": False}))
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = self._delivered  # per-message delivery reports (transactions report at commit)
@@ -250,16 +244,12 @@ class RawPublisher(RawPublisherBase):
         if error is not None:
             self._failures.append(error.str())
 
-    def produce(
-        self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None
-    ) -> None:
+    def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
         """Queue one message (timestamp in ms; None: the broker's time)."""
         self._topics.add(topic)
         while True:
             try:
-                self.producer.produce(
-                    topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers, on_delivery=self._report
-                )
+                self.producer.produce(topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers, on_delivery=self._report)
                 return
             except BufferError:  # the local queue is full: let deliveries drain
                 self.producer.poll(0.1)
@@ -352,8 +342,7 @@ class TransactionalPublisher(RawPublisher):
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is not None and error.code() in _FENCED:
                 raise ProducerFenced(
-                    f"a newer owner of '{self.transactional_id}' took over (its transactions fence this one): "
-                    "this copy stops without publishing"
+                    f"a newer owner of '{self.transactional_id}' took over (its transactions fence this one): this copy stops without publishing"
                 ) from None
             if error is not None and error.txn_requires_abort():
                 self.producer.abort_transaction(self.timeout)

@@ -140,16 +140,16 @@ class NatsTransport(Transport):
 
     kind = "nats"
 
-    def __init__(self, servers: str | Sequence[str], cluster_id: str, timeout: float = 10.0, replicas: int = 1,
-                 setting: str = "deployment.config.natsServerUrl"):
+    def __init__(
+        self, servers: str | Sequence[str], cluster_id: str, timeout: float = 10.0, replicas: int = 1, setting: str = "deployment.config.natsServerUrl"
+    ):
         names = servers.split(",") if isinstance(servers, str) else servers
         self.servers = tuple(server_url(s) for s in names if s.strip())
         if not self.servers:
             raise ConfigError("no NATS server given; set deployment.config.natsServerUrl (nats://host:4222)")
         if not cluster_id or not NATS_CLUSTER_ID.fullmatch(cluster_id):
             raise ConfigError(
-                f"clusterId '{cluster_id or ''}' cannot name NATS streams and subjects: use letters, digits, '_' or '-' "
-                "(deployment.config.clusterId)"
+                f"clusterId '{cluster_id or ''}' cannot name NATS streams and subjects: use letters, digits, '_' or '-' (deployment.config.clusterId)"
             )
         self.cluster_id = cluster_id
         self.setting = setting  # where users set the servers, for errors
@@ -186,16 +186,13 @@ class NatsTransport(Transport):
         except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
             raise self._no_jetstream() from None
         except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.StaleConnectionError) as exc:
-            raise BrokerUnavailable(
-                f"the NATS server at {self.address} did not answer while {doing} ({type(exc).__name__}); is it running?"
-            ) from None
+            raise BrokerUnavailable(f"the NATS server at {self.address} did not answer while {doing} ({type(exc).__name__}); is it running?") from None
         except nats.js.errors.APIError as exc:
             raise MessagingError(f"NATS JetStream at {self.address} refused {doing}: {exc.description or exc}") from None
 
     def _no_jetstream(self) -> JetStreamUnavailable:
         return JetStreamUnavailable(
-            f"JetStream is not enabled on the NATS server at {self.address}; start nats-server with -js "
-            "(`sp-dagster nats` runs one with JetStream on)"
+            f"JetStream is not enabled on the NATS server at {self.address}; start nats-server with -js (`sp-dagster nats` runs one with JetStream on)"
         )
 
     def connect(self) -> None:
@@ -229,8 +226,14 @@ class NatsTransport(Transport):
 
         nc = await asyncio.wait_for(
             nats.connect(
-                servers=list(self.servers), name="sp-dagster", connect_timeout=min(self.timeout, 5), allow_reconnect=True,
-                max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=error, disconnected_cb=disconnected,
+                servers=list(self.servers),
+                name="sp-dagster",
+                connect_timeout=min(self.timeout, 5),
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=error,
+                disconnected_cb=disconnected,
                 reconnected_cb=reconnected,
             ),
             self.timeout,
@@ -518,8 +521,7 @@ class NatsRawPublisher(RawPublisherBase):
         self._pending.clear()
         topics = ", ".join(f"'{t}'" for t in sorted(self._topics))
         raise BrokerUnavailable(
-            f"{waiting} event(s) for topic {topics} were not acknowledged within {timeout:.0f}s by {self.transport.address}; "
-            "is the NATS server running?"
+            f"{waiting} event(s) for topic {topics} were not acknowledged within {timeout:.0f}s by {self.transport.address}; is the NATS server running?"
         )
 
     def serve(self) -> None:
@@ -543,6 +545,7 @@ class NatsRawPublisher(RawPublisherBase):
         try:
             self.flush()
         finally:
+
             async def stop():
                 self._queue.put_nowait(None)
                 sender, acks = self._tasks

@@ -181,10 +181,7 @@ class Transport(ABC):
         if info is None:
             from sp_dagster.errors import TopicError
 
-            raise TopicError(
-                f"topic '{topic}' does not exist on {self.address}; deploy the app that uses it "
-                "(deploying creates its topics) or create it first"
-            )
+            raise TopicError(f"topic '{topic}' does not exist on {self.address}; deploy the app that uses it (deploying creates its topics) or create it first")
         return info
 
     def resolve(self, topic: str, assignments: Mapping[int, int]) -> dict[int, int]:

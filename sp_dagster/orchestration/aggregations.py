@@ -54,8 +54,11 @@ def deployment_aggregations(deployment: dict) -> list[dict]:
                 readers.setdefault(element.name, set()).add(group["name"])
                 continue
             found[element.name] = {
-                "name": element.name, "group": group["name"], "shards": group["parallelism"] if _sharded(element) else 1,
-                "store": _store_kind(element), "reader": _reader_siddhi(app, element),
+                "name": element.name,
+                "group": group["name"],
+                "shards": group["parallelism"] if _sharded(element) else 1,
+                "store": _store_kind(element),
+                "reader": _reader_siddhi(app, element),
             }
     return [{**a, "readers": sorted(readers.get(name, ()))} for name, a in sorted(found.items())]
 
@@ -137,7 +140,9 @@ def build_aggregation_checks(targets: dict[dg.AssetKey, dict], worker_conf: str)
             context.op_execution_context.log_event(observation(key, seen))
             filled = [d for d, n in seen["rows"].items() if n]
             yield dg.AssetCheckResult(
-                asset_key=key, check_name=STORE_READABLE, passed=True,
+                asset_key=key,
+                check_name=STORE_READABLE,
+                passed=True,
                 description=f"{sum(seen['rows'].values())} row(s) in {len(filled)} of {len(seen['rows'])} granularity table(s)",
                 metadata={"rows": sum(seen["rows"].values())},
             )

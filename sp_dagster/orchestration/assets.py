@@ -44,8 +44,12 @@ def fetch_deployments(control_plane: ControlPlaneResource) -> dict[str, Any]:
             placement = {d["app"]: {i["instance"]: i["node"] for i in d["instances"]} for d in status["deployments"]}
             snapshot["deployments"] = [
                 {
-                    "app": d.app, "content_hash": d.content_hash, "generation": d.generation, "status": d.status,
-                    "plan": d.plan, "placement": placement.get(d.app, {}),
+                    "app": d.app,
+                    "content_hash": d.content_hash,
+                    "generation": d.generation,
+                    "status": d.status,
+                    "plan": d.plan,
+                    "placement": placement.get(d.app, {}),
                 }
                 for d in list_deployments(plane)
             ]
@@ -149,7 +153,8 @@ def _partial_app_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
         deps=sorted({topic_key(s["topic"]) for s in group["inputs"].values() if s.get("topic")}, key=lambda k: k.path),
         group_name=group_name(app),
         description=f"Partial app `{group['name']}` of {app}: {group['parallelism']} parallel instance(s)"
-        + (", receiver (passthrough)" if group.get("receiver") else "") + ".",
+        + (", receiver (passthrough)" if group.get("receiver") else "")
+        + ".",
         kinds={"siddhi", "spark"},
         code_version=f"{deployment['content_hash'][:12]}-g{deployment['generation']}",
         metadata={
@@ -202,7 +207,8 @@ def _topic_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
         deps=sorted(set(props.producers), key=lambda k: k.path),
         group_name=group_name(props.app),
         description=f"Topic `{topic['name']}` ({topic['partitions']} partition(s))"
-        + ("" if props.producers else ": an entry topic, fed from outside the app") + ".",
+        + ("" if props.producers else ": an entry topic, fed from outside the app")
+        + ".",
         kinds={"kafka"},
         metadata={"topic": topic["name"], "partitions": topic["partitions"], APP_META: props.app},
     )

@@ -1,9 +1,9 @@
 """sp-dagster as a Dagster Component: a `defs.yaml` naming the app repository and the configuration gives what build_definitions gives.
 
-    type: sp_dagster.dagster.SpDagsterComponent
-    attributes:
-      app_repository: apps          # relative paths: to the defs.yaml's folder
-      conf: conf                    # a conf directory or the manager's deployment.yaml
+type: sp_dagster.dagster.SpDagsterComponent
+attributes:
+  app_repository: apps          # relative paths: to the defs.yaml's folder
+  conf: conf                    # a conf directory or the manager's deployment.yaml
 """
 
 from __future__ import annotations

@@ -122,8 +122,20 @@ def _webserver_ready(url: str) -> bool:
         return False
 
 
-def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None = None, broker_port: int | None = None,
-       conf: str | None = None, worker_conf: str | None = None, timeout: float = 300.0, messaging: str = "kafka", say=print) -> Stack:
+def up(
+    *,
+    workers: int = 2,
+    ui: bool = True,
+    demo: bool = True,
+    port: int | None = None,
+    broker_port: int | None = None,
+    conf: str | None = None,
+    worker_conf: str | None = None,
+    timeout: float = 300.0,
+    messaging: str = "kafka",
+    receivers: int = 0,
+    say=print,
+) -> Stack:
     """Bring the system up (see the module docstring); on failure, stop what was started and raise DemoError."""
     from sp_dagster.config.loader import load_config
     from sp_dagster.config.locate import conf_path
@@ -151,8 +163,12 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         manager_conf = nats_conf(manager_conf, sp_home / "nats-conf" / "manager" / "deployment.yaml")  # not conf/: the search order would find it later
         worker_conf = nats_conf(worker_conf, sp_home / "nats-conf" / "worker" / "deployment.yaml")
     env = {
-        "SP_DAGSTER_HOME": str(sp_home), layer.variable: layer.address(broker_port), "SP_DAGSTER_APPS": str(apps),
-        "SP_DAGSTER_CONF": manager_conf, "SP_DAGSTER_WORKER_CONF": worker_conf, "DAGSTER_HOME": str(sp_home / "dagster"),
+        "SP_DAGSTER_HOME": str(sp_home),
+        layer.variable: layer.address(broker_port),
+        "SP_DAGSTER_APPS": str(apps),
+        "SP_DAGSTER_CONF": manager_conf,
+        "SP_DAGSTER_WORKER_CONF": worker_conf,
+        "DAGSTER_HOME": str(sp_home / "dagster"),
     }
     if port:
         env["SP_DAGSTER_PORT"] = str(port)  # the shipped manager conf reads dagster.port from it
@@ -173,6 +189,9 @@ def up(*, workers: int = 2, ui: bool = True, demo: bool = True, port: int | None
         say(f"broker       {layer.address(broker_port)} ({layer.what})")
         manager = stack.start("manager-1", cli_command("manager", "--conf", manager_conf, "--id", "manager-1"), env)
         nodes = [stack.start(f"worker-{n}", cli_command("worker", "--conf", worker_conf, "--id", f"worker-{n}"), env) for n in range(1, workers + 1)]
+        if receivers:  # receiver nodes host the apps' HTTP receivers (without any, workers do)
+            node_conf = receiver_conf(worker_conf, sp_home / "receiver-conf" / "deployment.yaml")
+            nodes += [stack.start(f"receiver-{n}", cli_command("worker", "--conf", node_conf, "--id", f"receiver-{n}"), env) for n in range(1, receivers + 1)]
         max_age_ms = config.deployment.heartbeat_interval * config.deployment.heartbeat_max_retry
         names = [p.name for p in nodes]
         _wait("a leader manager and every worker", lambda: _ready(manager_conf, names, max_age_ms), timeout, [manager, *nodes])
@@ -235,19 +254,30 @@ MESSAGING = {
 
 def nats_conf(source: str, target: Path) -> str:
     """Write a copy of a deployment.yaml that names NATS ($SP_NATS_URL, clusterId) instead of Kafka; returns its path."""
-    import yaml
-
     from sp_dagster.config.model import NATS_APP_CREATOR
 
+    def change(deployment: dict) -> None:
+        for key in ("bootstrapURLs", "kafkaProperties", "zooKeeperURLs", "zooKeeperConfig"):
+            deployment.pop(key, None)
+        deployment["natsServerUrl"] = "${SP_NATS_URL:-nats://localhost:4222}"
+        deployment["clusterId"] = deployment.get("clusterId") or "sp-dagster"
+        deployment["appCreatorClass"] = NATS_APP_CREATOR
+
+    return _derived_conf(source, target, "with NATS instead of Kafka", change)
+
+
+def receiver_conf(source: str, target: Path) -> str:
+    """Write a copy of a worker's deployment.yaml for a receiver node (isReceiverNode: true); returns its path."""
+    return _derived_conf(source, target, "for a receiver node", lambda deployment: deployment.update(isReceiverNode=True))
+
+
+def _derived_conf(source: str, target: Path, what: str, change) -> str:
+    import yaml
+
     document = yaml.safe_load(Path(source).read_text()) or {}
-    deployment = document.setdefault("deployment.config", {})
-    for key in ("bootstrapURLs", "kafkaProperties", "zooKeeperURLs", "zooKeeperConfig"):
-        deployment.pop(key, None)
-    deployment["natsServerUrl"] = "${SP_NATS_URL:-nats://localhost:4222}"
-    deployment["clusterId"] = deployment.get("clusterId") or "sp-dagster"
-    deployment["appCreatorClass"] = NATS_APP_CREATOR
+    change(document.setdefault("deployment.config", {}))
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(f"# Written by `sp-dagster up --messaging nats` from {source}, with NATS instead of Kafka.\n" + yaml.safe_dump(document, sort_keys=False))
+    target.write_text(f"# Written by `sp-dagster up` from {source}, {what}.\n" + yaml.safe_dump(document, sort_keys=False))
     return str(target)
 
 

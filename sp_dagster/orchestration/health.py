@@ -13,7 +13,6 @@ heartbeat, the URLs receivers listen at; events per second since the previous ob
 The previous observations come from Dagster's own event log, so the history survives restarts.
 """
 
-
 import time
 from typing import Any
 
@@ -56,7 +55,7 @@ def growing_lags(history: list[dict[str, int]], current: dict[str, int], samples
     """Instances whose lag rose at each of the last `samples` observations (oldest history first)."""
     growing = {}
     for instance, lag in current.items():
-        series = [h[instance] for h in history if instance in h][-(samples - 1):] + [lag]
+        series = [h[instance] for h in history if instance in h][-(samples - 1) :] + [lag]
         if len(series) >= samples and all(a < b for a, b in zip(series, series[1:])):
             growing[instance] = series
     return growing
@@ -84,7 +83,9 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
     for i in instances:
         node = nodes.get(i["node"]) if i["node"] else None
         per_instance[i["instance"]] = {
-            "worker": i["node"], "status": i["status"], **{m: _metric(i, m) for m in METRICS},
+            "worker": i["node"],
+            "status": i["status"],
+            **{m: _metric(i, m) for m in METRICS},
             "worker_heartbeat_s": round(node["last_heartbeat_ago_ms"] / 1000, 1) if node else None,
             **({"receiver_urls": receiver_urls(i)} if receiver_urls(i) else {}),
         }
@@ -98,8 +99,11 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
         "instances": dg.MetadataValue.json(per_instance),
         "lag_by_instance": dg.MetadataValue.json({n: v["lag"] for n, v in per_instance.items() if v["lag"] is not None}),
         "workers": dg.MetadataValue.json(
-            {n["node"]: {"state": n["state"], "heartbeat_s": round(n["last_heartbeat_ago_ms"] / 1000, 1)}
-             for n in nodes.values() if n["node"] in {i["node"] for i in instances}}
+            {
+                n["node"]: {"state": n["state"], "heartbeat_s": round(n["last_heartbeat_ago_ms"] / 1000, 1)}
+                for n in nodes.values()
+                if n["node"] in {i["node"] for i in instances}
+            }
         ),
     }
     urls = sorted({url for i in instances for url in receiver_urls(i)})
@@ -155,7 +159,9 @@ def live_worker_result(key, app: str, instances: list[dict], nodes: dict, max_ag
         return dg.AssetCheckResult(asset_key=key, check_name=LIVE_WORKER, passed=False, description=f"{app} is not deployed any more; reload the code location")
     problems = worker_problems(instances, nodes, max_age_ms)
     return dg.AssetCheckResult(
-        asset_key=key, check_name=LIVE_WORKER, passed=not problems,
+        asset_key=key,
+        check_name=LIVE_WORKER,
+        passed=not problems,
         description="; ".join(problems) if problems else f"{len(instances)} instance(s) on live workers",
         metadata={"without_live_worker": len(problems), "workers": sorted({i["node"] for i in instances if i["node"]})},
     )
@@ -164,11 +170,16 @@ def live_worker_result(key, app: str, instances: list[dict], nodes: dict, max_ag
 def lag_result(key, app: str, instances: list[dict], history: list[dict], current: dict[str, int], samples: int) -> dg.AssetCheckResult:
     """lag_not_growing: passed unless some instance's lag rose at each of the last `samples` observations."""
     if not instances:
-        return dg.AssetCheckResult(asset_key=key, check_name=LAG_NOT_GROWING, passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"{app} is not deployed any more")
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=LAG_NOT_GROWING, passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"{app} is not deployed any more"
+        )
     growing = growing_lags(history, current, samples)
     text = "; ".join(f"{name}: lag {' -> '.join(map(str, series))}" for name, series in sorted(growing.items()))
     return dg.AssetCheckResult(
-        asset_key=key, check_name=LAG_NOT_GROWING, passed=not growing, severity=dg.AssetCheckSeverity.WARN,
+        asset_key=key,
+        check_name=LAG_NOT_GROWING,
+        passed=not growing,
+        severity=dg.AssetCheckSeverity.WARN,
         description=f"lag keeps growing: {text}" if growing else (f"lag {sum(current.values())}" if current else "no lag reported yet"),
         metadata={"lag": sum(current.values()), "growing": dg.MetadataValue.json(growing)},
     )

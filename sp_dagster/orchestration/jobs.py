@@ -47,8 +47,17 @@ def build_deploy_jobs(control_plane_key: str = "control_plane", messaging_key: s
 
 
 _DEPLOY_OPS = (
-    "load_app", "plan_app", "create_topics", "record_deployment", "refresh_asset_graph", "wait_until_placed", "wait_until_running",
-    "resolve_app", "undeploy_app", "request_rebalance", "report_rebalance",
+    "load_app",
+    "plan_app",
+    "create_topics",
+    "record_deployment",
+    "refresh_asset_graph",
+    "wait_until_placed",
+    "wait_until_running",
+    "resolve_app",
+    "undeploy_app",
+    "request_rebalance",
+    "report_rebalance",
 )
 deploy_job, undeploy_job, rebalance_job = build_deploy_jobs()
 
@@ -134,7 +143,9 @@ def build_node_jobs(manager_conf: str, worker_conf: str, control_plane_key: str 
             conf = worker_conf_for(conf, spark.spark_config, f"{default_home()}/dagster/runs/{context.run_id}")
         _run_node(context, control_plane, "worker", conf, config.node_id, config.stop_timeout)
 
-    @dg.job(name="manager", tags=LONG_RUNNING_TAGS, executor_def=dg.in_process_executor, description="A long-running manager node; terminate the run to stop it.")
+    @dg.job(
+        name="manager", tags=LONG_RUNNING_TAGS, executor_def=dg.in_process_executor, description="A long-running manager node; terminate the run to stop it."
+    )
     def manager_job():
         """One manager node, until terminated."""
         run_manager()

@@ -4,7 +4,6 @@ Errors a user can act on (a SiddhiQL mistake with its line and column, an unreac
 an instance that could not be placed) fail the op with their one-line message, no traceback.
 """
 
-
 import contextlib
 import functools
 import inspect
@@ -77,9 +76,7 @@ def load_app(context: dg.OpExecutionContext, config: LoadAppConfig) -> steps.Loa
         loaded = steps.load_app(config.path)
     if config.content_hash and config.content_hash != loaded.content_hash:
         context.log.warning(f"{config.path} changed since the sensor saw it; deploying its current text ({loaded.content_hash[:12]})")
-    context.add_output_metadata(
-        {"app": loaded.name, "source": loaded.source, "content_hash": loaded.content_hash, "siddhi": _code(loaded.text)}
-    )
+    context.add_output_metadata({"app": loaded.name, "source": loaded.source, "content_hash": loaded.content_hash, "siddhi": _code(loaded.text)})
     return loaded
 
 
@@ -111,9 +108,7 @@ def create_topics(context: dg.OpExecutionContext, topology, messaging: Messaging
 
 
 @dg.op(description="Record the deployment (desired state) in the control plane; unchanged instances keep their placement.")
-def record_deployment(
-    context: dg.OpExecutionContext, loaded: steps.LoadedApp, topology, topics: list[str], control_plane: ControlPlaneResource
-) -> str:
+def record_deployment(context: dg.OpExecutionContext, loaded: steps.LoadedApp, topology, topics: list[str], control_plane: ControlPlaneResource) -> str:
     """Deploy step 4: steps.record (after the topics exist)."""
     with user_errors():
         changes = steps.state_changes(control_plane.plane, topology)
@@ -122,13 +117,20 @@ def record_deployment(
         context.log.info(f"state: {line}")
     context.log.info(
         f"{result.app} generation {result.generation}: "
-        + (f"{len(result.added)} added, {len(result.updated)} changed, {len(result.removed)} removed, {len(result.unchanged)} unchanged"
-           if result.changed else "unchanged; nothing to do")
+        + (
+            f"{len(result.added)} added, {len(result.updated)} changed, {len(result.removed)} removed, {len(result.unchanged)} unchanged"
+            if result.changed
+            else "unchanged; nothing to do"
+        )
     )
     context.add_output_metadata(
         {
-            "app": result.app, "changed": result.changed, "generation": result.generation,
-            "added": list(result.added), "updated": list(result.updated), "removed": list(result.removed),
+            "app": result.app,
+            "changed": result.changed,
+            "generation": result.generation,
+            "added": list(result.added),
+            "updated": list(result.updated),
+            "removed": list(result.removed),
         }
     )
     return result.app

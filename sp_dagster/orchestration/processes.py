@@ -66,8 +66,14 @@ def stop_process(process: subprocess.Popen, timeout: float) -> int | None:
 def run_attached(log, command: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None, stop_timeout: float = 30.0) -> int:
     """Run `command` until it exits, its output going to `log`; any interruption stops it with SIGTERM first."""
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, cwd=cwd,
-        env={**os.environ, **(env or {})}, preexec_fn=die_with_parent,
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        preexec_fn=die_with_parent,
     )
     lines: queue.Queue = queue.Queue()
     pump = threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True)
@@ -122,8 +128,13 @@ def start_detached(name: str, command: list[str], log_path: Path, *, env: dict[s
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-            env={**os.environ, **(env or {})}, start_new_session=True,
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
         )
     return Detached(name, process.pid, _start_time(process.pid) or "", str(log_path), tuple(command))
 

@@ -16,7 +16,10 @@ def cron_every(minutes: int) -> str:
 def build_rebalance_schedule(job, minutes: int) -> dg.ScheduleDefinition:
     """Runs the rebalance job every `minutes`."""
     return dg.ScheduleDefinition(
-        name="rebalance_schedule", job=job, cron_schedule=cron_every(minutes), default_status=dg.DefaultScheduleStatus.RUNNING,
+        name="rebalance_schedule",
+        job=job,
+        cron_schedule=cron_every(minutes),
+        default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Rebalance placements every {minutes} minute(s) (dagster.rebalanceInterval).",
     )
 
@@ -24,6 +27,9 @@ def build_rebalance_schedule(job, minutes: int) -> dg.ScheduleDefinition:
 def build_health_schedule(job, minutes: int) -> dg.ScheduleDefinition:
     """Runs the health checks every `minutes`."""
     return dg.ScheduleDefinition(
-        name="health_schedule", job=job, cron_schedule=cron_every(minutes), default_status=dg.DefaultScheduleStatus.RUNNING,
+        name="health_schedule",
+        job=job,
+        cron_schedule=cron_every(minutes),
+        default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Observe the partial apps and check their workers and lag every {minutes} minute(s) (dagster.healthInterval).",
     )

@@ -62,7 +62,7 @@ def diff_repository(cursor: str | None, scan: dict[str, str]) -> tuple[list[Chan
         if known and known[-1] == digest:
             continue
         event += 1
-        known = [h for h in known if h != digest][-(HASHES_KEPT - 1):] + [digest]
+        known = [h for h in known if h != digest][-(HASHES_KEPT - 1) :] + [digest]
         files[name] = known
         changes.append(Change("deploy", name, digest, tuple(known), event))
     for name in sorted(set(files) - set(scan)):

@@ -105,9 +105,7 @@ class _Analyzer:
         self.checker.tables = {name: t.attributes for name, t in self.result.tables.items()}
         for window in self.result.windows.values():
             self._window_definition(window)
-        tasks: list[tuple[object, ast.Partition | None]] = [
-            (d, None) for d in self.app.definitions if isinstance(d, ast.AggregationDefinition)
-        ]
+        tasks: list[tuple[object, ast.Partition | None]] = [(d, None) for d in self.app.definitions if isinstance(d, ast.AggregationDefinition)]
         tasks += list(self.app.queries())
         for partition in self.app.partitions:
             self.result._inner[id(partition)] = {}
@@ -233,9 +231,7 @@ class _Analyzer:
             hint = suggestion(known, name)  # type: ignore[arg-type]
             self.report(f"Stream '{name}' is not defined" + (f"; did you mean '{hint}'?" if hint else "."), stream)
 
-    def _handlers(
-        self, stream: ast.StreamInput, attributes: Attributes, *, no_window: str | None, events: tuple[Source, ...]
-    ) -> tuple[Scope, Attributes]:
+    def _handlers(self, stream: ast.StreamInput, attributes: Attributes, *, no_window: str | None, events: tuple[Source, ...]) -> tuple[Scope, Attributes]:
         """Check a stream's filters, functions and window (`no_window`: why none is allowed)."""
         qualifiers = frozenset({stream.stream})
         windows = 0
@@ -362,8 +358,10 @@ class _Analyzer:
                     self.report("In a sequence, 'every' can only stand before the first element.", element)
         for element, parent in _walk_states(state.element, None):
             if isinstance(element, ast.AbsentState) and element.waiting is None:
-                paired = isinstance(parent, ast.LogicalState) and parent.op == "and" and not all(
-                    isinstance(side, ast.AbsentState) for side in (parent.left, parent.right)
+                paired = (
+                    isinstance(parent, ast.LogicalState)
+                    and parent.op == "and"
+                    and not all(isinstance(side, ast.AbsentState) for side in (parent.left, parent.right))
                 )
                 if not paired:
                     self.report("An absent event needs 'for <time>' unless it is paired with an event by 'and'.", element)

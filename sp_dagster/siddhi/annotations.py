@@ -180,9 +180,7 @@ def _purge(annotation: ast.Annotation, element: ast.Annotated, report: Report) -
 
 def _async(annotation: ast.Annotation, element: ast.Annotated, report: Report) -> None:
     for item in annotation.elements:
-        if (item.key or "").lower() in ("buffer.size", "workers", "batch.size.max") and not (
-            item.value.isdigit() and int(item.value) >= 1
-        ):
+        if (item.key or "").lower() in ("buffer.size", "workers", "batch.size.max") and not (item.value.isdigit() and int(item.value) >= 1):
             report(f"@async({item.key}) must be a whole number of at least 1, not '{item.value}'.", item)
 
 

@@ -231,9 +231,7 @@ def _state(element: ast.StateElement, separator: str) -> str:
         inner = element.element
         wrapped = isinstance(inner, (ast.StateChain, ast.EveryState))
         return "every " + (f"({_state(inner, separator)})" if wrapped else _state(inner, separator))
-    return separator.join(
-        f"({_state(e, separator)})" if isinstance(e, ast.StateChain) else _state(e, separator) for e in element.elements
-    )
+    return separator.join(f"({_state(e, separator)})" if isinstance(e, ast.StateChain) else _state(e, separator) for e in element.elements)
 
 
 def _state_unit(element: ast.StateElement, separator: str) -> str:
@@ -381,10 +379,7 @@ def _aggregation(definition: ast.AggregationDefinition) -> str:
 
 
 def _function(definition: ast.FunctionDefinition) -> str:
-    return (
-        f"define function {name(definition.name)}[{name(definition.language)}] "
-        f"return {definition.return_type} {{{definition.body}}}"
-    )
+    return f"define function {name(definition.name)}[{name(definition.language)}] return {definition.return_type} {{{definition.body}}}"
 
 
 _RENDERERS = {

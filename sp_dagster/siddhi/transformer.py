@@ -271,9 +271,7 @@ class AstBuilder(Transformer):
         by = next((c for c in children if isinstance(c, ast.Variable)), None)
         selector = ast.Selector(tags["select"], tags.get("group_by", ()), **_pos(tags["select_at"]))
         kind, durations = tags["durations"]
-        return ast.AggregationDefinition(
-            str(name), stream, selector, durations, kind == "range", by, **_pos(name)
-        )
+        return ast.AggregationDefinition(str(name), stream, selector, durations, kind == "range", by, **_pos(name))
 
     def duration(self, children: list[Token]) -> Token:
         return children[0].update("DURATION", _TIME_UNITS[children[0].lower()])
@@ -383,9 +381,7 @@ class AstBuilder(Transformer):
 
     def update_or_insert(self, children: list[Any]) -> ast.UpdateOrInsert:
         tags, condition, at = self._output_parts(children)
-        return ast.UpdateOrInsert(
-            tags["target"][0], condition, tags.get("set", ()), tags.get("event_type", "current"), **_pos(at)
-        )
+        return ast.UpdateOrInsert(tags["target"][0], condition, tags.get("set", ()), tags.get("event_type", "current"), **_pos(at))
 
     def return_(self, children: list[Any]) -> ast.Return:
         tags = _tags(children)

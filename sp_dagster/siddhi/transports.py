@@ -51,11 +51,11 @@ SOURCES = {
     ),
 }
 SINKS = {
-    "kafka": TransportSpec(
-        (), ("topic", "partition.no", "key", "bootstrap.servers", "optional.configuration"), ("topic", "partition.no", "bootstrap.servers")
-    ),
+    "kafka": TransportSpec((), ("topic", "partition.no", "key", "bootstrap.servers", "optional.configuration"), ("topic", "partition.no", "bootstrap.servers")),
     "http": TransportSpec(
-        (), ("publisher.url", "method", "headers", "basic.auth.username", "basic.auth.password", "content.type"), ("publisher.url", "headers", "basic.auth.username", "basic.auth.password")
+        (),
+        ("publisher.url", "method", "headers", "basic.auth.username", "basic.auth.password", "content.type"),
+        ("publisher.url", "headers", "basic.auth.username", "basic.auth.password"),
     ),
     "log": TransportSpec((), ("prefix", "priority")),
     "nats": TransportSpec((), ("destination", "bootstrap.servers", "cluster.id", "client.id"), ("destination",)),
@@ -348,7 +348,10 @@ def _check_map(annotation: ast.Annotation, role: str, names: set[str], report: R
         if key == "type" or (kind == "text" and role == "source" and key.startswith("regex.")):
             continue
         if key not in allowed:
-            report(f"@map(type='{kind}') on a {role} has no option '{element.key or element.value}'" + (f"; it takes {', '.join(allowed)}." if allowed else "."), element)
+            report(
+                f"@map(type='{kind}') on a {role} has no option '{element.key or element.value}'" + (f"; it takes {', '.join(allowed)}." if allowed else "."),
+                element,
+            )
     for key in ("fail.on.missing.attribute", "event.grouping.enabled", "header", "validate.json", "validate.xml"):
         _boolean_option(mapping, key, report)
     for nested in mapping.annotations:
@@ -386,7 +389,7 @@ def _check_attributes(attributes: ast.Annotation, kind: str, mapping: ast.Annota
             report(f"@attributes leaves out {', '.join(sorted(missing))}; map every attribute of the stream.", attributes)
     elif len(attributes.elements) != len(names):
         report(f"@attributes gives {len(attributes.elements)} mappings for {len(names)} attributes.", attributes)
-    regexes = {(e.key or "")[len("regex."):] for e in mapping.elements if (e.key or "").lower().startswith("regex.")}
+    regexes = {(e.key or "")[len("regex.") :] for e in mapping.elements if (e.key or "").lower().startswith("regex.")}
     for element in attributes.elements:
         try:
             _check_mapping(kind, element.value, regexes)
@@ -415,7 +418,7 @@ def _check_payload(payload: ast.Annotation, kind: str, names: set[str], report: 
         report("@map(type='binary') takes no @payload.", payload)
         return
     if len(payload.elements) != 1 or payload.elements[0].key is not None:
-        report("@payload takes one template, as in @payload(\"{{symbol}} costs {{price}}\").", payload)
+        report('@payload takes one template, as in @payload("{{symbol}} costs {{price}}").', payload)
         return
     for element in payload.elements:
         for name in template_names(element.value):

@@ -19,6 +19,17 @@ from sp_dagster.topology.planner import plan
 from sp_dagster.topology.topics import partition_numbers, topic_name
 
 __all__ = [
-    "ALL", "FIELD_GROUPING", "ROUND_ROBIN", "ExecutionGroup", "PartialApp", "Publication", "Subscription",
-    "TopicSpec", "Topology", "TopologyError", "partition_numbers", "plan", "topic_name",
+    "ALL",
+    "FIELD_GROUPING",
+    "ROUND_ROBIN",
+    "ExecutionGroup",
+    "PartialApp",
+    "Publication",
+    "Subscription",
+    "TopicSpec",
+    "Topology",
+    "TopologyError",
+    "partition_numbers",
+    "plan",
+    "topic_name",
 ]

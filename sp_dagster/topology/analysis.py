@@ -30,7 +30,6 @@ _KINDS = {
 Executable = ast.Query | ast.Partition | ast.AggregationDefinition
 
 
-
 def is_aggregate_call(node: ast.Node) -> bool:
     """True for a call of an aggregate function (sum, count, ...)."""
     return isinstance(node, ast.FunctionCall) and is_aggregate(node)

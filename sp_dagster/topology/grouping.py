@@ -92,9 +92,7 @@ def _check_range_partitions(info: ElementInfo, group: str) -> None:
             raise error_at(key, f"Unsupported: {group} Range PartitionType not Supported in Distributed SetUp")
 
 
-def _aggregation_groups(
-    app_name: str, infos: list[ElementInfo], catalog: Catalog, group_of: dict[int, GroupSpec]
-) -> list[GroupSpec]:
+def _aggregation_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog, group_of: dict[int, GroupSpec]) -> list[GroupSpec]:
     aggregations = [info for info in infos if isinstance(info.element, ast.AggregationDefinition)]
     root = {info.element.name: info.element.name for info in aggregations}
     position = {info.element.name: info.index for info in aggregations}
@@ -116,8 +114,7 @@ def _aggregation_groups(
             read = in_memory[0]
             raise error_at(
                 read.node,
-                f"Query element : {element_label(info, read.query)} has parallelism > 1 "
-                f"while joining with an in-memory aggregation : {read.name}",
+                f"Query element : {element_label(info, read.query)} has parallelism > 1 while joining with an in-memory aggregation : {read.name}",
             )
         for read in in_memory[1:]:
             first, other = find(in_memory[0].name), find(read.name)

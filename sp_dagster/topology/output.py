@@ -32,13 +32,10 @@ def _group(group: ExecutionGroup) -> dict:
         "name": group.name,
         "parallelism": group.parallelism,
         "receiver": group.receiver,
-        "inputs": {
-            s.stream: {"strategy": s.strategy, "partition_key": s.partition_key, "topic": s.topic} for s in group.inputs
-        },
+        "inputs": {s.stream: {"strategy": s.strategy, "partition_key": s.partition_key, "topic": s.topic} for s in group.inputs},
         "outputs": outputs,
         "instances": [
-            {"name": instance.name, "siddhi": instance.siddhi, **({"shard_id": instance.shard_id} if instance.shard_id else {})}
-            for instance in group.instances
+            {"name": instance.name, "siddhi": instance.siddhi, **({"shard_id": instance.shard_id} if instance.shard_id else {})} for instance in group.instances
         ],
     }
 

@@ -103,9 +103,7 @@ def _group_elements(group: GroupSpec, index: int, instance: str, context: Contex
     return definitions + executables
 
 
-def _stream_definition(
-    definition: ast.StreamDefinition, group: GroupSpec, index: int, instance: str, context: Context
-) -> ast.StreamDefinition:
+def _stream_definition(definition: ast.StreamDefinition, group: GroupSpec, index: int, instance: str, context: Context) -> ast.StreamDefinition:
     """The user's definition with the user @source/@sink this group keeps, then the injected ones."""
     stream = definition.name
     hosts_source = context.flows.source_hosts.get(stream) == group.name
@@ -160,9 +158,7 @@ def _sharded(aggregation: ast.AggregationDefinition, shards: bool) -> ast.Aggreg
 def reader_view(app: ast.App) -> ast.App:
     """The whole app as a reader of its deployed stores sees it: every aggregation planned as N > 1
     active-active shards carries @PartitionById, so a retrieval merges all shards' rows."""
-    elements = tuple(
-        _sharded(e, is_persisted(e) and _shard_count(e) > 1) if isinstance(e, ast.AggregationDefinition) else e for e in app.elements
-    )
+    elements = tuple(_sharded(e, is_persisted(e) and _shard_count(e) > 1) if isinstance(e, ast.AggregationDefinition) else e for e in app.elements)
     return dataclasses.replace(app, elements=elements)
 
 
@@ -283,9 +279,7 @@ def _kafka_sink(publication: Publication) -> ast.Annotation:
         options = (_element("strategy", "partitioned"), _element("partitionKey", publication.partition_key))
     else:
         options = (_element("strategy", "roundRobin"),)
-    destinations = tuple(
-        ast.Annotation("destination", (_element("partition.no", str(number)),)) for number in range(publication.partitions)
-    )
+    destinations = tuple(ast.Annotation("destination", (_element("partition.no", str(number)),)) for number in range(publication.partitions))
     distribution = ast.Annotation("distribution", options, destinations)
     elements = (_element("type", "kafka"), _element("topic", publication.topic), _element("bootstrap.servers", BOOTSTRAP))
     return ast.Annotation("sink", elements, (_map(), distribution))

@@ -40,8 +40,7 @@ def _group_strategies(group: GroupSpec, catalog: Catalog) -> dict[str, Choice]:
                 if (read.name, read.key) in partitioned:
                     raise error_at(
                         read.key_node,
-                        "Unsupported in distributed setup :More than 1 partition residing on the same execGroup "
-                        f"{group.name} for {read.name} {read.key}",
+                        f"Unsupported in distributed setup :More than 1 partition residing on the same execGroup {group.name} for {read.name} {read.key}",
                     )
             candidate = _candidate(group, info, read, kind)
             previous = choices.get(read.name)
@@ -60,8 +59,7 @@ def _candidate(group: GroupSpec, info: ElementInfo, read: Read, kind: str) -> Ch
     if isinstance(read.key_node, ast.ValuePartition):
         raise error_at(
             read.key_node,
-            f"Unsupported: {group.name} partitions {read.name} by an expression; with parallel > 1 "
-            "the partition key must be an attribute of the stream",
+            f"Unsupported: {group.name} partitions {read.name} by an expression; with parallel > 1 the partition key must be an attribute of the stream",
         )
     return Choice(ALL, None, read, True)  # a stream the partition does not key: every instance needs it
 

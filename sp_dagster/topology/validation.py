@@ -23,8 +23,7 @@ _PARALLEL_STATE = {
 }
 _SHARED_STATE = {
     TABLE: "Unsupported:Event Table {name} In-Memory Table referenced from more than one execGroup: execGroup {group} && {first}",
-    WINDOW: "Unsupported:(Defined) Window {name} In-Memory window referenced from more than one execGroup: "
-    "execGroup {group} && {first}",
+    WINDOW: "Unsupported:(Defined) Window {name} In-Memory window referenced from more than one execGroup: execGroup {group} && {first}",
 }
 
 
@@ -84,8 +83,7 @@ def _parallel_query(group: GroupSpec, info: ElementInfo, catalog: Catalog, choic
     if stateful is not None and not _exact_by_key(query, choices):
         yield error_at(
             stateful,
-            f"{name} Aggregate or group by queries used with parallel greater than 1 outside partitioned stream "
-            "(each instance would compute a partial result)",
+            f"{name} Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)",
         )
 
 
@@ -104,10 +102,7 @@ def _exact_by_key(query: ast.Query, choices: dict[str, Choice]) -> bool:
     grouped = {variable.name for variable in query.selector.group_by}
     inputs = query.input_streams()
     return all(
-        (choice := choices.get(stream_input.stream)) is not None
-        and choice.strategy == FIELD_GROUPING
-        and choice.key in grouped
-        for stream_input in inputs
+        (choice := choices.get(stream_input.stream)) is not None and choice.strategy == FIELD_GROUPING and choice.key in grouped for stream_input in inputs
     )
 
 

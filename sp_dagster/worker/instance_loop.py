@@ -99,7 +99,9 @@ def _percentile(samples: list[tuple[float, int]], fraction: float) -> float | No
 class InstanceLoop:
     """Runs one instance until stopped (see the module docstring)."""
 
-    def __init__(self, plan: InstancePlan, transport: Transport, settings: LoopSettings, *, checkpoint: bytes | None, control: Control, transports: dict | None = None):
+    def __init__(
+        self, plan: InstancePlan, transport: Transport, settings: LoopSettings, *, checkpoint: bytes | None, control: Control, transports: dict | None = None
+    ):
         self.plan = plan
         self.transport = transport
         self.settings = settings

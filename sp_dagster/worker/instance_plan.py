@@ -210,8 +210,17 @@ def plan_instance(name: str, siddhi: str) -> InstancePlan:
             for topic in (t.strip() for t in (source.get("topic.list") or "").split(",") if t.strip()):
                 inputs.append(
                     InputTopic(
-                        definition.name, topic, partitions, mapping.type, attributes, _bootstrap(source), keyed,
-                        mapping, None if partitions else _share(source), seq, _properties(source),
+                        definition.name,
+                        topic,
+                        partitions,
+                        mapping.type,
+                        attributes,
+                        _bootstrap(source),
+                        keyed,
+                        mapping,
+                        None if partitions else _share(source),
+                        seq,
+                        _properties(source),
                     )
                 )
         for sink in definition.annotations_named("sink"):
@@ -227,8 +236,16 @@ def plan_instance(name: str, siddhi: str) -> InstancePlan:
     if not inputs and not http_inputs:
         raise InstancePlanError(f"{name}: no @source: a partial app needs at least one input topic or HTTP receiver")
     return InstancePlan(
-        name, siddhi, tuple(inputs), tuple(outputs), tuple(log.stream for log in logs), _partition_key(app, inputs), _stateless(app),
-        http_inputs=tuple(http_inputs), http_outputs=tuple(http_outputs), logs=tuple(logs),
+        name,
+        siddhi,
+        tuple(inputs),
+        tuple(outputs),
+        tuple(log.stream for log in logs),
+        _partition_key(app, inputs),
+        _stateless(app),
+        http_inputs=tuple(http_inputs),
+        http_outputs=tuple(http_outputs),
+        logs=tuple(logs),
     )
 
 
@@ -252,9 +269,20 @@ def _kafka_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute
     else:
         partitions = 0  # as many as the topic has
     return OutputTopic(
-        stream, sink.get("topic") or (topics[0] if topics else ""), strategy, key, partitions, mapping.type, attributes,
-        _bootstrap(sink), mapping, topics, partition, by_partition if by_partition != tuple(range(len(by_partition))) else (),
-        sink.get("key"), _properties(sink),
+        stream,
+        sink.get("topic") or (topics[0] if topics else ""),
+        strategy,
+        key,
+        partitions,
+        mapping.type,
+        attributes,
+        _bootstrap(sink),
+        mapping,
+        topics,
+        partition,
+        by_partition if by_partition != tuple(range(len(by_partition))) else (),
+        sink.get("key"),
+        _properties(sink),
     )
 
 
@@ -266,8 +294,15 @@ def _nats_input(stream: str, source: ast.Annotation, attributes: tuple[Attribute
     """A user nats @source: topic `destination` of its NATS server and cluster, shared among the instances that read it."""
     sequence = source.get("subscription.sequence")
     return InputTopic(
-        stream, source.get("destination").strip(), (), mapping.type, attributes, mapping=mapping, share=_share(source),
-        nats=_nats_endpoint(source), start=int(sequence) if sequence is not None else None,
+        stream,
+        source.get("destination").strip(),
+        (),
+        mapping.type,
+        attributes,
+        mapping=mapping,
+        share=_share(source),
+        nats=_nats_endpoint(source),
+        start=int(sequence) if sequence is not None else None,
     )
 
 
@@ -278,7 +313,16 @@ def _nats_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute,
     topics = tuple(d.get("destination").strip() for d in destinations if d.get("destination"))
     topic = (sink.get("destination") or "").strip() or topics[0]
     return OutputTopic(
-        stream, topic, strategy, key, 0, mapping.type, attributes, mapping=mapping, topics=topics, partition=0 if topics else None,
+        stream,
+        topic,
+        strategy,
+        key,
+        0,
+        mapping.type,
+        attributes,
+        mapping=mapping,
+        topics=topics,
+        partition=0 if topics else None,
         nats=_nats_endpoint(sink),
     )
 

@@ -106,9 +106,7 @@ def dead_letter(instance: str, message: Message, reason: str) -> dict:
 class InstanceRuntime:
     """The engine of one instance (or of one key of it), with codecs and strategies around it."""
 
-    def __init__(
-        self, plan: InstancePlan, dead_letter_topic: str | None = None, *, key: str = "", now: int | None = None, partitions_of=None
-    ):
+    def __init__(self, plan: InstancePlan, dead_letter_topic: str | None = None, *, key: str = "", now: int | None = None, partitions_of=None):
         self.plan = plan
         self.partitions_of = partitions_of  # topic -> partition count, for user sinks that address every partition
         self.dead_letter_topic = dead_letter_topic
@@ -339,7 +337,8 @@ def merge_snapshots(snapshots: Sequence[bytes], owns) -> bytes:
     for snapshot in snapshots:
         head, engine = _split_snapshot(snapshot)
         for t, p, k, q in head["seen"]:
-            seen[(t, p, k)] = max(seen.get((t, p, k), q), q)
+            previous = seen.get((t, p, k))
+            seen[(t, p, k)] = q if previous is None or q > previous else previous
         tick = max(tick, list(head["tick"]))
         engines.append(engine)
     body = json.dumps({"seen": [[*place, q] for place, q in seen.items()], "tick": tick}).encode("utf-8")
@@ -409,4 +408,4 @@ def _in_order(messages: Iterable[Message]) -> Iterable[Message]:
     runs: Sequence[list[Message]] = [sorted(run, key=lambda m: m.offset) for run in by_partition.values()]
     if len(runs) == 1:
         return runs[0]
-    return heapq.merge(*runs, key=lambda m: (m.timestamp if m.timestamp is not None else -1))
+    return heapq.merge(*runs, key=lambda m: m.timestamp if m.timestamp is not None else -1)

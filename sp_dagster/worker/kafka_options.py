@@ -9,7 +9,7 @@ def normalized(options) -> dict:
 
 
 def _kafka_properties(options: dict) -> dict:
-    return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    return {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
 
 
 def transport_from_options(options: dict):

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sp_dagster.config.yamlsource import default_home
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
+from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.native_kafka import kafka_source_kind
@@ -162,8 +162,9 @@ class Worker:
         held = {a.instance_id: a.extra[HOLD] for a in assigned.instances if a.extra.get(HOLD)}
         desired = {a.instance_id: a for a in assigned.instances if a.instance_id not in held}
         for instance_id in [i for i, r in self.running.items() if i not in desired or desired[i].spec_hash != r.spec_hash]:
-            if held.get(instance_id) == DRAIN and self.running[instance_id].handle.mode == "continuous":
-                self.running[instance_id].handle.drain()
+            drain = getattr(self.running[instance_id].handle, "drain", None)  # continuous instances drain
+            if held.get(instance_id) == DRAIN and drain is not None:
+                drain()
             self.stop_instance(instance_id, save=True)
         now = time.monotonic()
         for instance_id, assignment in desired.items():
@@ -210,8 +211,9 @@ class Worker:
             return
         topic, count = next(iter(sorted(rescaled["partitions"].items())))
         mine = set(next(s.partitions for s in plan.inputs if s.topic == topic))
-        olds = {old: self.store.newest_checkpoint(old) for old in rescaled["from"]}
-        missing = sorted(old for old, data in olds.items() if data is None)
+        found = {old: self.store.newest_checkpoint(old) for old in rescaled["from"]}
+        olds = {old: data for old, data in found.items() if data is not None}
+        missing = sorted(set(found) - set(olds))
         if missing:
             raise RuntimeError(f"rescaled, but no checkpoint of {', '.join(missing)} is in the persistence store (it must be shared)")
         owns = lambda key: partition_for_key(key.encode("utf-8"), count) in mine  # noqa: E731
@@ -234,9 +236,7 @@ class Worker:
 
             users = tuple((u.username, u.password) for u in self.config.deployment.receiver_users)
             spark = self.config.spark
-            settings = LoopSettings(
-                dead_letters, transactions=spark.exactly_once, checkpoint_interval_s=spark.checkpoint_interval / 1000, receiver_users=users
-            )
+            settings = LoopSettings(dead_letters, transactions=spark.exactly_once, checkpoint_interval_s=spark.checkpoint_interval / 1000, receiver_users=users)
             if self.mode != "continuous":  # a query cannot listen: the driver hosts the receiver on a thread
                 from sp_dagster.messaging import transport_for
                 from sp_dagster.worker.http_receiver import HostedReceiver

@@ -129,7 +129,7 @@ class DatabaseStore:
         from sp_dagster.worker.continuous import CHECKPOINT_FILE
 
         newest = self.revisions.latest(instance)
-        if newest is None:
+        if newest is None or newest.data is None:
             return None
         with tarfile.open(fileobj=io.BytesIO(newest.data), mode="r:") as archive:
             try:

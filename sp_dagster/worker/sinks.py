@@ -195,9 +195,7 @@ class HttpSinks:
 
 
 def _content_type(kind: str) -> str:
-    return {"json": "application/json", "xml": "application/xml", "keyvalue": "application/x-www-form-urlencoded", "csv": "text/csv"}.get(
-        kind, "text/plain"
-    )
+    return {"json": "application/json", "xml": "application/xml", "keyvalue": "application/x-www-form-urlencoded", "csv": "text/csv"}.get(kind, "text/plain")
 
 
 def dead_letter_body(instance: str, message, reason: str) -> bytes:

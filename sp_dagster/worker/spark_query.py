@@ -39,8 +39,12 @@ from sp_dagster.worker.sinks import HttpSinks
 OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint, _origin binary"
 OUTPUT_SCHEMA = pa.schema(
     [
-        ("_topic", pa.string()), ("_partition", pa.int32()), ("_key", pa.binary()), ("_value", pa.binary()),
-        ("_timestamp", pa.int64()), ("_origin", pa.binary()),
+        ("_topic", pa.string()),
+        ("_partition", pa.int32()),
+        ("_key", pa.binary()),
+        ("_value", pa.binary()),
+        ("_timestamp", pa.int64()),
+        ("_origin", pa.binary()),
     ]
 )
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -65,10 +69,7 @@ class QuerySettings:
 
 def _messages(columns) -> list[Message]:
     """Messages from the raw columns, in RAW_COLUMNS order (topic, partition, offset, timestamp, key, value, origin)."""
-    return [
-        Message(t, int(p), int(o), None if s is None or s != s else int(s), k, v, origin)
-        for t, p, o, s, k, v, origin in zip(*columns[:7])
-    ]
+    return [Message(t, int(p), int(o), None if s is None or s != s else int(s), k, v, origin) for t, p, o, s, k, v, origin in zip(*columns[:7])]
 
 
 def _output_columns(messages: list[Message]) -> dict:
@@ -278,8 +279,12 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
         if native:
             frames.append(
                 read_native(
-                    spark, source.bootstrap or settings.bootstrap, source.topic, partitions,
-                    kafka_properties=settings.kafka_properties + source.properties, max_events=settings.max_events_per_trigger,
+                    spark,
+                    source.bootstrap or settings.bootstrap,
+                    source.topic,
+                    partitions,
+                    kafka_properties=settings.kafka_properties + source.properties,
+                    max_events=settings.max_events_per_trigger,
                 )
             )
             continue
@@ -295,11 +300,15 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
     else:
         key = F.coalesce(F.col("_key").cast("string"), F.lit("")) if plan.partition_key else F.lit("")
         timers = needs_wakeups(plan)
-        out = frame.withColumn("_engine_key", key).groupBy("_engine_key").transformWithStateInPandas(
-            statefulProcessor=_stateful_processor(plan, settings.dead_letter_topic, timers),
-            outputStructType=OUTPUT_DDL,
-            outputMode="Append",
-            timeMode="ProcessingTime" if timers else "None",
+        out = (
+            frame.withColumn("_engine_key", key)
+            .groupBy("_engine_key")
+            .transformWithStateInPandas(
+                statefulProcessor=_stateful_processor(plan, settings.dead_letter_topic, timers),
+                outputStructType=OUTPUT_DDL,
+                outputMode="Append",
+                timeMode="ProcessingTime" if timers else "None",
+            )
         )
     return (
         out.writeStream.format(own["format"])

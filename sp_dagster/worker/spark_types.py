@@ -10,7 +10,15 @@ import pyarrow as pa
 from sp_dagster.messaging.codecs import Attribute, schema_of
 
 _SPARK = {"string": "string", "int": "int", "long": "bigint", "float": "float", "double": "double", "bool": "boolean", "object": "string"}
-_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64(), "bool": pa.bool_(), "object": pa.string()}
+_ARROW = {
+    "string": pa.string(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bool": pa.bool_(),
+    "object": pa.string(),
+}
 
 # Columns every row read from a topic carries besides the stream's attributes.
 META_COLUMNS = (("_partition", "int", pa.int32()), ("_offset", "bigint", pa.int64()), ("_timestamp", "bigint", pa.int64()))

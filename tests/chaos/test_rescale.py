@@ -7,7 +7,6 @@ import json
 import pytest
 
 from sp_dagster.embedded.chaos import KEYED_GROUP, ChaosRun
-
 from tests.worker.test_end_to_end import APP_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]

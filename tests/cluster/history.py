@@ -87,8 +87,7 @@ def check_history(plane, journal_paths, observer) -> dict:
     for write in writes:
         position = bisect.bisect_left(election_seqs, write.seq) - 1
         assert position >= 0 and elections[position][1] == write.term, (
-            f"{write.kind} {write.subject} at seq {write.seq} has term {write.term}, but term "
-            f"{elections[position][1] if position >= 0 else None} was current"
+            f"{write.kind} {write.subject} at seq {write.seq} has term {write.term}, but term {elections[position][1] if position >= 0 else None} was current"
         )
         assert write.seq != elections[position][0]
 

@@ -40,8 +40,7 @@ from tests.cluster.history import Observer, check_history
 ROOT = Path(__file__).resolve().parents[2]
 MANAGERS = 4
 WORKERS = ("w1", "w2", "w3", "w4")
-TIMING = dict(heartbeat_interval_ms=200, heartbeat_max_retry=3, event_polling_interval_ms=200,
-              worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=4)
+TIMING = dict(heartbeat_interval_ms=200, heartbeat_max_retry=3, event_polling_interval_ms=200, worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=4)
 LEASE_S = 0.6
 
 
@@ -68,8 +67,7 @@ def stale_refusals(journal: Path) -> int:
 
 
 def record(plane, app, parallel):
-    record_deployment(plane, app, content_hash=f"{app}:{parallel}", source="s", plan={"parallel": parallel},
-                      instances=app_instances(app, parallel))
+    record_deployment(plane, app, content_hash=f"{app}:{parallel}", source="s", plan={"parallel": parallel}, instances=app_instances(app, parallel))
 
 
 @pytest.mark.slow
@@ -82,7 +80,11 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
     # The last manager is the adversary: after losing the lease it keeps writing in its old term.
     procs = {
         f"m{i}": ManagerProcess(
-            conf, f"m{i}", journal=tmp_path / f"m{i}.jsonl", log_path=tmp_path / f"m{i}.log", cwd=ROOT,
+            conf,
+            f"m{i}",
+            journal=tmp_path / f"m{i}.jsonl",
+            log_path=tmp_path / f"m{i}.log",
+            cwd=ROOT,
             module="tests.cluster.rogue_manager" if i == MANAGERS else "sp_dagster.cli",
         )
         for i in range(1, MANAGERS + 1)
@@ -111,8 +113,7 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
                 time.sleep(2.5 * LEASE_S)
                 rogue.signal(signal.SIGCONT)
                 actions["sigstop-leader"] += 1
-                wait_until(lambda: stale_refusals(tmp_path / f"m{MANAGERS}.jsonl") > 0, timeout=30,
-                           what="the paused rogue to try a stale write and be refused")
+                wait_until(lambda: stale_refusals(tmp_path / f"m{MANAGERS}.jsonl") > 0, timeout=30, what="the paused rogue to try a stale write and be refused")
             end = time.monotonic() + chaos_seconds(database_url)
             next_change = time.monotonic() + 5
             deck: list[str] = []
@@ -185,6 +186,7 @@ def test_chaos_one_leader_per_term_and_no_stale_writes(tmp_path, database_url):
     # ... and the adversary really tried to write in terms that were over, and was refused.
     assert figures["stale_attempts_refused"] > 0, figures
     fenced_out = logs.count("lost leadership")
-    print(json.dumps({"backend": database_url.split(":")[0], "final_term": final.term, **figures,
-                      "actions": dict(actions), "lost_leadership_lines": fenced_out}))
+    print(
+        json.dumps({"backend": database_url.split(":")[0], "final_term": final.term, **figures, "actions": dict(actions), "lost_leadership_lines": fenced_out})
+    )
     plane.close()

@@ -45,7 +45,8 @@ def test_record_then_read_back(plane):
     assert deployment.waiting_reason == "recorded; waiting for the leader manager to place it"
     rows = list_instances(plane, "orders")
     assert [(r.instance_id, r.group, r.parallel_index, r.status, r.node_id) for r in rows] == [
-        ("orders-g-1", "g", 1, "pending", None), ("orders-g-2", "g", 2, "pending", None),
+        ("orders-g-1", "g", 1, "pending", None),
+        ("orders-g-2", "g", 2, "pending", None),
     ]
     assert rows[0].extra == {"topics": ["t"]}
     assert [d.app for d in list_deployments(plane)] == ["orders"]

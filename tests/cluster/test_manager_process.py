@@ -21,8 +21,7 @@ from tests.cluster.helpers import Workers, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 # Workers fence themselves after about interval x retry without a renewed heartbeat: on a loaded
 # machine a SQLite write can wait a few hundred milliseconds, so they get most of a second.
-FAST = dict(heartbeat_interval_ms=150, heartbeat_max_retry=3, event_polling_interval_ms=150,
-            worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=6)
+FAST = dict(heartbeat_interval_ms=150, heartbeat_max_retry=3, event_polling_interval_ms=150, worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=6)
 WORKER_TIMING = dict(interval_ms=150, max_retry=6)
 
 
@@ -37,10 +36,7 @@ def write_conf(tmp_path, url, **timing):
 
 
 def managers(tmp_path, conf, count):
-    return [
-        ManagerProcess(conf, f"m{i}", log_path=tmp_path / f"m{i}.log", journal=tmp_path / f"m{i}.jsonl", cwd=ROOT).start()
-        for i in range(1, count + 1)
-    ]
+    return [ManagerProcess(conf, f"m{i}", log_path=tmp_path / f"m{i}.log", journal=tmp_path / f"m{i}.jsonl", cwd=ROOT).start() for i in range(1, count + 1)]
 
 
 def seen(workers) -> list[str]:
@@ -55,8 +51,7 @@ def test_managers_elect_place_and_hand_over_on_sigterm(tmp_path, database_url):
     procs = managers(tmp_path, conf, 2)
     try:
         with Workers(plane, ["w1", "w2"], **WORKER_TIMING) as workers:
-            record_deployment(plane, "app", content_hash="h", source="s", plan={},
-                              instances=[InstanceSpec(f"app-g-{i}", "g", i, "x") for i in (1, 2)])
+            record_deployment(plane, "app", content_hash="h", source="s", plan={}, instances=[InstanceSpec(f"app-g-{i}", "g", i, "x") for i in (1, 2)])
             first = wait_until(lambda: (current_leader(plane) or None) and current_leader(plane).alive and current_leader(plane), what="a leader")
             wait_until(lambda: get_deployment(plane, "app").status == "placed", what="placement")
             wait_until(lambda: seen(workers) == ["app-g-1", "app-g-2"], what="the workers to see their instances")
@@ -85,8 +80,7 @@ def test_status_command_shows_leader_nodes_and_placements(tmp_path):
     procs = managers(tmp_path, conf, 1)
     try:
         with Workers(plane, ["w1"], **WORKER_TIMING):
-            record_deployment(plane, "orders", content_hash="h", source="s", plan={},
-                              instances=[InstanceSpec("orders-g-1", "g", 1, "x")])
+            record_deployment(plane, "orders", content_hash="h", source="s", plan={}, instances=[InstanceSpec("orders-g-1", "g", 1, "x")])
             wait_until(lambda: get_deployment(plane, "orders").status == "placed", what="placement")
             text = cli("status", "--conf", str(conf))
             as_json = cli("status", "--conf", str(conf), "--json")
@@ -109,8 +103,7 @@ def test_status_without_a_cluster_is_one_clear_line(tmp_path):
     result = cli("status", "--conf", str(conf))
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        f"error: the control plane sqlite:///{tmp_path / 'nothing.db'} does not exist yet; "
-        "start a manager first: sp-dagster manager --conf FILE"
+        f"error: the control plane sqlite:///{tmp_path / 'nothing.db'} does not exist yet; start a manager first: sp-dagster manager --conf FILE"
     )
     assert not (tmp_path / "nothing.db").exists()
 

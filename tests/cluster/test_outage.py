@@ -19,8 +19,7 @@ from tests.cluster.helpers import Workers, settled, wait_until
 from tests.cluster.history import Observer, check_history
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMING = dict(heartbeat_interval_ms=200, heartbeat_max_retry=3, event_polling_interval_ms=200,
-              worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=4)
+TIMING = dict(heartbeat_interval_ms=200, heartbeat_max_retry=3, event_polling_interval_ms=200, worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=4)
 
 
 @pytest.mark.slow
@@ -32,16 +31,12 @@ def test_cluster_survives_the_database_going_away(tmp_path, database_server_fact
     plane.migrate()
     conf = tmp_path / "manager.yaml"
     conf.write_text(manager_config(url, **TIMING))
-    procs = [
-        ManagerProcess(conf, f"m{i}", journal=tmp_path / f"m{i}.jsonl", log_path=tmp_path / f"m{i}.log", cwd=ROOT).start()
-        for i in (1, 2)
-    ]
+    procs = [ManagerProcess(conf, f"m{i}", journal=tmp_path / f"m{i}.jsonl", log_path=tmp_path / f"m{i}.log", cwd=ROOT).start() for i in (1, 2)]
     observer = Observer(ControlPlane(url))
     workers = Workers(ControlPlane(url), ["w1", "w2"], interval_ms=150, max_retry=4)
     try:
         with workers:
-            record_deployment(plane, "app", content_hash="h", source="s", plan={},
-                              instances=[InstanceSpec(f"app-g-{i}", "g", i, "x") for i in (1, 2, 3)])
+            record_deployment(plane, "app", content_hash="h", source="s", plan={}, instances=[InstanceSpec(f"app-g-{i}", "g", i, "x") for i in (1, 2, 3)])
             before = wait_until(lambda: settled(plane), timeout=30, what="placement before the outage")
             observer.start()
             wait_until(lambda: all(p.ready for p in procs), what="managers to start")

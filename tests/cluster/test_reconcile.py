@@ -28,9 +28,7 @@ def record(plane, app, groups):
 
 
 def run(plane, leader, min_count=1, max_age_ms=60_000, rebalance=False):
-    return reconcile(
-        plane, leader, algorithm=BalancedAllocation(), min_resource_count=min_count, node_max_age_ms=max_age_ms, rebalance=rebalance
-    )
+    return reconcile(plane, leader, algorithm=BalancedAllocation(), min_resource_count=min_count, node_max_age_ms=max_age_ms, rebalance=rebalance)
 
 
 def placement(plane, app=None):

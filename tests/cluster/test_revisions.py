@@ -170,7 +170,9 @@ def test_a_table_that_is_not_a_revision_table_is_refused(plane):
     with plane.transaction() as conn:
         conn.exec_driver_sql("CREATE TABLE not_revisions (id INTEGER PRIMARY KEY, name VARCHAR(20))")
     try:
-        with pytest.raises(PersistenceError, match="table not_revisions has no column siddhiAppName, revision, snapshot, savedAt: it is not a state-revision table"):
+        with pytest.raises(
+            PersistenceError, match="table not_revisions has no column siddhiAppName, revision, snapshot, savedAt: it is not a state-revision table"
+        ):
             RevisionStore(plane, plane, table="not_revisions")
     finally:
         with plane.transaction() as conn:

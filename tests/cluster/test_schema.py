@@ -33,10 +33,18 @@ def test_older_database_is_upgraded_with_its_data_kept(database_url):
     assert schema.migrate(plane, target=1) == 1
     assert "sp_deployments" not in table_names(plane)
     with plane.transaction() as conn:
-        conn.execute(schema.nodes.insert().values(
-            node_id="w1", role="worker", address="h:1", incarnation=3, state="alive",
-            registered_at=1, last_heartbeat=2, state_changed_at=1,
-        ))
+        conn.execute(
+            schema.nodes.insert().values(
+                node_id="w1",
+                role="worker",
+                address="h:1",
+                incarnation=3,
+                state="alive",
+                registered_at=1,
+                last_heartbeat=2,
+                state_changed_at=1,
+            )
+        )
     assert plane.migrate() == schema.SCHEMA_VERSION
     with plane.transaction() as conn:
         assert conn.execute(select(schema.nodes.c.incarnation)).scalar_one() == 3
@@ -50,9 +58,10 @@ def test_version_2_state_revisions_move_to_the_persistence_table(database_url):
     version_2 = [("a-g-1", 1, 1000, b"a1" * 500), ("a-g-1", 2, 3000, b"a2" * 500), ("b-g-1", 7, 1500, b"b7")]
     first_layout = first_revision_layout()
     with plane.transaction() as conn:
-        conn.execute(schema.state_revisions.insert(), [
-            dict(instance_id=i, revision=n, created_at=at, raw_size=len(data), data=zlib.compress(data)) for i, n, at, data in version_2
-        ])
+        conn.execute(
+            schema.state_revisions.insert(),
+            [dict(instance_id=i, revision=n, created_at=at, raw_size=len(data), data=zlib.compress(data)) for i, n, at, data in version_2],
+        )
         # The worker's store kept its revisions in the same database: they are merged in save order.
         first_layout.create(conn)
         conn.execute(first_layout.insert().values(siddhiAppName="a-g-1", revision="2000__a-g-1", snapshot=gzip.compress(b"worker"), savedAt=2000))

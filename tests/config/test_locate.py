@@ -41,8 +41,13 @@ def test_the_search_order(tmp_path, sp_home, monkeypatch):
 
 
 def test_config_where_says_which_file_each_role_reads(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "sp_dagster.cli", "config", "where", "--conf", str(conf_dir(tmp_path / "c"))],
-                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sp_dagster.cli", "config", "where", "--conf", str(conf_dir(tmp_path / "c"))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert result.stdout.splitlines() == [
         f"manager  {tmp_path}/c/manager/deployment.yaml (from --conf)",
         f"worker   {tmp_path}/c/worker/deployment.yaml (from --conf)",

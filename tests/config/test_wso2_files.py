@@ -55,7 +55,9 @@ def test_siddhi_extensions_are_accepted_with_a_warning(caplog):
 def test_carbon_placeholders_resolve_or_say_what_to_set(sp_home, monkeypatch):
     jdbc = "datasources:\n  SP_MGT_DB:\n    jdbcUrl: 'jdbc:h2:${sys:carbon.home}/wso2/${sys:wso2.runtime}/database/SP_MGT_DB;AUTO_SERVER=TRUE'\n"
     monkeypatch.delenv("WSO2_RUNTIME", raising=False)
-    with pytest.raises(ConfigError, match=r"<string>:3:14: \$\{sys:wso2.runtime\} is a Java system property; sp-dagster reads it from \$WSO2_RUNTIME, which is not set"):
+    with pytest.raises(
+        ConfigError, match=r"<string>:3:14: \$\{sys:wso2.runtime\} is a Java system property; sp-dagster reads it from \$WSO2_RUNTIME, which is not set"
+    ):
         parse_config(jdbc)
     monkeypatch.setenv("WSO2_RUNTIME", "worker")
     assert parse_config(jdbc).datasources["SP_MGT_DB"].url == f"sqlite:///{sp_home}/wso2/worker/database/SP_MGT_DB.db"
@@ -80,7 +82,9 @@ def test_oracle_and_mssql_urls(jdbc, url):
     assert config.datasources["SP_MGT_DB"].url == url
 
 
-@pytest.mark.parametrize("jdbc, install", [("jdbc:oracle:thin:@h:1521:X", "sp-dagster[oracle]"), ("jdbc:sqlserver://h:1433;databaseName=X", "sp-dagster[mssql]")])
+@pytest.mark.parametrize(
+    "jdbc, install", [("jdbc:oracle:thin:@h:1521:X", "sp-dagster[oracle]"), ("jdbc:sqlserver://h:1433;databaseName=X", "sp-dagster[mssql]")]
+)
 def test_a_missing_driver_is_one_line_naming_the_package(jdbc, install):
     from sp_dagster.cluster.db import ControlPlane
 

@@ -62,7 +62,11 @@ def test_deploy_produce_consume_and_undeploy_on_nats(nats_server, tmp_path):
     def cli(*args, stdin=None):
         return subprocess.run(
             [sys.executable, "-m", "sp_dagster.cli", *args, "--conf", str(cluster.manager_conf)],
-            input=stdin, capture_output=True, text=True, timeout=120, env=cluster.env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=cluster.env,
         )
 
     deployed = cli("deploy", str(app), "--no-wait")
@@ -90,7 +94,8 @@ def test_the_nats_command_serves_until_stopped(tmp_path):
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "sp_dagster.cli", "nats", "--port", str(port), "--store-dir", str(tmp_path / "js")],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         line = process.stdout.readline()

@@ -45,10 +45,7 @@ def wait_for(condition, seconds: float = 5.0) -> bool:
 
 
 def test_absence_fires_at_its_deadline_and_a_match_just_before_it_kills():
-    app = PLAYBACK + (
-        "@info(name='q') from every e1=A -> not B[id == e1.id] for 1 sec "
-        "select e1.id as id insert into O;"
-    )
+    app = PLAYBACK + ("@info(name='q') from every e1=A -> not B[id == e1.id] for 1 sec select e1.id as id insert into O;")
     out = run(
         app,
         [
@@ -92,10 +89,7 @@ def test_absent_first_state_without_every_waits_for_one_quiet_period_only():
 
 
 def test_not_for_then_arrow_then_event_with_every_on_the_absent_state():
-    app = PLAYBACK + (
-        "@info(name='q') from (e1=A -> every not B[v > e1.v] for 900 milliseconds) within 2 sec "
-        "select e1.id as id insert into O;"
-    )
+    app = PLAYBACK + ("@info(name='q') from (e1=A -> every not B[v > e1.v] for 900 milliseconds) within 2 sec select e1.id as id insert into O;")
     out = run(app, [("A", "a", 10, 1000), (None, None, None, 10_000)])
     assert out == [(1900, ("a",)), (2800, ("a",))]  # the third period would end past within
 

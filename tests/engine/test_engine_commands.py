@@ -13,9 +13,7 @@ APP = "define stream S (symbol string, price float);\n@info(name = 'q') from S[p
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sp_dagster.cli", *args], capture_output=True, text=True, timeout=120, cwd=ROOT, input=stdin
-    )
+    return subprocess.run([sys.executable, "-m", "sp_dagster.cli", *args], capture_output=True, text=True, timeout=120, cwd=ROOT, input=stdin)
 
 
 def case(case_id: str, expected_rows: list) -> dict:
@@ -71,10 +69,7 @@ def test_run_prints_what_output_streams_receive(tmp_path):
     app = tmp_path / "app.siddhi"
     app.write_text("@app:playback\n" + APP.replace("insert into O", "insert into O; from S#window.lengthBatch(2) select count() as n insert into Counts"))
     events = tmp_path / "events.jsonl"
-    events.write_text(
-        '{"stream": "S", "data": ["A", 55.6], "timestamp": 1000}\n'
-        '{"stream": "S", "data": {"symbol": "B", "price": 5}, "timestamp": 2000}\n'
-    )
+    events.write_text('{"stream": "S", "data": ["A", 55.6], "timestamp": 1000}\n{"stream": "S", "data": {"symbol": "B", "price": 5}, "timestamp": 2000}\n')
     result = cli("run", str(app), "--input", str(events))
     assert result.returncode == 0, result.stderr
     assert [json.loads(line) for line in result.stdout.splitlines()] == [

@@ -196,11 +196,7 @@ def test_snapshot_restores_into_a_fresh_runtime_and_rejects_strangers():
 
 
 def test_inner_streams_are_per_partition_key():
-    app = STOCKS + (
-        "partition with (symbol of S) begin "
-        "from S select symbol, volume insert into #T; "
-        "from #T select symbol, count() as n insert into O; end;"
-    )
+    app = STOCKS + ("partition with (symbol of S) begin from S select symbol, volume insert into #T; from #T select symbol, count() as n insert into O; end;")
     runtime = AppRuntime(app)
     out = collect(runtime, "O")
     runtime.send("S", [("A", 1.0, 1)])

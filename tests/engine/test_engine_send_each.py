@@ -72,8 +72,15 @@ def _random_query(rng, index: int) -> str:
     source = "S"
     if rng.random() < 0.5:
         source += f"[price > {rng.integers(90, 160)}.0]"
-    window = rng.choice(["", f"#window.length({rng.integers(1, 12)})", f"#window.lengthBatch({rng.integers(1, 6)})", f"#window.time({rng.integers(1, 20)})",
-                         f"#window.timeBatch({rng.integers(1, 20)})"])
+    window = rng.choice(
+        [
+            "",
+            f"#window.length({rng.integers(1, 12)})",
+            f"#window.lengthBatch({rng.integers(1, 6)})",
+            f"#window.time({rng.integers(1, 20)})",
+            f"#window.timeBatch({rng.integers(1, 20)})",
+        ]
+    )
     if rng.random() < 0.3 and window:
         source += f"[volume < {rng.integers(200, 1000)}]"
     source += window if not (rng.random() < 0.3 and window) else ""
@@ -86,7 +93,9 @@ def _random_query(rng, index: int) -> str:
         if rng.random() < 0.15:
             selector += " having " + chosen[0].split(" as ")[1] + " > 1"
     else:
-        selector = rng.choice(["select symbol, price", "select symbol, price * 2.0 + volume as w, volume - 10 as lots", "select *", "select qty / 3 as third, symbol"])
+        selector = rng.choice(
+            ["select symbol, price", "select symbol, price * 2.0 + volume as w, volume - 10 as lots", "select *", "select qty / 3 as third, symbol"]
+        )
     kind = rng.choice(["", "", "expired ", "all "]) if window else ""
     return f"from {source} {selector} insert {kind}events into Out{index};\n"
 
@@ -130,6 +139,7 @@ def test_random_app_gives_the_same_both_ways(seed):
     rng = np.random.default_rng(seed)
     app = _random_app(rng)
     _assert_same_on_random_runs(app, rng, sends=3, events=120, nulls=(0.0, 0.03)[seed % 2])
+
 
 def test_sizes_must_cover_the_rows():
     runtime = AppRuntime(STREAM + "from S select symbol insert into Out;")
@@ -232,10 +242,20 @@ def _time_batch_app(rng) -> tuple[str, bool]:
     """timeBatch windows under sum/count/avg in playback (the timeBatch kernel), sometimes beside other queries."""
     query = _windowed_aggregate_app(rng).split(STREAM)[1]
     start = f", {rng.integers(0, 2000)}" if rng.random() < 0.3 else ""
-    query = query.replace("#window.length(", "#window.timeBatch(").replace(")", f"{start})", 1) if "[" not in query.split("#")[0] else query.replace("#window.length(", "#window.timeBatch(")
+    query = (
+        query.replace("#window.length(", "#window.timeBatch(").replace(")", f"{start})", 1)
+        if "[" not in query.split("#")[0]
+        else query.replace("#window.length(", "#window.timeBatch(")
+    )
     extra = ""
     if rng.random() < 0.3:  # a kernel beside it; reading Out, or a query without a kernel: no timeBatch kernel then
-        extra = rng.choice(["from S[price > 100.0] select symbol insert into Other;\n", "from Out select * insert into Again;\n", "from S#window.time(5) select count() as n insert into Other;\n"])
+        extra = rng.choice(
+            [
+                "from S[price > 100.0] select symbol insert into Other;\n",
+                "from Out select * insert into Again;\n",
+                "from S#window.time(5) select count() as n insert into Other;\n",
+            ]
+        )
     return "@app:playback\n" + STREAM + query + extra, extra in ("", "from S[price > 100.0] select symbol insert into Other;\n")
 
 
@@ -249,8 +269,17 @@ def test_time_batch_aggregates_give_the_same_both_ways(seed):
 def _pattern_app(rng) -> tuple[str, str]:
     """`every e1=S[c1] -> e2=S[c2] within t` (the pattern kernel), maybe inside a partition; and the kernel expected."""
     c1 = rng.choice(["price > 150.0", "volume < 300", "price > 120.0 and qty > 10", "not (price < 140.0)", "symbol == 'IBM'", "qty >= 40 or price > 190.0"])
-    c2 = rng.choice(["price > e1.price", "symbol == e1.symbol and price > e1.price", "e2.volume >= e1.volume", "qty != e1.qty and price < e1.price",
-                     "symbol == e1.symbol", "price > e1.price + 10.0", "symbol != e1.symbol or volume > 900"])
+    c2 = rng.choice(
+        [
+            "price > e1.price",
+            "symbol == e1.symbol and price > e1.price",
+            "e2.volume >= e1.volume",
+            "qty != e1.qty and price < e1.price",
+            "symbol == e1.symbol",
+            "price > e1.price + 10.0",
+            "symbol != e1.symbol or volume > 900",
+        ]
+    )
     within = f" within {rng.integers(1, 40)} milliseconds" if rng.random() < 0.8 else ""
     selected = rng.choice(["e1.symbol as symbol, e1.price as first, e2.price as second", "e2.volume as v, e1.qty as q, e2.symbol as s", "e1.price as p"])
     query = f"from every e1=S[{c1}] -> e2=S[{c2}]{within} select {selected} insert into Out;\n"

@@ -118,7 +118,19 @@ from D3 delete T on not (T.active == true) and n > 0;
 @info(name = 'all') from Q join T select T.symbol, T.price, T.volume, T.active insert into O1;
 """,
     [
-        ("send", "S", [("A", 1.5, 10, True), ("B", None, 20, False), ("A", 1.5, 10, True), ("C", 3.25, 30, None), (None, 4.0, 5, True), ("E", 2.0, 1, False), ("F", 5.5, 2, None)]),
+        (
+            "send",
+            "S",
+            [
+                ("A", 1.5, 10, True),
+                ("B", None, 20, False),
+                ("A", 1.5, 10, True),
+                ("C", 3.25, 30, None),
+                (None, 4.0, 5, True),
+                ("E", 2.0, 1, False),
+                ("F", 5.5, 2, None),
+            ],
+        ),
         ("send", "Q", [(1,)]),
         ("send", "D1", [(50,)]),
         ("send", "Q", [(1,)]),
@@ -351,7 +363,9 @@ def test_an_existing_table_is_used_as_it_is(store):
         conn.execute(sa.text("CREATE TABLE stocktable (SYMBOL VARCHAR(20), volume BIGINT)"))
         conn.execute(sa.text("INSERT INTO stocktable VALUES ('IBM', 5), ('WSO2', 6)"))
     engine.dispose()
-    runtime = AppRuntime(store.rewrite("define stream S (symbol string, volume long);\ndefine table StockTable (symbol string, volume long);\nfrom S insert into StockTable;"))
+    runtime = AppRuntime(
+        store.rewrite("define stream S (symbol string, volume long);\ndefine table StockTable (symbol string, volume long);\nfrom S insert into StockTable;")
+    )
     try:
         runtime.send("S", [("GOOG", 7)])
         rows = sorted(e.data for e in runtime.query("from StockTable on volume > 5 select symbol, volume"))

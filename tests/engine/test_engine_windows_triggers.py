@@ -23,9 +23,7 @@ def collect(runtime: AppRuntime, stream: str) -> list:
 def query_log(runtime: AppRuntime, query: str) -> list:
     """Every output chunk of `query` as (current rows, expired rows)."""
     chunks: list = []
-    runtime.add_query_callback(
-        query, lambda ts, cur, rem: chunks.append(([e.data for e in cur or []], [e.data for e in rem or []]))
-    )
+    runtime.add_query_callback(query, lambda ts, cur, rem: chunks.append(([e.data for e in cur or []], [e.data for e in rem or []])))
     return chunks
 
 

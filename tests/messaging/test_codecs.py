@@ -63,7 +63,9 @@ def test_json_rejects_with_reason(payload, reason):
     assert reason in str(caught.value)
 
 
-@pytest.mark.parametrize("payload, reason", [(b"", "not a binary-encoded event"), (b'{"a":1}', "not a binary-encoded event"), (b"\xb1\x00\x01", "truncated or corrupt")])
+@pytest.mark.parametrize(
+    "payload, reason", [(b"", "not a binary-encoded event"), (b'{"a":1}', "not a binary-encoded event"), (b"\xb1\x00\x01", "truncated or corrupt")]
+)
 def test_binary_rejects_with_reason(payload, reason):
     codec = BinaryCodec([("a", "long"), ("b", "string")])
     with pytest.raises(EventDecodeError, match=reason):

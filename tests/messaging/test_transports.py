@@ -114,7 +114,12 @@ def test_latest_reads_only_new_events(transport, topic_name):
 def test_undecodable_events_are_rejected_with_reason_and_nothing_else_is_lost(transport, topic_name):
     transport.ensure_topic(topic_name, 1)
     raw = transport.raw_publisher()
-    for payload in [b'{"symbol": "A", "price": 1, "volume": 1}', b"garbage", b'{"symbol": "B", "price": "x", "volume": 2}', b'{"symbol": "C", "price": 3, "volume": 3}']:
+    for payload in [
+        b'{"symbol": "A", "price": 1, "volume": 1}',
+        b"garbage",
+        b'{"symbol": "B", "price": "x", "volume": 2}',
+        b'{"symbol": "C", "price": 3, "volume": 3}',
+    ]:
         raw.produce(topic_name, payload, None, 0, None)
     raw.close()
     events, rejects, positions = read_all(transport, topic_name, [0], JsonCodec(SCHEMA), 4)

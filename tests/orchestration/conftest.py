@@ -158,7 +158,9 @@ def live(tmp_path, cluster):
     (home / "workspace.yaml").write_text(workspace_yaml(str(tmp_path)))
     env = {**os.environ, "DAGSTER_HOME": str(home), "SP_DAGSTER_CONF": str(cluster.manager_conf), "SP_DAGSTER_WORKER_CONF": str(cluster.worker_conf)}
     log = open(tmp_path / "dagster.log", "wb")
-    server = subprocess.Popen(webserver_command(home / "workspace.yaml", "127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+    server = subprocess.Popen(
+        webserver_command(home / "workspace.yaml", "127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready():

@@ -52,4 +52,3 @@ class StandInWorker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-

@@ -21,9 +21,7 @@ from tests.orchestration.conftest import REPO
 
 K = dg.AssetKey
 FILTER, AVERAGE, ALERT = K(["StockAlerts", "filter"]), K(["StockAlerts", "average"]), K(["StockAlerts", "alert"])
-TRADES, LARGE, AVERAGES, ALERTS = (
-    K(["topics", f"StockAlerts.{t}"]) for t in ("TradeStream", "LargeTradeStream.symbol", "AveragePriceStream", "PriceAlerts")
-)
+TRADES, LARGE, AVERAGES, ALERTS = (K(["topics", f"StockAlerts.{t}"]) for t in ("TradeStream", "LargeTradeStream.symbol", "AveragePriceStream", "PriceAlerts"))
 
 
 def record_sample(cluster, plane):
@@ -46,7 +44,13 @@ def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
     assert set(assets.get_all_asset_keys()) == {FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES, ALERTS, CONTROL_PLANE_KEY}
     lineage = {key: set(assets.get(key).parent_keys) for key in (FILTER, LARGE, AVERAGE, AVERAGES, ALERT, ALERTS, TRADES)}
     assert lineage == {
-        FILTER: {TRADES}, LARGE: {FILTER}, AVERAGE: {LARGE}, AVERAGES: {AVERAGE}, ALERT: {AVERAGES}, ALERTS: {ALERT}, TRADES: set(),
+        FILTER: {TRADES},
+        LARGE: {FILTER},
+        AVERAGE: {LARGE},
+        AVERAGES: {AVERAGE},
+        ALERT: {AVERAGES},
+        ALERTS: {ALERT},
+        TRADES: set(),
     }
     assert {assets.get(k).group_name for k in (FILTER, AVERAGE, ALERT, TRADES, LARGE, AVERAGES, ALERTS)} == {"StockAlerts"}
 
@@ -151,7 +155,11 @@ def test_dagster_definitions_validate_passes_on_the_code_location(cluster, plane
     env = {**os.environ, "SP_DAGSTER_CONF": str(cluster.manager_conf), "SP_DAGSTER_WORKER_CONF": str(cluster.worker_conf), "DAGSTER_HOME": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Validation successful for code location sp-dagster" in result.stdout + result.stderr

@@ -1,6 +1,5 @@
 """The building blocks of sp_dagster.dagster in a user's own Definitions (own resource keys), and the YAML component."""
 
-
 import dagster as dg
 
 from sp_dagster.cluster.store.deployments import get_deployment
@@ -39,9 +38,7 @@ def test_a_users_definitions_take_the_assets_and_the_sensor_under_their_own_reso
 
     deploy, undeploy, _ = build_deploy_jobs(control_plane_key="sp_db", messaging_key="sp_bus")
     resources = {"sp_db": ControlPlaneResource(conf=str(cluster.manager_conf)), "sp_bus": MessagingResource(conf=str(cluster.manager_conf))}
-    defs = dg.Definitions(
-        assets=[stock_alerts, alert_report], sensors=[build_app_repository_sensor(cluster.apps, [deploy, undeploy])], resources=resources
-    )
+    defs = dg.Definitions(assets=[stock_alerts, alert_report], sensors=[build_app_repository_sensor(cluster.apps, [deploy, undeploy])], resources=resources)
     repo = defs.get_repository_def()
     graph = repo.asset_graph
     assert set(repo.get_top_level_resources()) == {"sp_db", "sp_bus"}

@@ -56,13 +56,33 @@ def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home
         assert transport.kind == messaging
         try:
             wait_until(lambda: sum(transport.end_offsets("StockAlerts.TradeStream").values()) > 10, timeout=60, what="generated events")
-            wait_until(lambda: sum(transport.end_offsets("StockAlerts.LargeTradeStream.symbol").values()) > 0, timeout=240, interval=2, what="events out of the filter group")
-            wait_until(lambda: sum(transport.end_offsets("StockAlerts.AveragePriceStream").values()) > 0, timeout=120, interval=2, what="averages out of the average group")
+            wait_until(
+                lambda: sum(transport.end_offsets("StockAlerts.LargeTradeStream.symbol").values()) > 0,
+                timeout=240,
+                interval=2,
+                what="events out of the filter group",
+            )
+            wait_until(
+                lambda: sum(transport.end_offsets("StockAlerts.AveragePriceStream").values()) > 0,
+                timeout=120,
+                interval=2,
+                what="averages out of the average group",
+            )
         finally:
             transport.close()
         # The averages as users read them, the same on either layer.
-        consumed = cli("consume", "--conf", state["facts"]["env"]["SP_DAGSTER_CONF"], "--from-beginning", "--count", "3", "--timeout", "30",
-                       "StockAlerts:AveragePriceStream", timeout=120)
+        consumed = cli(
+            "consume",
+            "--conf",
+            state["facts"]["env"]["SP_DAGSTER_CONF"],
+            "--from-beginning",
+            "--count",
+            "3",
+            "--timeout",
+            "30",
+            "StockAlerts:AveragePriceStream",
+            timeout=120,
+        )
         averages = [json.loads(line) for line in consumed.stdout.splitlines() if line.strip()]
         assert consumed.returncode == 0 and len(averages) == 3, consumed.stdout + consumed.stderr
         for average in averages:
@@ -75,4 +95,3 @@ def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home
     time.sleep(0.5)
     assert not [p.name for p in processes if alive(p)], down.stdout
     assert not [p.name for p in processes if group_members(p.pid)]  # nothing left in their groups (no Spark JVM)
-

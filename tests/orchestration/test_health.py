@@ -30,10 +30,18 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
         results = []
         for n, lag in enumerate((10, 20, 30), start=1):
             worker.metrics["StockAlerts-filter-1"] = {
-                "mode": "continuous", "rows_in_total": 100 * n, "rows_out_total": 50 * n, "rows_per_s": 10.0, "lag": lag,
-                "latency_ms_p50": 4.0 * n, "latency_ms_p99": 9.5 * n,
+                "mode": "continuous",
+                "rows_in_total": 100 * n,
+                "rows_out_total": 50 * n,
+                "rows_per_s": 10.0,
+                "lag": lag,
+                "latency_ms_p50": 4.0 * n,
+                "latency_ms_p99": 9.5 * n,
             }
-            wait_until(lambda: next(i for i in list_instances(plane, "StockAlerts") if i.instance_id == "StockAlerts-filter-1").metrics.get("lag") == lag, what=f"lag {lag} reported")
+            wait_until(
+                lambda: next(i for i in list_instances(plane, "StockAlerts") if i.instance_id == "StockAlerts-filter-1").metrics.get("lag") == lag,
+                what=f"lag {lag} reported",
+            )
             result = health.execute_in_process(instance=instance)
             assert result.success
             results.append(check_results(result))
@@ -83,8 +91,11 @@ def test_worker_problems_name_each_instance_and_why():
         "w3": {"node": "w3", "state": "alive", "last_heartbeat_ago_ms": 5000},
     }
     instances = [
-        {"instance": "a", "node": "w1"}, {"instance": "b", "node": "w2"}, {"instance": "c", "node": "w3"},
-        {"instance": "d", "node": None, "detail": "no live worker"}, {"instance": "e", "node": "w9"},
+        {"instance": "a", "node": "w1"},
+        {"instance": "b", "node": "w2"},
+        {"instance": "c", "node": "w3"},
+        {"instance": "d", "node": None, "detail": "no live worker"},
+        {"instance": "e", "node": "w9"},
     ]
     assert worker_problems(instances, nodes, 1000) == [
         "b: its worker w2 is dead",
@@ -99,8 +110,14 @@ def test_receiver_urls_appear_in_the_observation():
 
     key = dg.AssetKey(["Tenants", "passthrough-RequestIn"])
     url = "http://0.0.0.0:8280/requests"
-    instances = [{"instance": "Tenants-passthrough-RequestIn-1", "node": "receiver-1", "status": "running",
-                  "metrics": {"mode": "receiver", "receiver_urls": [url], "rows_in_total": 7}}]
+    instances = [
+        {
+            "instance": "Tenants-passthrough-RequestIn-1",
+            "node": "receiver-1",
+            "status": "running",
+            "metrics": {"mode": "receiver", "receiver_urls": [url], "rows_in_total": 7},
+        }
+    ]
     nodes = {"receiver-1": {"node": "receiver-1", "state": "alive", "last_heartbeat_ago_ms": 100}}
     metadata = observe(key, instances, nodes, [], 0.0).metadata
     assert metadata["receiver_urls"].value == [url]

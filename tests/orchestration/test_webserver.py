@@ -70,13 +70,17 @@ def test_sensor_deploys_assets_appear_health_runs_and_a_manager_run_stops_on_ter
     cluster.add_app()  # dropped into the app repository while Dagster runs
     with StandInWorker(plane, "worker-1"), StandInWorker(plane, "worker-2"):
         # The daemon ticks the sensor, which launches a deploy run for apps/stock-alerts.siddhi.
-        deploy = wait_until(lambda: [r for r in runs(url, "deploy") if r["status"] in ("SUCCESS", "FAILURE")], timeout=240, interval=1, what="the sensor's deploy run")
+        deploy = wait_until(
+            lambda: [r for r in runs(url, "deploy") if r["status"] in ("SUCCESS", "FAILURE")], timeout=240, interval=1, what="the sensor's deploy run"
+        )
         assert deploy[0]["status"] == "SUCCESS", messages(url, deploy[0]["runId"])[-20:]
         assert {"key": "sp-dagster/app-file", "value": "stock-alerts.siddhi"} in deploy[0]["tags"]
 
         # Its last op reloaded the code location: the partial apps are assets, with lineage.
         reloads = [m for m in messages(url, deploy[0]["runId"]) if "code location" in m]
-        graph = wait_until(lambda: (g := lineage(url)) and "StockAlerts/filter" in g and g, timeout=60, interval=1, what=f"the partial apps in the asset graph ({reloads})")
+        graph = wait_until(
+            lambda: (g := lineage(url)) and "StockAlerts/filter" in g and g, timeout=60, interval=1, what=f"the partial apps in the asset graph ({reloads})"
+        )
         assert graph["StockAlerts/filter"] == {"topics/StockAlerts.TradeStream"}
         assert graph["topics/StockAlerts.LargeTradeStream.symbol"] == {"StockAlerts/filter"}
         assert graph["StockAlerts/average"] == {"topics/StockAlerts.LargeTradeStream.symbol"}

@@ -20,20 +20,14 @@ def test_insert_into_an_undefined_stream_defines_it_with_inferred_types():
         "from Stats[avgPrice > 10] select symbol, total insert into Alerts;"
     )
     assert analysis.inferred == {"Stats", "Alerts"}
-    assert signature(analysis.streams["Stats"].attributes) == [
-        ("symbol", "string"), ("avgPrice", "double"), ("total", "long"), ("value", "float")
-    ]
+    assert signature(analysis.streams["Stats"].attributes) == [("symbol", "string"), ("avgPrice", "double"), ("total", "long"), ("value", "float")]
     assert signature(analysis.attributes("Alerts")) == [("symbol", "string"), ("total", "long")]
     stats = analysis.streams["Stats"]
     assert (stats.line, stats.column) == (3, 29), "an inferred stream sits where it is inserted into"
 
 
 def test_a_query_may_read_a_stream_that_a_later_query_defines():
-    app, analysis = load_with_analysis(
-        "define stream In (a int);\n"
-        "from Mid select a * 2 as b insert into Out;\n"
-        "from In select a insert into Mid;"
-    )
+    app, analysis = load_with_analysis("define stream In (a int);\nfrom Mid select a * 2 as b insert into Out;\nfrom In select a insert into Mid;")
     first = next(q for q, _ in app.queries())
     assert signature(analysis.output(first)) == [("b", "int")]
 
@@ -125,6 +119,4 @@ def test_on_demand_queries_are_checked_against_the_app():
     assert outcome("from S select symbol") == (None, [(6, "'S' is not a table, window or aggregation of this app.")])
     assert outcome("from T on nope > 1 select symbol") == ([("symbol", "string")], [(11, "No input of this query has an attribute 'nope'.")])
     assert outcome("from T within 0L, 1L per 'seconds' select symbol")[1] == [(6, "'within' and 'per' can only be used on an aggregation.")]
-    assert outcome("select 'x' as symbol insert into T")[1] == [
-        (34, "The query outputs (symbol string) but table 'T' has (symbol string, price float).")
-    ]
+    assert outcome("select 'x' as symbol insert into T")[1] == [(34, "The query outputs (symbol string) but table 'T' has (symbol string, price float).")]

@@ -61,7 +61,7 @@ def test_operator_precedence_and_associativity(text, expected):
         (".5", 0.5, "double"),
         ("'single'", "single", "string"),
         ('"double"', "double", "string"),
-        ("\"it's\"", "it's", "string"),
+        ('"it\'s"', "it's", "string"),
         ('"""a \\"quoted\\" \\n line"""', 'a "quoted" \n line', "string"),
         ("'back\\slash'", "back\\slash", "string"),
         ("true", True, "bool"),
@@ -383,8 +383,21 @@ def test_walk_visits_every_node_in_source_order():
     query = next(q for q, _ in app.queries())
     kinds = [type(node).__name__ for node in ast.walk(query)]
     assert kinds == [
-        "Query", "Annotation", "AnnotationElement", "StreamInput", "Filter", "BinaryOp", "Variable", "Constant",
-        "Selector", "OutputAttribute", "Variable", "OutputAttribute", "FunctionCall", "Variable", "InsertInto",
+        "Query",
+        "Annotation",
+        "AnnotationElement",
+        "StreamInput",
+        "Filter",
+        "BinaryOp",
+        "Variable",
+        "Constant",
+        "Selector",
+        "OutputAttribute",
+        "Variable",
+        "OutputAttribute",
+        "FunctionCall",
+        "Variable",
+        "InsertInto",
     ]
     variables = [n.name for n in ast.walk(app) if isinstance(n, Variable)]
     assert variables == ["price", "symbol", "volume"]

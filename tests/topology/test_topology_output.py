@@ -52,9 +52,7 @@ def test_json_follows_the_contract():
         "LargeTradeStream": {"strategy": "field_grouping", "partition_key": "symbol", "topic": "StockAlerts.LargeTradeStream.symbol"}
     }
     assert data["groups"][0]["outputs"] == {
-        "LargeTradeStream": [
-            {"strategy": "field_grouping", "partition_key": "symbol", "topic": "StockAlerts.LargeTradeStream.symbol", "partitions": 2}
-        ]
+        "LargeTradeStream": [{"strategy": "field_grouping", "partition_key": "symbol", "topic": "StockAlerts.LargeTradeStream.symbol", "partitions": 2}]
     }
     assert data["topics"] == [
         {"name": "StockAlerts.AveragePriceStream", "partitions": 1},

@@ -70,12 +70,16 @@ CASES = {
             "StockAlerts-alert": {"AveragePriceStream": ("all", None, "StockAlerts.AveragePriceStream")},
         },
         topics={
-            "StockAlerts.TradeStream": 2, "StockAlerts.LargeTradeStream.symbol": 2, "StockAlerts.AveragePriceStream": 1,
+            "StockAlerts.TradeStream": 2,
+            "StockAlerts.LargeTradeStream.symbol": 2,
+            "StockAlerts.AveragePriceStream": 1,
             "StockAlerts.PriceAlerts": 1,  # the user's kafka @sink on the cluster's own broker
         },
     ),
     "seed 002: a persisted aggregation, joined by a parallel group": Case(
-        "@App:name('Trades')\ndefine stream QueryStream (symbol string);\n" + SEED_AGGREGATION + """
+        "@App:name('Trades')\ndefine stream QueryStream (symbol string);\n"
+        + SEED_AGGREGATION
+        + """
 @info(name='lookup') @dist(execGroup='lookup', parallel='2')
 from QueryStream as Q join TradeAggregation as A on Q.symbol == A.symbol within '2017-06-** **:**:**' per 'hours'
 select A.symbol, A.total insert into TotalsStream;
@@ -107,12 +111,13 @@ select A.symbol, A.total insert into TotalsStream;
         "@dist(parallel='3') define aggregation A from Trades select symbol, sum(price) as total group by symbol aggregate by ts every sec ... min;\n",
         error=(
             "@dist(parallel='3')",
-            "Aggregation A has @dist(parallel='3') but no @store: its 3 active-active instances must write to one shared store "
-            "(add @store(type='rdbms', ...))",
+            "Aggregation A has @dist(parallel='3') but no @store: its 3 active-active instances must write to one shared store (add @store(type='rdbms', ...))",
         ),
     ),
     "seed 004: a distributed sink stays with the group producing the stream": Case(
-        f"@App:name('Gateway')\ndefine stream RequestIn {REQUEST_ATTRIBUTES};\n" + SEED_DISTRIBUTED_SINK + """
+        f"@App:name('Gateway')\ndefine stream RequestIn {REQUEST_ATTRIBUTES};\n"
+        + SEED_DISTRIBUTED_SINK
+        + """
 @dist(execGroup='throttle', parallel='2') from RequestIn[responseTime > 0] select * insert into Request;
 """,
         groups=(("Gateway-throttle", 2, False),),
@@ -153,7 +158,9 @@ define stream S (a int);
         ),
     ),
     "a plain query on a stream partitioned in its group reads by key, in either order": Case(
-        "@App:name('Order')" + KEYED + """
+        "@App:name('Order')"
+        + KEYED
+        + """
 @dist(execGroup='work', parallel='2') partition with (k of T) begin from T#window.length(2) select k, sum(v) as total insert into Sums; end;
 @dist(execGroup='work', parallel='2') from T[v > 10] select k, v insert into Big;
 """,
@@ -162,7 +169,9 @@ define stream S (a int);
         topics={"Order.S": 1, "Order.T.k": 2},
     ),
     "one stream partitioned on two keys in one group is a conflict": Case(
-        "@App:name('Order')" + KEYED + """
+        "@App:name('Order')"
+        + KEYED
+        + """
 @dist(execGroup='work', parallel='2') partition with (k of T) begin from T select k, v insert into A; end;
 @dist(execGroup='work', parallel='2') partition with (v of T) begin from T select k, v insert into B; end;
 """,
@@ -208,20 +217,20 @@ define stream R (k string, w int);
         "@App:name('Bad')\ndefine stream S (k string, v int);\n@dist(execGroup='w', parallel='2') from S select k, sum(v) as total insert into O;\n",
         error=(
             "sum(v)",
-            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream "
-            "(each instance would compute a partial result)",
+            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)",
         ),
     ),
     "parallel > 1: group by under round robin": Case(
         "@App:name('Bad')\ndefine stream S (k string, v int);\n@dist(execGroup='w', parallel='2') from S select k, v group by k insert into O;\n",
         error=(
             "k insert into O",
-            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream "
-            "(each instance would compute a partial result)",
+            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)",
         ),
     ),
     "parallel > 1: grouping by the key the stream is routed by is exact": Case(
-        "@App:name('Keyed')" + KEYED + """
+        "@App:name('Keyed')"
+        + KEYED
+        + """
 @dist(execGroup='agg', parallel='2') partition with (k of T) begin from T#window.length(3) select k, max(v) as top insert into Tops; end;
 @dist(execGroup='agg', parallel='2') from T select k, sum(v) as total group by k insert into Totals;
 """,
@@ -230,7 +239,9 @@ define stream R (k string, w int);
         topics={"Keyed.S": 1, "Keyed.T.k": 2},
     ),
     "parallel > 1: a sum over a field-grouped stream without grouping by its key": Case(
-        "@App:name('Keyed')" + KEYED + """
+        "@App:name('Keyed')"
+        + KEYED
+        + """
 @dist(execGroup='agg', parallel='2') partition with (k of T) begin from T#window.length(3) select k, max(v) as top insert into Tops; end;
 @dist(execGroup='agg', parallel='2') from T select sum(v) as total insert into Totals;
 """,
@@ -306,7 +317,9 @@ define stream S (k string, v int);
         ),
     ),
     "field-grouped topics are sized to the widest reader": Case(
-        "@App:name('Size')" + KEYED + """
+        "@App:name('Size')"
+        + KEYED
+        + """
 @dist(execGroup='wide', parallel='5') partition with (k of T) begin from T#window.length(2) select k, v insert into A; end;
 @dist(execGroup='narrow', parallel='2') partition with (k of T) begin from T#window.length(3) select k, v insert into B; end;
 """,

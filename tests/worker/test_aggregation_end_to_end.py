@@ -98,9 +98,7 @@ def per_granularity(expected: dict) -> dict:
 
 def same(found: dict, expected: dict) -> bool:
     """Equal totals and counts, and price sums equal up to float rounding."""
-    return found.keys() == expected.keys() and all(
-        found[k][:2] == expected[k][:2] and found[k][2] == pytest.approx(expected[k][2], rel=1e-9) for k in expected
-    )
+    return found.keys() == expected.keys() and all(found[k][:2] == expected[k][:2] and found[k][2] == pytest.approx(expected[k][2], rel=1e-9) for k in expected)
 
 
 def wait_for_totals(read, expected: dict, timeout: float, what: str) -> dict:

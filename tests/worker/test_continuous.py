@@ -303,8 +303,7 @@ def test_instances_run_as_long_running_spark_tasks_under_the_control_line(spark,
     messaging = MessagingSettings("kafka", (kafka.bootstrap_servers,))
     settings = LoopSettings(checkpoint_interval_s=0.5, metrics_interval_s=0.2)
     handles = [
-        ContinuousInstance(spark, server, plan_instance(i.name, i.siddhi), messaging, settings, tmp_path / i.name).start()
-        for i in topology.partial_apps
+        ContinuousInstance(spark, server, plan_instance(i.name, i.siddhi), messaging, settings, tmp_path / i.name).start() for i in topology.partial_apps
     ]
     try:
         rows, stamps = trades(3000, seed=21)

@@ -181,7 +181,11 @@ def test_the_deploy_path_from_the_command_line(deployed, tmp_path):
     def cli(*args, stdin=None, timeout=300):
         return subprocess.run(
             [sys.executable, "-m", "sp_dagster.cli", *args, "--conf", str(cluster.manager_conf)],
-            input=stdin, capture_output=True, text=True, timeout=timeout, env=cluster.env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=cluster.env,
         )
 
     app = tmp_path / "echo.siddhi"

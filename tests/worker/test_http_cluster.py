@@ -29,9 +29,23 @@ USERS = {"ops": "s3cret"}
 TENANTS = ["foo.com", "bar.com", "baz.org", "qux.io", "carbon.super", "wso2.com"]
 DEVICES = [f"dev{i}" for i in range(8)]
 SEED_FIELDS = [
-    ("meta_clientType", str), ("applicationConsumerKey", str), ("applicationName", str), ("applicationId", str), ("applicationOwner", str),
-    ("apiContext", str), ("apiName", str), ("apiVersion", str), ("apiCreator", str), ("apiTier", str), ("apiHostname", str),
-    ("username", str), ("userTenantDomain", str), ("requestTimestamp", int), ("throttledOut", bool), ("responseTime", int), ("backendTime", int),
+    ("meta_clientType", str),
+    ("applicationConsumerKey", str),
+    ("applicationName", str),
+    ("applicationId", str),
+    ("applicationOwner", str),
+    ("apiContext", str),
+    ("apiName", str),
+    ("apiVersion", str),
+    ("apiCreator", str),
+    ("apiTier", str),
+    ("apiHostname", str),
+    ("username", str),
+    ("userTenantDomain", str),
+    ("requestTimestamp", int),
+    ("throttledOut", bool),
+    ("responseTime", int),
+    ("backendTime", int),
 ]
 
 
@@ -80,10 +94,7 @@ def seed_event(n: int) -> dict:
 def energy_events(count: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     kinds = ["monitored"] * 8 + ["internal", "other"]
-    return [
-        {"type": rng.choice(kinds), "deviceID": (d := rng.choice(DEVICES)), "power": rng.randint(60, 240), "roomID": f"room-{d[-1]}"}
-        for _ in range(count)
-    ]
+    return [{"type": rng.choice(kinds), "deviceID": (d := rng.choice(DEVICES)), "power": rng.randint(60, 240), "roomID": f"room-{d[-1]}"} for _ in range(count)]
 
 
 def expected_alerts(text: str, events: list[dict]) -> list[tuple]:

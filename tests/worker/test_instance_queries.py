@@ -102,7 +102,10 @@ def test_replayed_events_are_dropped_by_origin_and_outputs_keep_theirs():
     average = _instance("average")
     source = average.inputs[0]
     codec = codec_for(source.codec, source.attributes)
-    upstream = [Message(source.topic, 0, n, 1000 + n, b"IBM", codec.encode(("IBM", 10.0 * (n + 1), 20)), f"Trades-filter>Trades.TradeStream:0|{n}.1".encode()) for n in range(4)]
+    upstream = [
+        Message(source.topic, 0, n, 1000 + n, b"IBM", codec.encode(("IBM", 10.0 * (n + 1), 20)), f"Trades-filter>Trades.TradeStream:0|{n}.1".encode())
+        for n in range(4)
+    ]
     first = InstanceRuntime(average)
     out = first.process(upstream[:3])
     assert [m.origin for m in out] == [f"Trades-average@{source.topic}:0|{n}.1".encode() for n in range(3)]

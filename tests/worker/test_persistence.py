@@ -65,8 +65,8 @@ def write_checkpoint(directory: Path, batch: int) -> dict[str, bytes]:
     """A checkpoint-shaped directory as of `batch`; returns its files' contents by relative path."""
     files = {
         "metadata": b'{"id":"q"}',
-        f"commits/{batch}": f"v1\n{{\"batch\":{batch}}}".encode(),
-        f"offsets/{batch}": f"v1\n{{\"p0\":{batch * 100}}}".encode(),
+        f"commits/{batch}": f'v1\n{{"batch":{batch}}}'.encode(),
+        f"offsets/{batch}": f'v1\n{{"p0":{batch * 100}}}'.encode(),
         f"state/0/0/{batch}.changelog": bytes(range(256)) * (batch + 1),
     }
     for name, data in files.items():
@@ -143,10 +143,13 @@ def test_checkpoints_of_the_first_database_store_are_restored(database_url, anot
     old = first_revision_layout()
     with Database(persistence_url) as persistence, persistence.transaction() as conn:
         old.create(conn)
-        conn.execute(old.insert(), [
-            dict(siddhiAppName=INSTANCE, revision=f"{at}__{INSTANCE}", snapshot=blob, savedAt=at)
-            for at, blob in ((1000, gzip.compress(b"not a tar: never restored")), (2000, packed.getvalue()))
-        ])
+        conn.execute(
+            old.insert(),
+            [
+                dict(siddhiAppName=INSTANCE, revision=f"{at}__{INSTANCE}", snapshot=blob, savedAt=at)
+                for at, blob in ((1000, gzip.compress(b"not a tar: never restored")), (2000, packed.getvalue()))
+            ],
+        )
 
     plane = ControlPlane(database_url)
     plane.migrate()

@@ -101,8 +101,12 @@ def test_sink_publishes_with_the_partitioned_strategy(spark, kafka, broker, topi
     publisher.flush()
     frame = spark.readStream.format("sp-kafka").options(**source_options(broker, source, "0,1")).load().where("_error is null")
     sink_options = {
-        "bootstrap.servers": broker.bootstrap_servers, "topic": sink, "attributes": attributes_option(ATTRS),
-        "codec": "binary", "strategy": "partitioned", "partitionKey": "symbol",
+        "bootstrap.servers": broker.bootstrap_servers,
+        "topic": sink,
+        "attributes": attributes_option(ATTRS),
+        "codec": "binary",
+        "strategy": "partitioned",
+        "partitionKey": "symbol",
     }
     query = frame.writeStream.format("sp-kafka").options(**sink_options).option("checkpointLocation", str(tmp_path / "ck")).start()
     try:
@@ -147,5 +151,7 @@ def test_raw_form_unions_topics_and_republishes_as_is(spark, kafka, broker, topi
         query.stop()
     events = read_topic(kafka, out, [0, 1], codec, 3)
     assert sorted(((e.partition, e.key, e.row, e.timestamp) for e in events), key=lambda t: t[3]) == [
-        (1, b"IBM", ("IBM", 1.0, 1), 7000), (1, None, ("X", 2.0, 2), 8000), (1, None, ("Y", 3.0, 3), 9000)
+        (1, b"IBM", ("IBM", 1.0, 1), 7000),
+        (1, None, ("X", 2.0, 2), 8000),
+        (1, None, ("Y", 3.0, 3), 9000),
     ]

@@ -89,12 +89,15 @@ def assign(fence: Fence, instance_id: str, node_id: str, node_incarnation: int, 
     if not moved:
         conn.execute(assignments.insert().values(instance_id=instance_id, **values))
     conn.execute(
-        update(instances)
-        .where(instances.c.instance_id == instance_id)
-        .values(status=ASSIGNED, status_detail=None, metrics=None, status_at=fence.now_ms)
+        update(instances).where(instances.c.instance_id == instance_id).values(status=ASSIGNED, status_detail=None, metrics=None, status_at=fence.now_ms)
     )
     record_event(
-        conn, "assigned", term=fence.term, seq=seq, actor=fence.leadership.node_id, subject=instance_id,
+        conn,
+        "assigned",
+        term=fence.term,
+        seq=seq,
+        actor=fence.leadership.node_id,
+        subject=instance_id,
         detail={"node": node_id, "incarnation": node_incarnation, "from": previous},
     )
 
@@ -103,9 +106,5 @@ def unassign(fence: Fence, instance_id: str, reason: str) -> None:
     """Leader only: take an instance off its node (it waits for a new one), in the fence's term."""
     conn, seq = fence.conn, fence.bump()
     conn.execute(delete(assignments).where(assignments.c.instance_id == instance_id))
-    conn.execute(
-        update(instances).where(instances.c.instance_id == instance_id).values(status=PENDING, status_detail=reason, status_at=fence.now_ms)
-    )
-    record_event(
-        conn, "unassigned", term=fence.term, seq=seq, actor=fence.leadership.node_id, subject=instance_id, detail={"reason": reason}
-    )
+    conn.execute(update(instances).where(instances.c.instance_id == instance_id).values(status=PENDING, status_detail=reason, status_at=fence.now_ms))
+    record_event(conn, "unassigned", term=fence.term, seq=seq, actor=fence.leadership.node_id, subject=instance_id, detail={"reason": reason})

@@ -96,8 +96,14 @@ class InstanceDefinition:
 def definition_fields(row) -> dict[str, Any]:
     """The InstanceDefinition fields of a `sp_instances` row."""
     return dict(
-        instance_id=row.instance_id, app=row.app, group=row.group_name, parallel_index=int(row.parallel_index),
-        receiver=bool(row.receiver), siddhi_app=row.siddhi_app, extra=json.loads(row.extra), spec_hash=row.spec_hash,
+        instance_id=row.instance_id,
+        app=row.app,
+        group=row.group_name,
+        parallel_index=int(row.parallel_index),
+        receiver=bool(row.receiver),
+        siddhi_app=row.siddhi_app,
+        extra=json.loads(row.extra),
+        spec_hash=row.spec_hash,
     )
 
 
@@ -158,9 +164,7 @@ def record_deployment(
     def work() -> RecordResult:
         with plane.transaction() as conn:
             taken = conn.execute(
-                select(instance_table.c.instance_id, instance_table.c.app).where(
-                    instance_table.c.instance_id.in_(list(hashes)), instance_table.c.app != app
-                )
+                select(instance_table.c.instance_id, instance_table.c.app).where(instance_table.c.instance_id.in_(list(hashes)), instance_table.c.app != app)
             ).first()
             if taken is not None:
                 raise ControlPlaneError(f"instance id '{taken.instance_id}' already belongs to app '{taken.app}'")
@@ -170,8 +174,13 @@ def record_deployment(
                 return RecordResult(app, False, existing.generation, unchanged=tuple(sorted(old)))
             generation = 1 if existing is None else existing.generation + 1
             values = dict(
-                content_hash=content_hash, source=source, plan=plan_json, status=WAITING,
-                waiting_reason="recorded; waiting for the leader manager to place it", generation=generation, updated_at=db_now_ms(),
+                content_hash=content_hash,
+                source=source,
+                plan=plan_json,
+                status=WAITING,
+                waiting_reason="recorded; waiting for the leader manager to place it",
+                generation=generation,
+                updated_at=db_now_ms(),
             )
             if existing is None:
                 conn.execute(deployments.insert().values(app=app, created_at=db_now_ms(), **values))
@@ -193,7 +202,9 @@ def record_deployment(
                     )
             unchanged = sorted(set(old) & set(hashes) - set(updated))
             record_event(
-                conn, "deployment-recorded", subject=app,
+                conn,
+                "deployment-recorded",
+                subject=app,
                 detail={"generation": generation, "added": added, "removed": removed, "updated": updated},
             )
             return RecordResult(app, True, generation, tuple(added), tuple(removed), tuple(updated), tuple(unchanged))
@@ -203,8 +214,13 @@ def record_deployment(
 
 def _instance_values(spec: InstanceSpec) -> dict[str, Any]:
     return dict(
-        instance_id=spec.instance_id, group_name=spec.group, parallel_index=spec.parallel_index, receiver=spec.receiver,
-        siddhi_app=spec.siddhi_app, extra=_json(dict(spec.extra), f"instance {spec.instance_id}"), spec_hash=spec.spec_hash,
+        instance_id=spec.instance_id,
+        group_name=spec.group,
+        parallel_index=spec.parallel_index,
+        receiver=spec.receiver,
+        siddhi_app=spec.siddhi_app,
+        extra=_json(dict(spec.extra), f"instance {spec.instance_id}"),
+        spec_hash=spec.spec_hash,
     )
 
 
@@ -231,8 +247,15 @@ def remove_deployment(plane: ControlPlane, app: str) -> bool:
 
 def _row_to_deployment(row) -> DeploymentRecord:
     return DeploymentRecord(
-        row.app, row.content_hash, row.source, json.loads(row.plan), row.status, row.waiting_reason,
-        int(row.generation), int(row.created_at), int(row.updated_at),
+        row.app,
+        row.content_hash,
+        row.source,
+        json.loads(row.plan),
+        row.status,
+        row.waiting_reason,
+        int(row.generation),
+        int(row.created_at),
+        int(row.updated_at),
     )
 
 
@@ -262,8 +285,13 @@ def list_instances(plane: ControlPlane, app: str | None = None) -> list[Instance
         rows = conn.execute(query).all()
     return [
         InstanceRecord(
-            **definition_fields(r), status=r.status, status_detail=r.status_detail,
-            metrics=json.loads(r.metrics) if r.metrics else {}, status_at=r.status_at, node_id=r.node_id, term=r.term,
+            **definition_fields(r),
+            status=r.status,
+            status_detail=r.status_detail,
+            metrics=json.loads(r.metrics) if r.metrics else {},
+            status_at=r.status_at,
+            node_id=r.node_id,
+            term=r.term,
         )
         for r in rows
     ]
@@ -306,6 +334,6 @@ def owns_instance(conn: Connection, node_id: str, incarnation: int, instance_id:
     placed = conn.execute(query.with_for_update() if lock else query).first()
     if placed is None or (placed.node_id, placed.node_incarnation) != (node_id, incarnation):
         return False
-    return conn.execute(
-        select(nodes.c.node_id).where(nodes.c.node_id == node_id, nodes.c.incarnation == incarnation, nodes.c.state == ALIVE)
-    ).first() is not None
+    return (
+        conn.execute(select(nodes.c.node_id).where(nodes.c.node_id == node_id, nodes.c.incarnation == incarnation, nodes.c.state == ALIVE)).first() is not None
+    )

@@ -61,10 +61,7 @@ def recent_events(plane, *, limit: int | None = 100, kinds: tuple[str, ...] | No
         query = query.limit(limit)
     with plane.transaction() as conn:
         rows = conn.execute(query).all()
-    return [
-        Event(r.id, r.at, r.kind, r.term, r.seq, r.actor, r.subject, json.loads(r.detail) if r.detail else {})
-        for r in reversed(rows)
-    ]
+    return [Event(r.id, r.at, r.kind, r.term, r.seq, r.actor, r.subject, json.loads(r.detail) if r.detail else {}) for r in reversed(rows)]
 
 
 def prune_events(conn: Connection, keep: int = KEEP_EVENTS) -> int:

@@ -88,9 +88,16 @@ class RevisionStore:
         """The store a Config's `state.persistence` names, its ownership decided by `plane`."""
         source = config.persistence_datasource
         shared = same_database(source.url, plane.url)
-        database = plane if shared else Database(
-            source.url, pool_size=source.max_pool_size, datasource_name=source.name,
-            role="persistence database", setting="state.persistence.config.datasource",
+        database = (
+            plane
+            if shared
+            else Database(
+                source.url,
+                pool_size=source.max_pool_size,
+                datasource_name=source.name,
+                role="persistence database",
+                setting="state.persistence.config.datasource",
+            )
         )
         try:
             return cls(database, plane, table=config.persistence.config.table, keep=config.persistence.revisions_to_keep)
@@ -119,8 +126,13 @@ class RevisionStore:
                 number = (conn.execute(select(func.max(t.revisionNumber)).where(t.siddhiAppName == instance_id)).scalar() or 0) + 1
                 conn.execute(
                     self.table.insert().values(
-                        siddhiAppName=instance_id, revision=f"{now}_{instance_id}", snapshot=blob, savedAt=now,
-                        revisionNumber=number, rawSize=len(data), savedBy=f"{owner[0]}/{owner[1]}" if owner else None,
+                        siddhiAppName=instance_id,
+                        revision=f"{now}_{instance_id}",
+                        snapshot=blob,
+                        savedAt=now,
+                        revisionNumber=number,
+                        rawSize=len(data),
+                        savedBy=f"{owner[0]}/{owner[1]}" if owner else None,
                     )
                 )
                 conn.execute(delete(self.table).where(t.siddhiAppName == instance_id, t.revisionNumber <= number - self.keep))
@@ -147,13 +159,16 @@ class RevisionStore:
         """The newest revision of an instance with its data, or None when it has none."""
         t = self.table.c
         with self.database.transaction() as conn:
-            row = conn.execute(
-                select(self.table).where(t.siddhiAppName == instance_id).order_by(t.revisionNumber.desc()).limit(1)
-            ).one_or_none()
+            row = conn.execute(select(self.table).where(t.siddhiAppName == instance_id).order_by(t.revisionNumber.desc()).limit(1)).one_or_none()
         if row is None:
             return None
         return Revision(
-            row.siddhiAppName, int(row.revisionNumber), int(row.savedAt), int(row.rawSize), len(row.snapshot), row.savedBy,
+            row.siddhiAppName,
+            int(row.revisionNumber),
+            int(row.savedAt),
+            int(row.rawSize),
+            len(row.snapshot),
+            row.savedBy,
             gzip.decompress(row.snapshot),
         )
 

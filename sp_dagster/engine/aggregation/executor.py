@@ -77,5 +77,3 @@ class Executor:
         """Inverse of snapshot()."""
         self.start, self.next_emit, self.store_ts, groups = state
         self.groups = {tuple(k): [lasts, last_ts, list(bases)] for k, lasts, last_ts, bases in groups}
-
-

@@ -179,8 +179,7 @@ class IncrementalAggregation:
         """The aggregation's rows (AGG_TIMESTAMP and the selected attributes) within [start, end) per `per`."""
         if per not in self.durations:
             raise EngineError(
-                f"The aggregate values for {per} granularity cannot be provided since aggregation definition "
-                f"{self.name} does not contain {per} duration"
+                f"The aggregate values for {per} granularity cannot be provided since aggregation definition {self.name} does not contain {per} duration"
             )
         if not self.distributed and not self.fed and self.store.persistent:
             # A copy that only reads a database store (a group joining the aggregation, `sp-dagster
@@ -334,9 +333,7 @@ def _purge(definition: ast.AggregationDefinition, durations: tuple[str, ...]):
             if duration is None:
                 raise app_error(f"@retentionPeriod has no granularity '{element.key}'", element)
             if duration not in durations:
-                raise app_error(
-                    f"{duration} granularity cannot be purged since aggregation has not performed in {duration} granularity", element
-                )
+                raise app_error(f"{duration} granularity cannot be purged since aggregation has not performed in {duration} granularity", element)
             periods[duration] = _duration_ms(element.value, element)
     if (annotation.get("enable") or "true").lower() != "true":
         return None

@@ -96,7 +96,7 @@ class Plan:
                 kind_type = "long" if executor.type in INTEGRAL else "double"
                 widen = int if kind_type == "long" else float
                 source = executor.row
-                read = lambda e, source=source, widen=widen: (None if (v := source(e)) is None else widen(v))  # noqa: E731
+                read = lambda e, source=source, widen=widen: None if (v := source(e)) is None else widen(v)  # noqa: E731
             else:
                 kind_type = "object" if kind == "set" else executor.type
                 read = executor.row

@@ -170,7 +170,9 @@ class RdbmsStore:
         for duration in durations:
             table_name = f"{options.table_name}_{duration}"
             sql_columns = [
-                sa.Column(n, sa.Text() if t == "object" else column_type(t, self.engine, lengths.get(n)), primary_key=i < self.key_count, nullable=i >= self.key_count)
+                sa.Column(
+                    n, sa.Text() if t == "object" else column_type(t, self.engine, lengths.get(n)), primary_key=i < self.key_count, nullable=i >= self.key_count
+                )
                 for i, (n, t) in enumerate(columns)
             ]
             self.tables[duration] = sa.Table(table_name, metadata, *sql_columns)

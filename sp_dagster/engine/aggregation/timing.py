@@ -159,8 +159,9 @@ def within_range(values: list) -> tuple[int, int]:
     if len(values) == 1:
         value = values[0]
         if not isinstance(value, str):
-            raise EngineError("Only one value was given for the within clause; a single value must be a pattern "
-                              "such as '2017-06-** **:**:**', else give a start and an end")
+            raise EngineError(
+                "Only one value was given for the within clause; a single value must be a pattern such as '2017-06-** **:**:**', else give a start and an end"
+            )
         return within_pattern(value)
     start, end = (_instant(v) for v in values)
     if start >= end:
@@ -179,7 +180,9 @@ def _instant(value) -> int:
     if isinstance(value, str):
         parsed = parse_timestamp(value)
         if parsed is None:
-            raise EngineError(f"Timestamp '{value}' in the within clause doesn't match the supported formats "
-                              "<yyyy>-<MM>-<dd> <HH>:<mm>:<ss> (for GMT) and <yyyy>-<MM>-<dd> <HH>:<mm>:<ss> <Z>")
+            raise EngineError(
+                f"Timestamp '{value}' in the within clause doesn't match the supported formats "
+                "<yyyy>-<MM>-<dd> <HH>:<mm>:<ss> (for GMT) and <yyyy>-<MM>-<dd> <HH>:<mm>:<ss> <Z>"
+            )
         return parsed
     raise EngineError(f"a within value must be a long (ms) or a 'yyyy-MM-dd HH:mm:ss' string, not {value!r}")

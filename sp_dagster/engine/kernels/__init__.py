@@ -20,7 +20,15 @@ from sp_dagster.engine.kernels.stateless import StatelessKernel
 from sp_dagster.engine.kernels.time_batch import LengthBatchAggregateKernel, TimeBatchAggregateKernel
 
 #: Kernel classes, tried in order; the first whose `build` accepts a query is used.
-KERNELS: tuple[type[Kernel], ...] = (StatelessKernel, LengthAggregateKernel, TimeBatchAggregateKernel, LengthBatchAggregateKernel, PartitionKernel, PatternKernel, JoinKernel)
+KERNELS: tuple[type[Kernel], ...] = (
+    StatelessKernel,
+    LengthAggregateKernel,
+    TimeBatchAggregateKernel,
+    LengthBatchAggregateKernel,
+    PartitionKernel,
+    PatternKernel,
+    JoinKernel,
+)
 
 
 def plan_stream(runtime, junction) -> StreamPlan | None:

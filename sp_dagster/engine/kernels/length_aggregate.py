@@ -369,5 +369,3 @@ def analyse(receiver, window_class):
 
 def _attribute(node, schema) -> int | None:
     return schema.index(node.name) if isinstance(node, ast.Variable) and node.index is None else None
-
-

@@ -29,4 +29,3 @@ class StatelessKernel(Kernel):
         columns = [materialize(v(chunk), rows, e.type) for v, e in zip(selector.vectors, selector.executors)]
         out = pa.RecordBatch.from_arrays(columns, schema=selector.output_schema.arrow_schema())
         return Output(self.query, out, times, owner)
-

@@ -164,8 +164,7 @@ class TimeBatchAggregateKernel(LengthAggregateKernel):
             else:
                 totals = ops.running_float(np.zeros(len(keys), np.float64), wanted[index].to_numpy().astype(np.float64))[final_position].tolist()
             aggregator.states = {
-                keys[code]: _new_state(aggregator, count, total)
-                for code, count, total in zip(seen.tolist(), counts[final_position].tolist(), totals)
+                keys[code]: _new_state(aggregator, count, total) for code, count, total in zip(seen.tolist(), counts[final_position].tolist(), totals)
             }
 
     def settle(self, window) -> None:

@@ -65,7 +65,9 @@ def parse_store(definition: ast.TableDefinition, store: ast.Annotation, datasour
         if element.key.lower() not in KNOWN:
             raise app_error(f"@store has no option '{element.key}'; the rdbms store takes {', '.join(KNOWN[1:])}", element)
     if store.get("jndi.resource") is not None:
-        raise app_error("@store jndi.resource needs a Java application server; give jdbc.url (with username and password) or datasource", store.element("jndi.resource"))
+        raise app_error(
+            "@store jndi.resource needs a Java application server; give jdbc.url (with username and password) or datasource", store.element("jndi.resource")
+        )
     for flag in ("use.collation", "allow.null.values"):
         value = store.get(flag)
         if value is not None and value.lower() not in ("true", "false"):

@@ -234,10 +234,14 @@ class RdbmsTable(Table):
         self.columns = columns
         self.seq = by_lower.get(SEQ)
         self.exact_strings = {
-            i for i, (c, t) in enumerate(zip(columns, self.schema.types)) if t == "string" and _exact_collation(self.dialect, getattr(c.type, "collation", None))
+            i
+            for i, (c, t) in enumerate(zip(columns, self.schema.types))
+            if t == "string" and _exact_collation(self.dialect, getattr(c.type, "collation", None))
         }
         self.read_columns = [
-            (c * sa.literal_column("1E0")).label(c.name) if self.dialect == "mysql" and isinstance(c.type, sa.Float) and not isinstance(c.type, sa.Double) else c
+            (c * sa.literal_column("1E0")).label(c.name)
+            if self.dialect == "mysql" and isinstance(c.type, sa.Float) and not isinstance(c.type, sa.Double)
+            else c
             for c in columns
         ]  # MySQL's FLOAT prints six digits; as a double it reads back exactly
 
