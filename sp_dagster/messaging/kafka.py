@@ -235,7 +235,17 @@ class RawPublisher(RawPublisherBase):
         self.transport = transport
         # Idempotent: a retried send never lands twice or out of order, which the next group's
         # origin check relies on (a later origin arriving first would make the earlier look replayed).
-        self.producer = Producer(transport.client_config(**{"linger.ms": 5, "acks": "all", "enable.idempotence": True, "allow.auto.create.topics": False}))
+        self.producer = Producer(
+            transport.client_config(
+                **{
+                    "linger.ms": 5,
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "allow.auto.create.topics": False,
+                    "delivery.report.only.error": True,  # a report per failure only: no Python call per message
+                }
+            )
+        )
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = self._delivered  # per-message delivery reports (transactions report at commit)

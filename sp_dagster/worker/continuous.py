@@ -141,6 +141,11 @@ class ContinuousInstance:
         """True while the task runs."""
         return not self.done.is_set()
 
+    @property
+    def ready(self) -> bool:
+        """True once the task's loop has opened its inputs and outputs (its first metrics came)."""
+        return bool(self.link.metrics)
+
     def failure(self) -> str | None:
         """Why the task ended, when it was not asked to."""
         return self.error or (self.link.reason if self.link.reason not in (None, "stopped") else None) or "the task ended"

@@ -304,7 +304,8 @@ class Worker:
                 self._failed(running.instance_id, detail)
                 continue
             self.failures.pop(running.instance_id, None)
-            self._report(running.instance_id, "running", metrics=handle.metrics())
+            # Running once it consumes: a continuous task is `starting` until its loop has opened.
+            self._report(running.instance_id, "running" if handle.ready else "starting", metrics=handle.metrics())
 
     def _failed(self, instance_id: str, detail: str, *, permanent: bool = False) -> None:
         """Retry later, waiting longer after each failure in a row (up to a minute). A partial app the

@@ -339,6 +339,11 @@ class MicroBatchInstance:
         """True while the query runs."""
         return self.query.isActive
 
+    @property
+    def ready(self) -> bool:
+        """True once the instance consumes its inputs (a started query does)."""
+        return True
+
     def failure(self) -> str:
         """Why the query stopped."""
         error = self.query.exception()
