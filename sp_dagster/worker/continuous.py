@@ -146,7 +146,7 @@ class ContinuousInstance:
         """True once the task's loop has opened its inputs and outputs (its first metrics came)."""
         return bool(self.link.metrics)
 
-    def failure(self) -> str | None:
+    def failure(self) -> str:
         """Why the task ended, when it was not asked to."""
         return self.error or (self.link.reason if self.link.reason not in (None, "stopped") else None) or "the task ended"
 

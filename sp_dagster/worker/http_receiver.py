@@ -292,6 +292,11 @@ class HostedReceiver:
         """True while the receiver serves."""
         return self._thread.is_alive()
 
+    @property
+    def ready(self) -> bool:
+        """True once the receiver's loop has opened its outputs (its first metrics came)."""
+        return bool(self.control.newest)
+
     def failure(self) -> str:
         """Why the receiver stopped."""
         return self.error or self.reason or "the receiver stopped"

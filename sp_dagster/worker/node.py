@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.config.yamlsource import default_home
@@ -28,6 +29,10 @@ from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.native_kafka import kafka_source_kind
 from sp_dagster.worker.persistence import store_for
 from sp_dagster.worker.spark_query import ROCKSDB, MicroBatchInstance, QuerySettings, start_query
+
+if TYPE_CHECKING:
+    from sp_dagster.worker.continuous import ContinuousInstance
+    from sp_dagster.worker.http_receiver import HostedReceiver
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +43,7 @@ class RunningInstance:
 
     instance_id: str
     spec_hash: str
-    handle: object  # ContinuousInstance | MicroBatchInstance
+    handle: ContinuousInstance | MicroBatchInstance | HostedReceiver
     checkpoint: Path
     started: float = field(default_factory=time.monotonic)
 
