@@ -391,7 +391,7 @@ class InstanceLoop:
             for message in out:
                 groups.setdefault(self._publisher(message.topic), []).append(message)
         else:
-            groups = {self._publisher(""): out} if out else {}
+            groups = {self._publisher(out[0].topic): out} if out else {}  # every topic on the cluster's layer
         for publisher, messages in groups.items():
             publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
         for publisher in self._publishers.values():  # other layers first: the transaction commits the inputs as done

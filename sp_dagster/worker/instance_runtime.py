@@ -67,9 +67,16 @@ def origin_of(message: Message) -> tuple[str, tuple[int, ...]]:
     return f"{message.topic}:{message.partition}", (message.offset,)
 
 
+def origin_prefix(key: str, sequence: tuple[int, ...]) -> str:
+    """What the sp-origin header of (key, sequence + (n,)) holds before n: one send's outputs share it."""
+    return f"{key}|{''.join(f'{part}.' for part in sequence)}"
+
+
 def encode_origin(key: str, sequence: tuple[int, ...]) -> bytes:
     """The sp-origin header value."""
-    return f"{key}|{'.'.join(map(str, sequence))}".encode()
+    if not sequence:
+        return f"{key}|".encode()
+    return f"{origin_prefix(key, sequence[:-1])}{sequence[-1]}".encode()
 
 
 @functools.lru_cache(maxsize=64)
@@ -204,7 +211,7 @@ class InstanceRuntime:
                 prefix = prefixes.get(send)
                 if prefix is None:
                     origin_key, sequence = origin_of_send(send)
-                    prefix = prefixes[send] = f"{origin_key}|{''.join(f'{part}.' for part in sequence)}"
+                    prefix = prefixes[send] = origin_prefix(origin_key, sequence)
                 origins.append(f"{prefix}{last}".encode())
             publish(rows, stamps, origins)
         return last
