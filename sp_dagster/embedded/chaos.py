@@ -10,7 +10,11 @@ outputs with their arrival times, and at random moments one fault after another 
 - `worker-pause`  SIGSTOP a worker past its heartbeat window (its instances move), then SIGCONT;
 - `leader-kill`   SIGKILL the leader manager (another takes over), start it again;
 - `rescale-up`, `rescale-down`: redeploy with the keyed group's parallelism one higher (lower):
-  its per-key state moves to the new layout (deploy.rescale).
+  its per-key state moves to the new layout (deploy.rescale);
+- `broker-pause`   SIGSTOP the broker for `outage_s` (every client's requests hang, transactions
+  time out), then SIGCONT (`broker` is its handle: an EmbeddedBroker);
+- `db-outage`      stop the control plane's database server for `outage_s` (30 s) and start it
+  again (`database` is the server's handle; the cluster runs on it: `database_url`).
 
 At the end every key's outputs are compared with the in-process engine's over the same input.
 The report says events in, outputs, lost, duplicated, and per fault the longest time without
@@ -31,7 +35,8 @@ from pathlib import Path
 
 from sp_dagster.embedded.local_cluster import LocalCluster
 
-FAULTS = ("worker-kill", "worker-pause", "leader-kill")
+FAULTS = ("worker-kill", "worker-pause", "leader-kill")  # those every cluster can take; more need handles (below)
+SERVER_FAULTS = ("broker-pause", "db-outage")
 SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
 OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
 KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}')"  # the app's keyed group, rescaled by `rescale-*`
@@ -58,18 +63,33 @@ class Report:
     duplicated: int
     exact_per_key: bool
     faults: list[Fault] = field(default_factory=list)
+    missing: list[tuple] = field(default_factory=list)  # a few of the lost outputs (row, event time)
+    extra: list[tuple] = field(default_factory=list)  # a few of the duplicated (or wrong) ones
 
     def lines(self) -> list[dict]:
         """The report as JSON-ready dicts: one per fault, then the totals."""
         rows = [{"fault": f.kind, "target": f.target, "longest_output_gap_s": round(f.gap_s, 2)} for f in self.faults]
         totals = {k: getattr(self, k) for k in ("events_in", "outputs", "expected", "lost", "duplicated", "exact_per_key")}
-        return rows + [{"figure": "chaos", **totals}]
+        samples = {k: getattr(self, k) for k in ("missing", "extra") if getattr(self, k)}
+        return rows + [{"figure": "chaos", **totals, **samples}]
 
 
 class ChaosRun:
     """A local cluster (2 managers, 2 workers) running one app on `bootstrap`, and the stream through it."""
 
-    def __init__(self, home: Path, bootstrap: str, app_text: str, *, rate: int = 200, workers: int = 2):
+    def __init__(
+        self,
+        home: Path,
+        bootstrap: str,
+        app_text: str,
+        *,
+        rate: int = 200,
+        workers: int = 2,
+        broker=None,
+        database=None,
+        database_url: str | None = None,
+        outage_s: float = 30.0,
+    ):
         from sp_dagster.deploy import load_app, plan_app
         from sp_dagster.messaging.kafka import KafkaTransport
         from sp_dagster.worker.instance_plan import plan_instance
@@ -87,7 +107,8 @@ class ChaosRun:
         first = plan_app(self.loaded).group("filter").instances[0]
         (self.entry,) = plan_instance(first.name, first.siddhi).inputs
         self.output_topic = f"{self.loaded.name}.Averages"
-        self.cluster = LocalCluster(self.home / "cluster", bootstrap, workers=workers, managers=2, slots=4)
+        self.cluster = LocalCluster(self.home / "cluster", bootstrap, workers=workers, managers=2, slots=4, database=database_url)
+        self.broker, self.database, self.outage_s = broker, database, outage_s
         self.kafka = KafkaTransport(bootstrap, timeout=15)
         self.rate = rate
         self.rows: list[tuple] = []
@@ -95,8 +116,16 @@ class ChaosRun:
         self.got: list[tuple[tuple, float]] = []  # (output row, arrival time)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.harness_errors: list[str] = []  # the stream's own producer or consumer failing is not the cluster's fault
+        self.final_status = ""  # `sp-dagster status` as the run ended (placements, lag, replay): for failure messages
 
     # -- the stream --------------------------------------------------------------------------
+
+    def _guarded(self, target, *args) -> None:
+        try:
+            target(*args)
+        except Exception as exc:  # noqa: BLE001 - reported by run()
+            self.harness_errors.append(f"{target.__name__}: {exc!r}")
 
     def _produce(self, seed: int) -> None:
         from sp_dagster.messaging import Partitioned, codec_for
@@ -158,6 +187,10 @@ class ChaosRun:
             target = self._leader()
         elif kind.startswith("rescale-"):
             target = "deploy"
+        elif kind in SERVER_FAULTS:
+            target = "broker" if kind == "broker-pause" else "database"
+            if getattr(self, target) is None:
+                raise ValueError(f"the fault {kind!r} needs a handle on the {target} (ChaosRun(..., {target}=...))")
         else:
             busy = [w for w in self.cluster.worker_ids if self._instances_on(w)]
             target = rng.choice(busy or self.cluster.worker_ids)
@@ -166,6 +199,14 @@ class ChaosRun:
             self.parallel += 1 if kind == "rescale-up" else -1
             self.app_path.write_text(self.app_text.replace(KEYED_GROUP.format(self.initial), KEYED_GROUP.format(self.parallel)))
             self.cluster.deploy(self.app_path, timeout=240)
+        elif kind == "broker-pause":
+            self.broker.process.send_signal(signal.SIGSTOP)
+            time.sleep(self.outage_s)
+            self.broker.process.send_signal(signal.SIGCONT)
+        elif kind == "db-outage":
+            self.database.stop(immediate=True)
+            time.sleep(self.outage_s)
+            self.database.start()
         elif kind == "worker-pause":
             self.cluster.signal(target, signal.SIGSTOP)
             time.sleep(12)  # past heartbeatInterval x heartbeatMaxRetry (2 s x 4)
@@ -185,7 +226,10 @@ class ChaosRun:
         self.cluster.start()
         try:
             self.cluster.deploy(self.app_path, timeout=240)
-            self._threads = [threading.Thread(target=self._produce, args=(seed,), daemon=True), threading.Thread(target=self._consume, daemon=True)]
+            self._threads = [
+                threading.Thread(target=self._guarded, args=(self._produce, seed), daemon=True),
+                threading.Thread(target=self._guarded, args=(self._consume,), daemon=True),
+            ]
             for thread in self._threads:
                 thread.start()
             struck = []
@@ -200,12 +244,24 @@ class ChaosRun:
             while len(self.got) < len(expected) and time.monotonic() < deadline:
                 time.sleep(0.5)
             time.sleep(3)  # anything beyond (a duplicate would come now)
+            self.final_status = self._status()
             self._consumed.set()
             self._threads[1].join(30)
+            if self.harness_errors:
+                raise RuntimeError(f"the chaos stream itself failed (not the cluster): {self.harness_errors}")
         finally:
             self.cluster.stop()
             self.kafka.close()
         return self._report(expected, struck)
+
+    def _status(self) -> str:
+        from sp_dagster.cluster.status import cluster_status, render_status
+
+        try:
+            with self.cluster.plane() as plane:
+                return render_status(cluster_status(plane))
+        except Exception as exc:  # noqa: BLE001 - only for a failure message
+            return f"(no status: {exc})"
 
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
         rows = [row for row, _at in self.got]
@@ -216,12 +272,15 @@ class ChaosRun:
             end = struck[index + 1].at if index + 1 < len(struck) else (arrivals[-1] if arrivals else fault.at)
             times = [fault.at] + [t for t in arrivals if fault.at < t <= end]
             fault.gap_s = max((b - a for a, b in zip(times, times[1:])), default=0.0)
+        missing, extra = wanted - have, have - wanted
         return Report(
             len(self.rows),
             len(rows),
             len(expected),
-            sum((wanted - have).values()),
-            sum((have - wanted).values()),
+            sum(missing.values()),
+            sum(extra.values()),
             per_key(rows) == per_key(expected),
             struck,
+            sorted(missing, key=lambda r: r[-1])[:20],
+            sorted(extra, key=lambda r: r[-1])[:20],
         )

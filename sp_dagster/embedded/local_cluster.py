@@ -4,8 +4,9 @@
 unless `exactly_once` is False). `receivers` adds receiver nodes (`isReceiverNode: true`,
 `receiver-1`, ...) that host the HTTP receivers, accepting `receiver_users` (name -> password).
 
-The processes share a SQLite control plane and a SQLite persistence table under `home`, and
-run with short timings so failover takes seconds.
+The processes share a control plane and a persistence table: SQLite files under `home`, or the
+database at `database` (a SQLAlchemy URL, e.g. PostgreSQL) for both; and they run with short
+timings so failover takes seconds.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ deployment.config:
   datasource: SP_MGT_DB
   {messaging}
 datasources:
-  SP_MGT_DB: sqlite:///{home}/sp_mgt.db
+  SP_MGT_DB: {control_db}
 """
 
 WORKER_CONF = """
@@ -44,8 +45,8 @@ deployment.config:
   datasource: SP_MGT_DB
   {messaging}{receiver}
 datasources:
-  SP_MGT_DB: sqlite:///{home}/sp_mgt.db
-  WSO2_PERSISTENCE_DB: sqlite:///{home}/persistence.db
+  SP_MGT_DB: {control_db}
+  WSO2_PERSISTENCE_DB: {persistence_db}
 state.persistence:
   enabled: true
   intervalInMin: {interval}
@@ -71,7 +72,7 @@ def messaging_conf(kind: str, servers: str, cluster_id: str = "sp-dagster") -> s
 
 
 class LocalCluster:
-    """One manager and N worker processes sharing a SQLite control plane under `home`, on Kafka or NATS."""
+    """Managers and N worker processes sharing a control plane (SQLite under `home`, or `database`), on Kafka or NATS."""
 
     def __init__(
         self,
@@ -88,6 +89,7 @@ class LocalCluster:
         managers: int = 1,
         receivers: int = 0,
         receiver_users: dict[str, str] | None = None,
+        database: str | None = None,
     ):
         self.home = home
         self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)
@@ -95,10 +97,11 @@ class LocalCluster:
         self.manager_conf = home / "manager.yaml"
         self.worker_conf = home / "worker.yaml"
         layer = messaging_conf(messaging, bootstrap, cluster_id)
-        self.manager_conf.write_text(MANAGER_CONF.format(messaging=layer, home=home))
+        databases = dict(control_db=database or f"sqlite:///{home}/sp_mgt.db", persistence_db=database or f"sqlite:///{home}/persistence.db")
+        self.manager_conf.write_text(MANAGER_CONF.format(messaging=layer, **databases))
         # Continuous instances hold a task slot each; micro-batch queries share one (as before).
         worker_slots = slots if mode == "continuous" else 1
-        settings = dict(messaging=layer, home=home, interval=persist_every_min, mode=mode, slots=worker_slots, exactly_once=str(exactly_once).lower())
+        settings = dict(messaging=layer, **databases, interval=persist_every_min, mode=mode, slots=worker_slots, exactly_once=str(exactly_once).lower())
         self.worker_conf.write_text(WORKER_CONF.format(**settings, receiver=""))
         self.receiver_conf = home / "receiver.yaml"
         users = "".join(f"\n    - {{username: {json.dumps(u)}, password: {json.dumps(p)}}}" for u, p in (receiver_users or {}).items())

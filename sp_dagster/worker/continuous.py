@@ -55,7 +55,8 @@ def _run(spec: TaskSpec) -> str:
     from sp_dagster.messaging import transport_for
     from sp_dagster.worker.instance_loop import InstanceLoop
 
-    logging.basicConfig(level=spec.log_level, format=f"%(asctime)s %(levelname)s [{spec.plan.name}] %(name)s: %(message)s")
+    # force: a reused Python worker process was set up by an earlier task, for another instance
+    logging.basicConfig(level=spec.log_level, format=f"%(asctime)s %(levelname)s [{spec.plan.name}] %(name)s: %(message)s", force=True)
     control = DriverControl(spec.address, spec.authkey, spec.token)
     reason = "failed"
     transport = transport_for(spec.messaging, timeout=30.0)

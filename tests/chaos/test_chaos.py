@@ -1,5 +1,6 @@
 """The chaos suite: a steady stream through a two-group stateful app while a worker is SIGKILLed, a worker is
-paused past its heartbeat window, and the leader manager is killed; every key's outputs equal the engine's."""
+paused past its heartbeat window, the leader manager is killed, the broker freezes and the control-plane
+database goes away for 30 s; every key's outputs equal the engine's, nothing lost or duplicated."""
 
 from __future__ import annotations
 
@@ -7,18 +8,31 @@ import json
 
 import pytest
 
-from sp_dagster.embedded.chaos import FAULTS, ChaosRun
+from sp_dagster.embedded.chaos import FAULTS, SERVER_FAULTS, ChaosRun
 from tests.worker.test_end_to_end import APP_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
+APP = APP_PATH.read_text().replace("Trades", "TradesChaos")
 
-def test_outputs_are_exact_per_key_with_nothing_lost_or_duplicated_across_faults(broker, tmp_path):
-    run = ChaosRun(tmp_path, broker.bootstrap_servers, APP_PATH.read_text().replace("Trades", "TradesChaos"))
-    report = run.run(FAULTS, seed=3)
+
+def check(run: ChaosRun, report, faults) -> None:
     for line in report.lines():
         print(json.dumps(line))
     assert report.events_in > 0 and report.outputs > 0
-    assert (report.lost, report.duplicated) == (0, 0), run.cluster.logs()
+    assert (report.lost, report.duplicated) == (0, 0), f"{run.final_status}\n{run.cluster.logs()}"
     assert report.exact_per_key and report.outputs == report.expected
-    assert [f.kind for f in report.faults] == list(FAULTS)
+    assert [f.kind for f in report.faults] == list(faults)
+
+
+def test_outputs_are_exact_per_key_with_nothing_lost_or_duplicated_across_faults(broker, tmp_path):
+    run = ChaosRun(tmp_path, broker.bootstrap_servers, APP)
+    check(run, run.run(FAULTS, seed=3), FAULTS)
+
+
+def test_outputs_are_exact_across_a_broker_pause_and_a_database_outage(broker, database_server_factory, tmp_path):
+    # The control plane and the persistence table live on a PostgreSQL server of the test's own,
+    # stopped for 30 s; the broker (the session's) is frozen for 30 s.
+    database = database_server_factory("postgresql")
+    run = ChaosRun(tmp_path, broker.bootstrap_servers, APP, broker=broker, database=database, database_url=database.create_database())
+    check(run, run.run(SERVER_FAULTS, seed=5), SERVER_FAULTS)
