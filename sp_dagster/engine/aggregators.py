@@ -17,7 +17,6 @@ from sp_dagster.engine.values import LONG_MAX, LONG_MIN, java_float_to_int, wrap
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.functions import AGGREGATORS as SPECS
 
-
 #: Magnitudes below which a long sum subtracts exactly through doubles (Siddhi's overload).
 _EXACT = 2**53
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sp_dagster.engine.aggregators import AGGREGATORS, Aggregator, AggregationContext
+from sp_dagster.engine.aggregators import AGGREGATORS, AggregationContext, Aggregator
 from sp_dagster.engine.events import CURRENT, EXPIRED, RESET, StreamEvent
 from sp_dagster.engine.executor import Executor
 from sp_dagster.siddhi import ast
