@@ -26,6 +26,8 @@ class StreamJunction:
         self.inner = inner
         self.receivers: list[Receiver] = []
         self.callbacks: list[Receiver] = []
+        self.width = len(schema)
+        self.exact = "float" not in schema.types  # a row's values need no conversion (no 32-bit floats)
 
     def subscribe(self, receiver: Receiver) -> None:
         """Add a query (or partition) that reads this stream."""

@@ -249,13 +249,14 @@ class AppRuntime:
         """
         junction = self.context.junctions.get(stream)
         if type(rows) is list and len(rows) == 1 and type(timestamps) is list and len(timestamps) == 1 and junction is not None:
-            row, schema = rows[0], junction.schema
-            if type(row) is tuple and len(row) == len(schema.types) and "float" not in schema.types:  # one row as is: no checks to make
+            row = rows[0]
+            if type(row) is tuple and len(row) == junction.width and junction.exact:  # one row as is: no checks to make
                 with self.lock:
                     if not self.started:
                         self.start()
-                    if self.clock.playback:
-                        self.clock.advance(timestamps[0])
+                    clock = self.clock
+                    if clock.playback:
+                        clock.advance(timestamps[0])
                     junction.send([StreamEvent(timestamps[0], row)])
                 return
         schema = junction.schema if junction is not None else self.schema(stream)

@@ -103,9 +103,9 @@ class Selector(Processor):
         """Bind _select to the form this selector's clauses call for (decided once, not per chunk)."""
         if self._batching:
             if self.group_by:
-                select = self._batch_group_by if self.having is not None else self._batch_last_grouped
+                select = self._batch_group_by if self.having is not None else self._batch_last
             elif self.contains_aggregator:
-                select = self._batch_no_group_by
+                select = self._batch_no_group_by if self.having is not None else self._batch_last_one
             else:
                 select = self._no_group_by
         elif self.group_by:
@@ -193,7 +193,7 @@ class Selector(Processor):
 
     def _batch_no_group_by(self, chunk):
         if self.having is None:
-            return self._batch_last(chunk, grouped=False)
+            return self._batch_last_one(chunk)
         last = None
         for event in chunk:
             kind = event.type
@@ -211,7 +211,7 @@ class Selector(Processor):
 
     def _batch_group_by(self, chunk):
         if self.having is None:
-            return self._batch_last(chunk, grouped=True)
+            return self._batch_last(chunk)
         groups: dict = {}
         for event in chunk:
             kind = event.type
@@ -226,14 +226,36 @@ class Selector(Processor):
             return None
         return self._order_offset_limit(list(groups.values()))
 
-    def _batch_last_grouped(self, chunk):
-        return self._batch_last(chunk, grouped=True)
-
-    def _batch_last(self, chunk, grouped: bool):
-        """Batch mode without having: aggregate every event, build rows only for the winners."""
+    def _batch_last_one(self, chunk):
+        """_batch_last without group by: aggregate every event, the row of the last wanted one."""
         aggregation = self.aggregation
         processes = aggregation.processes
         current_on, expired_on = self.current_on, self.expired_on
+        winner = values = None
+        applied = False
+        for event in chunk:
+            kind = event.type
+            if kind == CURRENT or kind == EXPIRED:
+                values = [process(event, None) for process in processes]
+                applied = True
+                if (kind == CURRENT and current_on) or (kind == EXPIRED and expired_on):
+                    winner = (event, values)
+            elif kind == RESET:
+                aggregation.reset()
+        if applied:
+            aggregation.key, aggregation.values = None, values
+        if winner is None or not ((self.offset is None or self.offset == 0) and (self.limit is None or self.limit > 0)):
+            return None
+        event, aggregation.values = winner
+        return [StreamEvent(event.timestamp, event.data, event.type, self._build(event), None)]
+
+    def _batch_last(self, chunk):
+        """Batch mode without having: aggregate every event, build rows only for the winners
+        (one per group with group by, else one per chunk)."""
+        aggregation = self.aggregation
+        processes = aggregation.processes
+        current_on, expired_on = self.current_on, self.expired_on
+        grouped = bool(self.group_by)
         group_key = (self.group_by[0] if len(self.group_by) == 1 else self._group_key) if grouped else self._no_key
         winners: dict = {}
         values = key = None

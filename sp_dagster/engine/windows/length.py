@@ -40,7 +40,8 @@ class LengthWindow(WindowProcessor):
                 out.append(event)
                 out.append(clone)
                 out.append(event.copy(RESET))
-        self.forward(out)
+        if out:
+            self.next.process(out)
 
     def held(self):
         self.settle()
