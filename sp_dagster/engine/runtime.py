@@ -320,7 +320,7 @@ class AppRuntime:
             batch = _conform_batch(rows, schema, stream)
             if batch.num_rows > SMALL_BATCH:
                 return None, batch
-            columns = batch.to_pydict().values()  # cheaper than a list of Arrow columns
+            columns = [column.to_pylist() for column in batch.columns]  # cheaper than to_pydict()
             return (list(zip(*columns)) if columns else [()] * batch.num_rows), None
         if "float" in schema.types:
             return [_conform_row(row, schema, stream) for row in rows], None
