@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 from sp_dagster.engine.events import CURRENT, EXPIRED
 from sp_dagster.engine.executor import Executor
@@ -81,6 +82,7 @@ class Aggregator:
         self.arg_type = args[0].type if args else None
         self.type = SPECS[node.name].returns([a.type for a in args], node.args)
         self.arg = args[0].row if args else None
+        self.read: Callable = args[0].row if args else _no_argument  # arg, for aggregators that have one
         self.context = context
         self.states: dict = {}
 
@@ -129,6 +131,10 @@ class Aggregator:
             state = self.new_state()
             state.load(dumped)
             self.states[key] = state
+
+
+def _no_argument(event):
+    raise TypeError("this aggregator takes no argument")
 
 
 class State:
@@ -254,7 +260,7 @@ class Sum(Aggregator):
         if state is None:
             state = states[key] = self.new_state()
         kind = event.type
-        value = self.arg(event)
+        value = self.read(event)
         if value is None:
             return self._apply(state, kind, value, key)
         if kind == CURRENT:
@@ -285,7 +291,7 @@ class Sum(Aggregator):
         if state is None:
             state = states[key] = self.new_state()
         kind = event.type
-        value = self.arg(event)
+        value = self.read(event)
         if value is None:
             return self._apply(state, kind, value, key)
         if kind == CURRENT:
@@ -347,7 +353,7 @@ class Avg(Aggregator):
         if state is None:
             state = states[key] = self.new_state()
         kind = event.type
-        value = self.arg(event)
+        value = self.read(event)
         if value is None:
             return self._apply(state, kind, value, key)
         if kind == CURRENT:

@@ -254,9 +254,8 @@ class AppRuntime:
                 with self.lock:
                     if not self.started:
                         self.start()
-                    clock = self.clock
-                    if clock.playback:
-                        clock.advance(timestamps[0])
+                    if self.clock.playback:
+                        self.clock.advance(timestamps[0])
                     junction.send([StreamEvent(timestamps[0], row)])
                 return
         schema = junction.schema if junction is not None else self.schema(stream)

@@ -231,7 +231,8 @@ class Selector(Processor):
         aggregation = self.aggregation
         processes = aggregation.processes
         current_on, expired_on = self.current_on, self.expired_on
-        winner = values = None
+        winner = None
+        values: list = []
         applied = False
         for event in chunk:
             kind = event.type
@@ -258,7 +259,8 @@ class Selector(Processor):
         grouped = bool(self.group_by)
         group_key = (self.group_by[0] if len(self.group_by) == 1 else self._group_key) if grouped else self._no_key
         winners: dict = {}
-        values = key = None
+        values: list = []
+        key = None
         applied = False
         for event in chunk:
             kind = event.type

@@ -40,8 +40,7 @@ class LengthWindow(WindowProcessor):
                 out.append(event)
                 out.append(clone)
                 out.append(event.copy(RESET))
-        if out:
-            self.next.process(out)
+        self.forward(out)
 
     def held(self):
         self.settle()
