@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 from sp_dagster.engine.events import CURRENT, EXPIRED
 from sp_dagster.engine.executor import Executor
-from sp_dagster.engine.values import java_float_to_int, wrap_long
+from sp_dagster.engine.values import LONG_MAX, LONG_MIN, java_float_to_int, wrap_long
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.functions import AGGREGATORS as SPECS
+
+#: Magnitudes below which a long sum subtracts exactly through doubles (Siddhi's overload).
+_EXACT = 2**53
 
 
 class AggregationContext:
@@ -31,6 +35,7 @@ class AggregationContext:
         self.key = None
         self.track_future = track_future  # keep min/max candidates for retraction
         self.aggregators: list[Aggregator] = []
+        self.processes: list = []  # each aggregator's bound process(event, key)
         self.values: list = []
 
     def compile(self, node: ast.FunctionCall, args: list[Executor]) -> Executor:
@@ -38,15 +43,17 @@ class AggregationContext:
         aggregator = AGGREGATORS[node.name](node, args, self)
         index = len(self.aggregators)
         self.aggregators.append(aggregator)
+        self.processes.append(aggregator.process)
         executor = Executor(aggregator.type, lambda e: self.values[index])
         executor.aggregators = (aggregator,)
+        executor.reads = ("values", index)
         return executor
 
     def apply(self, event, key) -> list:
         """Apply a current or expired event to every aggregator of group `key`; their values."""
         self.key = key
-        self.values = [aggregator.process(event) for aggregator in self.aggregators]
-        return self.values
+        self.values = values = [process(event, key) for process in self.processes]
+        return values
 
     def reset(self) -> None:
         """A RESET event: every aggregator starts over for every group."""
@@ -75,6 +82,7 @@ class Aggregator:
         self.arg_type = args[0].type if args else None
         self.type = SPECS[node.name].returns([a.type for a in args], node.args)
         self.arg = args[0].row if args else None
+        self.read: Callable = args[0].row if args else _no_argument  # arg, for aggregators that have one
         self.context = context
         self.states: dict = {}
 
@@ -82,9 +90,8 @@ class Aggregator:
         """A fresh state for a group."""
         raise NotImplementedError
 
-    def process(self, event):
-        """Apply `event` (current: add, expired: remove) to its group; return the value."""
-        key = self.context.key
+    def process(self, event, key):
+        """Apply `event` (current: add, expired: remove) to group `key`; return the value."""
         states = self.states
         state = states.get(key)
         if state is None:
@@ -92,6 +99,9 @@ class Aggregator:
         kind = event.type
         arg = self.arg
         value = None if arg is None else arg(event)
+        return self._apply(state, kind, value, key)
+
+    def _apply(self, state, kind: int, value, key):
         if kind == CURRENT:
             result = state.add(value)
         elif kind == EXPIRED:
@@ -99,7 +109,7 @@ class Aggregator:
         else:
             return state.current()
         if state.empty():
-            del states[key]
+            del self.states[key]
         return result
 
     def reset(self) -> None:
@@ -121,6 +131,10 @@ class Aggregator:
             state = self.new_state()
             state.load(dumped)
             self.states[key] = state
+
+
+def _no_argument(event):
+    raise TypeError("this aggregator takes no argument")
 
 
 class State:
@@ -232,8 +246,68 @@ class _SumDouble(_SumLong):
 class Sum(Aggregator):
     """sum(x): long for int/long, double for float/double; null when empty."""
 
+    def __init__(self, node, args, context):
+        super().__init__(node, args, context)
+        # the common cases (an add or remove of a value) inline; Aggregator.process is the reference
+        self.process = self._process_long if self.arg_type in ("int", "long") else self._process_double
+
     def new_state(self):
         return _SumLong() if self.arg_type in ("int", "long") else _SumDouble()
+
+    def _process_long(self, event, key):
+        states = self.states
+        state = states.get(key)
+        if state is None:
+            state = states[key] = self.new_state()
+        kind = event.type
+        value = self.read(event)
+        if value is None:
+            return self._apply(state, kind, value, key)
+        if kind == CURRENT:
+            total = state.sum + value
+            if total < LONG_MIN or total > LONG_MAX:
+                total = wrap_long(total)
+            state.sum = total
+            count = state.count = state.count + 1
+            if count == 0 and total == 0:
+                del states[key]
+            return total
+        if kind != EXPIRED:
+            return state.current()
+        total = state.sum
+        # Siddhi's long sum subtracts through a double overload
+        total = total - value if -_EXACT < total < _EXACT and -_EXACT < value < _EXACT else java_float_to_int(float(total) - float(value), 64)
+        state.sum = total
+        count = state.count = state.count - 1
+        if count == 0:
+            if total == 0:
+                del states[key]
+            return None
+        return total
+
+    def _process_double(self, event, key):
+        states = self.states
+        state = states.get(key)
+        if state is None:
+            state = states[key] = self.new_state()
+        kind = event.type
+        value = self.read(event)
+        if value is None:
+            return self._apply(state, kind, value, key)
+        if kind == CURRENT:
+            state.sum += value
+            count = state.count = state.count + 1
+        elif kind == EXPIRED:
+            state.sum -= value
+            count = state.count = state.count - 1
+        else:
+            return state.current()
+        if count == 0:
+            if state.sum == 0:
+                del states[key]
+            if kind == EXPIRED:
+                return None
+        return state.sum
 
 
 class _Avg(State):
@@ -272,6 +346,30 @@ class Avg(Aggregator):
     def new_state(self):
         return _Avg()
 
+    def process(self, event, key):
+        """Aggregator.process with the add or remove of a value inline."""
+        states = self.states
+        state = states.get(key)
+        if state is None:
+            state = states[key] = self.new_state()
+        kind = event.type
+        value = self.read(event)
+        if value is None:
+            return self._apply(state, kind, value, key)
+        if kind == CURRENT:
+            count = state.count = state.count + 1
+            total = state.value = state.value + value
+            result = total / count
+        elif kind == EXPIRED:
+            count = state.count = state.count - 1
+            total = state.value = state.value - value
+            result = None if count == 0 else total / count
+        else:
+            return state.current()
+        if count == 0 and total == 0.0:
+            del states[key]
+        return result
+
 
 class _Count(State):
     __slots__ = ("count",)
@@ -306,6 +404,23 @@ class Count(Aggregator):
 
     def new_state(self):
         return _Count()
+
+    def process(self, event, key):
+        """Aggregator.process with the count inline."""
+        states = self.states
+        state = states.get(key)
+        if state is None:
+            state = states[key] = self.new_state()
+        kind = event.type
+        if kind == CURRENT:
+            count = state.count = state.count + 1
+        elif kind == EXPIRED:
+            count = state.count = state.count - 1
+        else:
+            return state.count
+        if count == 0:
+            del states[key]
+        return count
 
 
 class _DistinctCount(State):

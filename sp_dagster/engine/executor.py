@@ -26,7 +26,7 @@ Vector = Callable[[Any], Any]
 class Executor:
     """One compiled expression: its Siddhi type, a row function and maybe a vector function."""
 
-    __slots__ = ("type", "row", "arrow", "constant", "value", "aggregators")
+    __slots__ = ("type", "row", "arrow", "constant", "value", "aggregators", "reads")
 
     def __init__(self, type: str, row: Row, arrow: Vector | None = None, *, constant: bool = False, value=None):
         self.type = type
@@ -35,6 +35,9 @@ class Executor:
         self.constant = constant
         self.value = value
         self.aggregators: tuple = ()
+        #: what `row` does when it only reads: ("data", i) is e.data[i], ("values", i) an
+        #: aggregator's latest value (compilers of rows inline these reads); None otherwise
+        self.reads: tuple[str, int] | None = None
 
 
 def constant(value, kind: str) -> Executor:
@@ -144,7 +147,9 @@ class OutputScope(Scope):
 def attribute(index: int, kind: str) -> Executor:
     """The executor reading attribute `index` of the input data."""
     vector = (lambda c: c.batch.column(index)) if kind in ARROW_TYPES else None
-    return Executor(kind, lambda e: e.data[index], vector)
+    executor = Executor(kind, lambda e: e.data[index], vector)
+    executor.reads = ("data", index)
+    return executor
 
 
 def converter(source: str, target: str) -> Callable[[Any], Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Protocol
 
@@ -26,6 +27,8 @@ class StreamJunction:
         self.inner = inner
         self.receivers: list[Receiver] = []
         self.callbacks: list[Receiver] = []
+        self.width = len(schema)
+        self.exact = "float" not in schema.types  # a row's values need no conversion (no 32-bit floats)
 
     def subscribe(self, receiver: Receiver) -> None:
         """Add a query (or partition) that reads this stream."""
@@ -87,7 +90,7 @@ class OutputBuffer:
                 batch = pa.RecordBatch.from_struct_array(pa.array(self.rows, type=self._struct))
             else:
                 batch = pa.RecordBatch.from_arrays([], schema=self.arrow_schema)
-            self.batches.append((batch, pa.array(self.timestamps, pa.int64())))
+            self.batches.append((batch, int64_array(self.timestamps)))
             self.rows, self.timestamps = [], []
 
     def __len__(self) -> int:
@@ -107,6 +110,22 @@ class OutputBuffer:
         table = pa.Table.from_batches([b for b, _ in batches], schema=self.arrow_schema).combine_chunks()
         timestamps = pa.concat_arrays([t for _, t in batches])
         return (table.to_batches() or [empty])[0], timestamps
+
+
+def int64_array(values: list) -> pa.Array:
+    """pa.array(values, pa.int64()); a few Python ints packed into one buffer (3x cheaper)."""
+    if len(values) <= _PACKED and all(type(v) is int for v in values):
+        try:
+            data = _packers[len(values)].pack(*values)
+        except struct.error:  # out of range: pa.array says so
+            return pa.array(values, _INT64)
+        return pa.Array.from_buffers(_INT64, len(values), [None, pa.py_buffer(data)])
+    return pa.array(values, _INT64)
+
+
+_INT64 = pa.int64()
+_PACKED = 16
+_packers = [struct.Struct(f"<{n}q") for n in range(_PACKED + 1)]
 
 
 class QueryCallback:

@@ -156,7 +156,7 @@ class _PartitionReceiver:
             for instance in list(runtime.instances.values()):
                 instance.send(self.stream, chunk)
             return
-        events = as_events(chunk)
+        events = chunk if type(chunk) is list else as_events(chunk)
         if len(events) == 1:
             instances = runtime.instances
             for executor in self.executors:

@@ -249,8 +249,8 @@ class AppRuntime:
         """
         junction = self.context.junctions.get(stream)
         if type(rows) is list and len(rows) == 1 and type(timestamps) is list and len(timestamps) == 1 and junction is not None:
-            row, schema = rows[0], junction.schema
-            if type(row) is tuple and len(row) == len(schema.types) and "float" not in schema.types:  # one row as is: no checks to make
+            row = rows[0]
+            if type(row) is tuple and len(row) == junction.width and junction.exact:  # one row as is: no checks to make
                 with self.lock:
                     if not self.started:
                         self.start()
@@ -319,7 +319,7 @@ class AppRuntime:
             batch = _conform_batch(rows, schema, stream)
             if batch.num_rows > SMALL_BATCH:
                 return None, batch
-            columns = batch.to_pydict().values()  # cheaper than a list of Arrow columns
+            columns = [column.to_pylist() for column in batch.columns]  # cheaper than to_pydict()
             return (list(zip(*columns)) if columns else [()] * batch.num_rows), None
         if "float" in schema.types:
             return [_conform_row(row, schema, stream) for row in rows], None

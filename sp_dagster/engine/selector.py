@@ -39,7 +39,7 @@ class Selector(Processor):
     ):
         self.current_on = current_on
         self.expired_on = expired_on
-        self.batching = True
+        self._batching = True
         self.aggregation = AggregationContext(track_future)
         scope.aggregation = self.aggregation
         if selector.star:
@@ -74,6 +74,7 @@ class Selector(Processor):
         self.offset = _count(selector.offset, "offset")
         self.contains_aggregator = bool(self.aggregation.aggregators)
         self.rows = [e.row for e in self.executors]
+        self._build = compile_row(self.executors, self.aggregation)
         self.vectors = [e.arrow for e in self.executors]
         self.accepts_arrow = (
             not self.contains_aggregator
@@ -86,6 +87,32 @@ class Selector(Processor):
             and all(v is not None for v in self.vectors)
         )
         self._sort_key = functools.cmp_to_key(self._compare)
+        self._choose()
+
+    @property
+    def batching(self) -> bool:
+        """Batch mode (one output per group per chunk); a snapshot rate limiter turns it off."""
+        return self._batching
+
+    @batching.setter
+    def batching(self, value: bool) -> None:
+        self._batching = value
+        self._choose()
+
+    def _choose(self) -> None:
+        """Bind _select to the form this selector's clauses call for (decided once, not per chunk)."""
+        if self._batching:
+            if self.group_by:
+                select = self._batch_group_by if self.having is not None else self._batch_last
+            elif self.contains_aggregator:
+                select = self._batch_no_group_by if self.having is not None else self._batch_last_one
+            else:
+                select = self._no_group_by
+        elif self.group_by:
+            select = self._group_by
+        else:
+            select = self._no_group_by
+        self._select = select
 
     # -- evaluation
 
@@ -95,7 +122,11 @@ class Selector(Processor):
         return self._row(event, key)
 
     def _row(self, event: StreamEvent, key) -> StreamEvent:
-        return StreamEvent(event.timestamp, event.data, event.type, tuple([row(event) for row in self.rows]), key)
+        return StreamEvent(event.timestamp, event.data, event.type, self._build(event), key)
+
+    def _select(self, chunk) -> list | None:
+        """The output of one chunk (bound in _choose)."""
+        raise NotImplementedError
 
     def _keep(self, out: StreamEvent) -> bool:
         return self.having is None or self.having(out) is True
@@ -126,20 +157,6 @@ class Selector(Processor):
             out.extend(self._select(chunk) or ())
         if out:
             self.next.process(out)
-
-    def _select(self, chunk):
-        if self.batching:
-            if self.group_by:
-                out = self._batch_group_by(chunk)
-            elif self.contains_aggregator:
-                out = self._batch_no_group_by(chunk)
-            else:
-                out = self._no_group_by(chunk)
-        elif self.group_by:
-            out = self._group_by(chunk)
-        else:
-            out = self._no_group_by(chunk)
-        return out
 
     def process_arrow(self, chunk: ArrowChunk):
         rows = chunk.batch.num_rows
@@ -176,7 +193,7 @@ class Selector(Processor):
 
     def _batch_no_group_by(self, chunk):
         if self.having is None:
-            return self._batch_last(chunk, grouped=False)
+            return self._batch_last_one(chunk)
         last = None
         for event in chunk:
             kind = event.type
@@ -194,7 +211,7 @@ class Selector(Processor):
 
     def _batch_group_by(self, chunk):
         if self.having is None:
-            return self._batch_last(chunk, grouped=True)
+            return self._batch_last(chunk)
         groups: dict = {}
         for event in chunk:
             kind = event.type
@@ -209,33 +226,68 @@ class Selector(Processor):
             return None
         return self._order_offset_limit(list(groups.values()))
 
-    def _batch_last(self, chunk, grouped: bool):
-        """Batch mode without having: aggregate every event, build rows only for the winners."""
+    def _batch_last_one(self, chunk):
+        """_batch_last without group by: aggregate every event, the row of the last wanted one."""
         aggregation = self.aggregation
-        apply = aggregation.apply
+        processes = aggregation.processes
         current_on, expired_on = self.current_on, self.expired_on
+        winner = None
+        values: list = []
+        applied = False
+        for event in chunk:
+            kind = event.type
+            if kind == CURRENT or kind == EXPIRED:
+                values = [process(event, None) for process in processes]
+                applied = True
+                if (kind == CURRENT and current_on) or (kind == EXPIRED and expired_on):
+                    winner = (event, values)
+            elif kind == RESET:
+                aggregation.reset()
+        if applied:
+            aggregation.key, aggregation.values = None, values
+        if winner is None or not ((self.offset is None or self.offset == 0) and (self.limit is None or self.limit > 0)):
+            return None
+        event, aggregation.values = winner
+        return [StreamEvent(event.timestamp, event.data, event.type, self._build(event), None)]
+
+    def _batch_last(self, chunk):
+        """Batch mode without having: aggregate every event, build rows only for the winners
+        (one per group with group by, else one per chunk)."""
+        aggregation = self.aggregation
+        processes = aggregation.processes
+        current_on, expired_on = self.current_on, self.expired_on
+        grouped = bool(self.group_by)
         group_key = (self.group_by[0] if len(self.group_by) == 1 else self._group_key) if grouped else self._no_key
         winners: dict = {}
+        values: list = []
+        key = None
+        applied = False
         for event in chunk:
             kind = event.type
             if kind == CURRENT or kind == EXPIRED:
                 key = group_key(event)
-                values = apply(event, key)
+                values = [process(event, key) for process in processes]  # aggregation.apply, inline
+                applied = True
                 if (kind == CURRENT and current_on) or (kind == EXPIRED and expired_on):
                     winners[key] = (event, values)
             elif kind == RESET:
                 aggregation.reset()
+        if applied:
+            aggregation.key, aggregation.values = key, values
         if not winners:
             return None
+        build = self._build
         out = []
         for key, (event, values) in winners.items():
             aggregation.values = values
-            out.append(self._row(event, key))
+            out.append(StreamEvent(event.timestamp, event.data, event.type, build(event), key))
         if not grouped:
             if (self.offset is None or self.offset == 0) and (self.limit is None or self.limit > 0):
                 return out
             return None
-        return self._order_offset_limit(out)
+        if self.order_by or self.offset is not None or self.limit is not None:
+            return self._order_offset_limit(out)
+        return out
 
     def _order_offset_limit(self, out):
         if self.order_by and out:
@@ -304,7 +356,33 @@ class Selector(Processor):
 
 
 def _input_attribute(index: int, kind: str) -> Executor:
-    return Executor(kind, lambda e: e.data[index], lambda c: c.batch.column(index))
+    executor = Executor(kind, lambda e: e.data[index], lambda c: c.batch.column(index))
+    executor.reads = ("data", index)
+    return executor
+
+
+def compile_row(executors: list[Executor], aggregation: AggregationContext):
+    """One function from an event to its output row: `tuple(x.row(event) for x in executors)`,
+    with plain reads (an input attribute, an aggregator's value) inlined instead of called."""
+    names: dict = {"aggregation": aggregation}
+    parts = []
+    for position, executor in enumerate(executors):
+        reads = executor.reads
+        if reads is not None and reads[0] == "data":
+            parts.append(f"d[{reads[1]}]")
+        elif reads is not None and reads[0] == "values":
+            parts.append(f"v[{reads[1]}]")
+        else:
+            names[f"f{position}"] = executor.row
+            parts.append(f"f{position}(e)")
+    lines = ["def build(e):"]
+    if any(p.startswith("d[") for p in parts):
+        lines.append("    d = e.data")
+    if any(p.startswith("v[") for p in parts):
+        lines.append("    v = aggregation.values")
+    lines.append(f"    return ({''.join(p + ', ' for p in parts)})")
+    exec("\n".join(lines), names)  # noqa: S102 (source made above from positions only)
+    return names["build"]
 
 
 def _count(node: ast.Expression | None, what: str) -> int | None:
