@@ -11,7 +11,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -340,14 +340,19 @@ class TransactionalPublisher(RawPublisher):
                 raise self.transport.unreachable(exc, f"beginning a transaction as '{self.transactional_id}'") from None
             self._open = True
 
-    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
-        """Commit the open transaction with the input offsets (next to read, per (topic, partition))."""
+    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "", *, retry_while: Callable[[], bool] | None = None) -> None:
+        """Commit the open transaction with the input offsets (next to read, per (topic, partition)).
+
+        A step the broker did not answer in time is tried again for as long as `retry_while()`
+        holds (the owner still owns its inputs): given up, the transaction would stay open, and a
+        next owner's start resolves it, on some brokers by committing its messages without the
+        offsets (tansu 0.6), which would publish them twice."""
         self._begin()
         try:
             if offsets:
                 positions = [TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(offsets.items())]
-                self.producer.send_offsets_to_transaction(positions, self._group.consumer_group_metadata(), self.timeout)
-            self.producer.commit_transaction(self.timeout)
+                self._retrying(lambda: self.producer.send_offsets_to_transaction(positions, self._group.consumer_group_metadata(), self.timeout), retry_while)
+            self._retrying(lambda: self.producer.commit_transaction(self.timeout), retry_while)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is not None and error.code() in _FENCED:
@@ -362,6 +367,16 @@ class TransactionalPublisher(RawPublisher):
         failures, self._failures = self._failures, []
         if failures:
             raise MessagingError(f"{len(failures)} event(s) could not be published: {failures[0]}")
+
+    def _retrying(self, step: Callable[[], None], retry_while: Callable[[], bool] | None) -> None:
+        while True:
+            try:
+                return step()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or not error.retriable() or error.txn_requires_abort() or retry_while is None or not retry_while():
+                    raise
+                log.warning("transaction of '%s' not acknowledged yet (%s); trying again", self.transactional_id, error.str())
 
     def flush(self, timeout: float = 30.0) -> None:
         """Commit what is open, without offsets."""

@@ -398,7 +398,8 @@ class InstanceLoop:
             if publisher is not self._txn and publisher in groups:
                 publisher.flush(self.settings.flush_timeout_s)
         if self._txn is not None:
-            self._txn.commit({place: o for place, o in self.positions.items() if place[0] in self._txn_topics}, f"{now}:{self._txn_stamp}")
+            offsets = {place: o for place, o in self.positions.items() if place[0] in self._txn_topics}
+            self._txn.commit(offsets, f"{now}:{self._txn_stamp}", retry_while=self.control.lease_ok)
 
     def _checkpoint(self) -> None:
         """Hand the control the engine's snapshot and the offsets it covers (outputs already acknowledged)."""

@@ -111,3 +111,44 @@ def test_broker_going_away_fails_publishing_clearly_and_reading_survives(topic_n
     publisher.send([("A", 1.0, 1)])
     with pytest.raises(BrokerUnavailable, match=rf"not acknowledged within 3s by {broker.bootstrap_servers}; is the broker running"):
         publisher.flush(timeout=3)
+
+
+@pytest.mark.parametrize("keep_trying", [True, False])
+def test_a_transaction_the_broker_does_not_answer_in_time_is_committed_once_it_does_while_its_owner_keeps_trying(topic_name, keep_trying):
+    import signal
+    import threading
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from sp_dagster.embedded import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        transport = KafkaTransport(broker.bootstrap_servers, timeout=2)
+        transport.ensure_topic(topic_name, 1)
+        txn = transport.transactional_publisher(f"txn-{topic_name}", f"group-{topic_name}")
+        txn.produce_all([(topic_name, b"first", None, 0, None, None)])
+        txn.commit({(topic_name, 0): 5})
+        txn.produce_all([(topic_name, b"second", None, 0, None, None)])
+        broker.process.send_signal(signal.SIGSTOP)  # frozen: every request hangs past the 2 s timeout
+        threading.Timer(5.0, broker.process.send_signal, (signal.SIGCONT,)).start()
+        if keep_trying:
+            txn.commit({(topic_name, 0): 9}, retry_while=lambda: True)
+        else:
+            with pytest.raises(BrokerUnavailable, match="committing a transaction"):
+                txn.commit({(topic_name, 0): 9})
+            time.sleep(5)  # the broker answers again; the transaction stays unresolved
+        group = Consumer(transport._reader_config(**{"group.id": f"group-{topic_name}"}))
+        committed = group.committed([TopicPartition(topic_name, 0)], timeout=10)[0].offset
+        group.close()
+        reader = Consumer(transport._reader_config(**{"group.id": f"read-{topic_name}", "isolation.level": "read_committed"}))
+        reader.assign([TopicPartition(topic_name, 0, 0)])
+        values, deadline = [], time.monotonic() + 5
+        while time.monotonic() < deadline:
+            message = reader.poll(0.2)
+            if message is not None and not message.error():
+                values.append(message.value())
+        reader.close()
+    if keep_trying:  # committed once the broker answered: its messages and its offsets together
+        assert (values, committed) == ([b"first", b"second"], 9)
+    else:  # given up: only what committed before is visible or counted
+        assert (values, committed) == ([b"first"], 5)
