@@ -14,7 +14,8 @@ Starts the embedded broker (unless --bootstrap), then measures:
 The client is a minimal HTTP/1.1 client on asyncio (uvloop when installed) so that it costs little;
 each figure says what each side cost: `cpu_receiver`, `cpu_clients`, `cpu_broker` are CPU seconds
 per second of the run (1.0 = one core busy; this process hosts the receiver and does nothing else
-meanwhile). Every line carries the 1-minute load average when its figure was taken. One JSON
+meanwhile), and `receiver_us_per_event` the receiver's CPU per event accepted (what the figure
+would be on a core of its own: 1e6 / it). Every line carries the 1-minute load average when its figure was taken. One JSON
 line per figure.
 """
 
@@ -242,6 +243,7 @@ def receiver_run(bootstrap: str, concurrency: int, batch: int, seconds: float, r
             "vs_raw_produce": round(events / elapsed / raw_rate, 3),
             "in_topic": in_topic,
             "cpu_receiver": round(cpu / elapsed, 2),
+            "receiver_us_per_event": round(cpu / events * 1e6, 1) if events else None,
             "cpu_clients": round(sum(answer[3] for answer in answers) / elapsed, 2),
             "cpu_broker": round(broker_cpu / elapsed, 2) if broker_cpu is not None else None,
         }
