@@ -115,6 +115,10 @@ class ReceiverLoop:
             self._committer = loop.create_task(self._commit())
         except BaseException as exc:  # a port taken: the instance fails and the worker reports it
             self._error = exc
+            for runner in self._runners:
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(runner.cleanup())
+            loop.close()
             self._started.set()
             self._done.set()
             return
