@@ -1,22 +1,29 @@
 """A receiver partial app run continuously: HTTP requests in -> engine -> entry topics, acknowledged when durable.
 
 A user `@source(type='http', receiver.url=...)` always becomes a receiver (passthrough) group
-(`topology.flows`); its instances run here instead of `InstanceLoop`. An aiohttp server (its own
-event loop, in a thread) takes each request:
+(`topology.flows`); its instances run here instead of `InstanceLoop`. An aiohttp server (its
+low-level `web.Server`, on an event loop of its own in a thread; uvloop's when installed) takes
+each request:
 
     401  basic.auth.enabled and no valid `Authorization: Basic` for a user of deployment.yaml
     400  the body does not decode with the source's @map; the reason is the answer's text
     200  only once the request's events are in the instance's output topics (the broker acknowledged)
     503  publishing failed; the client should retry
 
-In continuous mode a receiver runs as a Spark task like any instance; in micro-batch mode (a
-query cannot listen) the worker's driver hosts it on a thread (`HostedReceiver`), as
-bench/http.py does. The loop thread takes whatever requests are waiting (one turn), runs them through
-`InstanceRuntime` (one engine send per request), produces and flushes the outputs, then answers
-every request of the turn: many concurrent requests share one flush, so the endpoint keeps up
-with the broker. Each request gets an origin `<instance>@http|<sequence>` with a sequence that
-grows across restarts (microseconds of the wall clock), so the next group never mistakes a new
-request for a replay.
+Group commit. The handler checks the credentials, decodes the body (once: the engine gets the
+rows) and leaves the request waiting. One batch is in flight at a time: on the server's loop, the
+requests waiting are run through `InstanceRuntime` as one run (the engine's `send_each`, each
+request a send of its own), their outputs are produced in one call, and a helper thread waits
+for the broker's acknowledgement of all of them (`flush`); then every request of the batch is
+answered at once, and the requests that arrived meanwhile make the next batch. So a request
+costs the endpoint its HTTP parsing, a check and a decode; the engine pass, the produce call and
+the broker's round trip are shared by all requests of a batch.
+
+Each request gets an origin `<instance>@http|<sequence>` with a sequence that grows across
+restarts (microseconds of the wall clock), so the next group never mistakes a new request for a
+replay. In continuous mode a receiver runs as a Spark task like any instance (`run()` serves
+its control: stop commands, the lease, metrics); in micro-batch mode (a query cannot listen) the
+worker's driver hosts it on a thread (`HostedReceiver`), as bench/http.py does.
 """
 
 from __future__ import annotations
@@ -24,37 +31,40 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import concurrent.futures
+import contextlib
 import hmac
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.transport import Transport
 from sp_dagster.worker.instance_plan import InstancePlan
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, encode_origin
+from sp_dagster.worker.instance_runtime import InstanceRuntime
 from sp_dagster.worker.sinks import HTTP_PREFIX
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class _Request:
-    stream: str
-    body: bytes
-    future: asyncio.Future
-    received: float
+MAX_BODY = 16 * 1024 * 1024  # the largest request body a receiver reads
 
 
 def receiver_urls(plan: InstancePlan) -> tuple[str, ...]:
     """The URLs an instance receives events at."""
     return tuple(i.url for i in plan.http_inputs)
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop for the server: uvloop's when it is installed (it comes with dagster-webserver's uvicorn[standard])."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 class ReceiverLoop:
@@ -66,16 +76,23 @@ class ReceiverLoop:
         self.settings = settings
         self.control = control
         self.users = dict(users or {})  # username -> password
+        # The `Authorization` value each user's client sends (the canonical form): most requests match one.
+        self._expected = [f"Basic {base64.b64encode(f'{u}:{p}'.encode()).decode('ascii')}".encode() for u, p in self.users.items()]
         self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms())
-        self.codecs = {i.stream: mapper_for(i.mapping, i.attributes) for i in plan.http_inputs}
-        self.requests: queue.Queue[_Request] = queue.Queue()
+        self.origin_key = f"{plan.name}@http"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runners: list = []
         self._started = threading.Event()
+        self._done = threading.Event()  # the server's loop has ended
         self._error: BaseException | None = None
+        self._waiting: list[tuple[str, list, asyncio.Future]] = []  # (topic, rows, answer) of the requests for the next batch
+        self._arrived = asyncio.Event()  # a request joined _waiting (bound to the server's loop on first use)
+        self._committer: asyncio.Task | None = None
+        self._closing = False
+        self._flusher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"http-flush-{plan.name}")
         self._sequence = 0
-        self.accepted = self.refused = 0
+        self.accepted = self.refused = self.batches = 0
         self.publisher = None
 
     # -- the HTTP side (the server's event loop) -------------------------------------------------
@@ -83,47 +100,78 @@ class ReceiverLoop:
     def _serve(self) -> None:
         from aiohttp import web
 
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
+        self._loop = loop = _event_loop()
+        asyncio.set_event_loop(loop)
         try:
-            sites: dict[tuple[str, int], web.Application] = {}
+            routes: dict[tuple[str, int], dict] = {}
             for source in self.plan.http_inputs:
                 parts = urlsplit(source.url)
-                app = sites.setdefault((parts.hostname, parts.port or 80), web.Application(client_max_size=16 * 1024 * 1024))
-                app.router.add_route("POST", parts.path or "/", self._handler(source))
-            for (host, port), app in sites.items():
-                runner = web.AppRunner(app, access_log=None)
-                self._loop.run_until_complete(runner.setup())
-                self._loop.run_until_complete(web.TCPSite(runner, host, port, reuse_address=True).start())
+                routes.setdefault((parts.hostname or "127.0.0.1", parts.port or 80), {})[parts.path or "/"] = self._handler(source)
+            for (host, port), paths in routes.items():
+                runner = loop.run_until_complete(self._runner(paths))
+                loop.run_until_complete(runner.setup())
+                loop.run_until_complete(web.TCPSite(runner, host, port, reuse_address=True).start())
                 self._runners.append(runner)
+            self._committer = loop.create_task(self._commit())
         except BaseException as exc:  # a port taken: the instance fails and the worker reports it
             self._error = exc
+            for runner in self._runners:
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(runner.cleanup())
+            loop.close()
             self._started.set()
+            self._done.set()
             return
         self._started.set()
-        self._loop.run_forever()
-        for runner in self._runners:
-            self._loop.run_until_complete(runner.cleanup())
-        self._loop.close()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._shutdown())
+            loop.close()
+            self._done.set()
+
+    async def _runner(self, paths: dict):
+        """A low-level aiohttp server for one host:port, dispatching POSTs by path (made on the loop)."""
+        from aiohttp import web
+
+        loop = asyncio.get_running_loop()
+
+        def request_factory(message, payload, protocol, writer, task):
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY)
+
+        async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
+            handle = paths.get(request.path)
+            if handle is None:
+                return web.Response(status=404, text="no receiver at this path")
+            if request.method != "POST":
+                return web.Response(status=405, text="POST events here", headers={"Allow": "POST"})
+            return await handle(request)
+
+        return web.ServerRunner(web.Server(dispatch, request_factory=request_factory), access_log=None)
 
     def _handler(self, source):
         from aiohttp import web
 
-        codec = self.codecs[source.stream]
+        codec = mapper_for(source.mapping, source.attributes)
+        topic = f"{HTTP_PREFIX}{source.stream}"
+        refusal = f"the event does not decode with @map(type='{source.mapping.type}'): "
 
-        async def handle(request: web.Request) -> web.Response:
+        async def handle(request: web.BaseRequest) -> web.Response:
             if source.basic_auth and not self._authorized(request.headers.get("Authorization")):
                 self.refused += 1
                 return web.Response(status=401, text="valid basic authentication is required", headers={"WWW-Authenticate": 'Basic realm="sp-dagster"'})
             body = await request.read()
             try:
-                codec.decode(body)
+                rows = codec.decode(body)
             except EventDecodeError as exc:
                 self.refused += 1
-                return web.Response(status=400, text=f"the event does not decode with @map(type='{source.mapping.type}'): {exc}")
-            future = asyncio.get_running_loop().create_future()
-            self.requests.put(_Request(source.stream, body, future, time.monotonic()))
-            error = await future
+                return web.Response(status=400, text=f"{refusal}{exc}")
+            if self._closing:
+                return web.Response(status=503, text="the receiver is stopping; retry")
+            answer = asyncio.get_running_loop().create_future()
+            self._waiting.append((topic, rows, answer))
+            self._arrived.set()
+            error = await answer
             if error:
                 return web.Response(status=503, text=f"the event could not be stored: {error}; retry")
             self.accepted += 1
@@ -132,7 +180,12 @@ class ReceiverLoop:
         return handle
 
     def _authorized(self, header: str | None) -> bool:
-        if not header or not header.lower().startswith("basic "):
+        if not header:
+            return False
+        sent = header.encode("utf-8", "surrogateescape")
+        if any(hmac.compare_digest(sent, expected) for expected in self._expected):
+            return True
+        if not header[:6].lower() == "basic ":  # another scheme, or a form of Basic other clients write
             return False
         try:
             user, _colon, password = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8").partition(":")
@@ -141,24 +194,86 @@ class ReceiverLoop:
         expected = self.users.get(user)
         return expected is not None and hmac.compare_digest(expected.encode(), password.encode())
 
-    # -- the loop thread -------------------------------------------------------------------------
+    async def _commit(self) -> None:
+        """The group commit: while requests wait, publish them as one batch and answer them once durable."""
+        loop = asyncio.get_running_loop()
+        arrived = self._arrived
+        while not self._closing:
+            await arrived.wait()
+            arrived.clear()
+            while self._waiting and not self._closing:
+                batch = self._take()
+                error, publisher = None, self.publisher
+                assert publisher is not None
+                try:
+                    self._publish(batch, publisher)
+                    await loop.run_in_executor(self._flusher, publisher.flush, self.settings.flush_timeout_s)
+                except Exception as exc:  # the broker is away: the clients retry
+                    log.warning("%s: publishing %d request(s) failed: %s", self.plan.name, len(batch), exc)
+                    error = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+                self.batches += 1
+                for _topic, _rows, answer in batch:
+                    if not answer.done():
+                        answer.set_result(error)
+
+    def _take(self) -> list[tuple[str, list, asyncio.Future]]:
+        """The waiting requests, oldest first, up to about `max_events` events (at least one request)."""
+        waiting, limit = self._waiting, self.settings.max_events
+        events, count = 0, 0
+        for _topic, rows, _answer in waiting:
+            events += len(rows)
+            count += 1
+            if events >= limit:
+                break
+        batch, self._waiting = waiting[:count], waiting[count:]
+        return batch
+
+    def _publish(self, batch: list[tuple[str, list, asyncio.Future]], publisher) -> None:
+        """Run a batch's events through the engine (each request one send) and queue the outputs."""
+        first = max(self._sequence + 1, time.time_ns() // 1000)
+        self._sequence = first + len(batch) - 1
+        key = self.origin_key
+        out = self.runtime.process_decoded([(topic, rows, key, first + n) for n, (topic, rows, _answer) in enumerate(batch)], _now_ms())
+        publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in out), ORIGIN_HEADER)
+
+    async def _shutdown(self) -> None:
+        """Stop taking requests, let the batch in flight finish, answer what still waits with 503."""
+        self._closing = True
+        for runner in self._runners:
+            for site in list(runner.sites):
+                with contextlib.suppress(Exception):
+                    await site.stop()
+        waiting, self._waiting = self._waiting, []
+        for _topic, _rows, answer in waiting:
+            if not answer.done():
+                answer.set_result("the receiver is stopping")
+        committer = self._committer
+        if committer is not None:
+            self._arrived.set()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(committer, self.settings.flush_timeout_s + 5)
+        for runner in self._runners:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+    # -- the control side (the caller's thread) --------------------------------------------------
 
     def start(self) -> None:
         """Start the HTTP server (once); raise when it cannot listen."""
         if self.publisher is not None:
             return
+        self.publisher = self.transport.raw_publisher()
         self._thread = threading.Thread(target=self._serve, name=f"http-receiver-{self.plan.name}", daemon=True)
         self._thread.start()
         self._started.wait(30)
         if self._error is not None:
             raise self._error
-        self.publisher = self.transport.raw_publisher()
         log.info("%s: receiving at %s", self.plan.name, ", ".join(receiver_urls(self.plan)))
 
     def run(self) -> str:
         """Serve until told to stop (or the lease runs out); returns why it stopped."""
         self.start()
-        last_metrics = time.monotonic()
+        last_metrics = 0.0
         try:
             while True:
                 if any(command[0] == "stop" for command in self.control.commands()):
@@ -166,43 +281,13 @@ class ReceiverLoop:
                 if not self.control.lease_ok():
                     log.warning("%s: the worker's lease on this instance ran out: stopping", self.plan.name)
                     return "lease lost"
-                self.turn(self.settings.idle_wait_s)
                 if time.monotonic() - last_metrics >= self.settings.metrics_interval_s:
                     self.control.metrics(self.metrics())
                     last_metrics = time.monotonic()
+                if self._done.wait(self.settings.idle_wait_s):
+                    raise RuntimeError("the receiver's HTTP server stopped")
         finally:
             self.close()
-
-    def turn(self, wait: float) -> int:
-        """Take the waiting requests, publish their events, answer them; returns how many."""
-        try:
-            batch = [self.requests.get(timeout=wait)]
-        except queue.Empty:
-            return 0
-        while len(batch) < self.settings.max_events:
-            try:
-                batch.append(self.requests.get_nowait())
-            except queue.Empty:
-                break
-        now = _now_ms()
-        messages = []
-        for request in batch:
-            self._sequence = max(self._sequence + 1, time.time_ns() // 1000)
-            origin = encode_origin(f"{self.plan.name}@http", (self._sequence,))
-            messages.append(Message(f"{HTTP_PREFIX}{request.stream}", 0, self._sequence, now, None, request.body, origin))
-        error = None
-        try:
-            out = self.runtime.process(messages, now)
-            for message in out:
-                headers = [(ORIGIN_HEADER, message.origin)] if message.origin else None
-                self.publisher.produce(message.topic, message.value, message.key, message.partition, message.timestamp, headers)
-            self.publisher.flush(self.settings.flush_timeout_s)
-        except Exception as exc:  # the broker is away: the clients retry
-            log.warning("%s: publishing %d request(s) failed: %s", self.plan.name, len(batch), exc)
-            error = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-        for request in batch:
-            self._loop.call_soon_threadsafe(_answer, request.future, error)
-        return len(batch)
 
     def metrics(self) -> dict:
         """Requests accepted and refused, and where the instance listens."""
@@ -211,19 +296,21 @@ class ReceiverLoop:
             "receiver_urls": list(receiver_urls(self.plan)),
             "accepted_total": self.accepted,
             "refused_total": self.refused,
+            "batches_total": self.batches,
             "rows_in_total": self.runtime.rows_in,
             "rows_out_total": self.runtime.rows_out,
             "delivery": "at-least-once",
         }
 
     def close(self) -> None:
-        """Stop the server, answer what is left with 503, release the publisher and the engine."""
-        if self._loop is not None and self._loop.is_running():
-            while not self.requests.empty():
-                self._loop.call_soon_threadsafe(_answer, self.requests.get_nowait().future, "the receiver is stopping")
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        """Stop the server (answering what waits with 503), release the publisher and the engine."""
+        loop = self._loop
+        if loop is not None and not self._done.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
-            self._thread.join(10)
+            self._thread.join(self.settings.flush_timeout_s + 10)
+        self._flusher.shutdown(wait=True)
         if self.publisher is not None:
             self.publisher.close()
             self.publisher = None
@@ -309,11 +396,6 @@ class HostedReceiver:
         """Stop serving (a receiver keeps no state: `save` changes nothing)."""
         self.control.queue.append(("stop", save))
         self._thread.join(timeout)
-
-
-def _answer(future: asyncio.Future, error: str | None) -> None:
-    if not future.done():
-        future.set_result(error)
 
 
 def _now_ms() -> int:

@@ -267,10 +267,7 @@ class InstanceRuntime:
                 self.duplicates += 1
                 continue
             self.seen[place] = sequence
-            if self.plan.stateless:
-                origin = (f"{self.group}>{key}", sequence)
-            else:
-                origin = (f"{self.group}@{message.topic}:{message.partition}", (message.offset,))
+            origin = self._origin(message.topic, message.partition, message.offset, key, sequence)
             stream, codec = self._inputs[message.topic]
             try:
                 rows = codec.decode(message.value)
@@ -290,6 +287,42 @@ class InstanceRuntime:
             self._advance(now)
         out, self._out = self._out, []
         return out
+
+    def process_decoded(self, sends: Iterable[tuple[str, list, str, int]], now: int) -> list[Message]:
+        """process() for messages their host has decoded already (an HTTP receiver decodes each request
+        once, to answer 400 itself): each send is (input topic, rows, origin key, n), one message at
+        partition 0 and offset n whose origin is (key, (n,)), stamped `now`; consecutive sends of one
+        stream go to the engine in one call, each as if sent alone."""
+        if self.on_wall_clock:
+            self._advance(now)
+        run = _Run()
+        seen, inputs = self.seen, self._inputs
+        for topic, rows, key, n in sends:
+            place, sequence = (topic, 0, key), (n,)
+            if place in seen and sequence <= seen[place]:
+                self.duplicates += 1
+                continue
+            seen[place] = sequence
+            if not rows:
+                continue
+            stream = inputs[topic][0]
+            if stream != run.stream:
+                self._send(run)
+                run = _Run(stream)
+            self.rows_in += len(rows)
+            run.add(rows, now, self._origin(topic, 0, n, key, sequence))
+        self._send(run)
+        if self.on_wall_clock:
+            self._advance(now)
+        out, self._out = self._out, []
+        return out
+
+    def _origin(self, topic: str, partition: int, offset: int, key: str, sequence: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+        """What the outputs of one input message are named after: a stateless instance passes the
+        message's origin on, a stateful one names them after the message's place."""
+        if self.plan.stateless:
+            return (f"{self.group}>{key}", sequence)
+        return (f"{self.group}@{topic}:{partition}", (offset,))
 
     def _send(self, run: _Run) -> None:
         """One engine call for a run of messages of one stream: each message is one send, as if sent

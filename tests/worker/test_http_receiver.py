@@ -1,0 +1,207 @@
+"""One HTTP receiver on the real broker: group commit (requests that arrive while a batch is being
+made durable are published together and answered together, each with its own answer), no 200
+before the broker acknowledged, 400 for an undecodable request without losing the others, 401
+with the credentials never logged, 503 when publishing fails or the receiver stops.
+
+The receiver's publisher is wrapped so that a test can hold a batch's flush (the real flush runs
+once released): what a client sees meanwhile is what it would see while the broker is slow."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import logging
+import threading
+import uuid
+
+import pytest
+import requests
+
+from sp_dagster.errors import MessagingError
+from sp_dagster.messaging import EARLIEST
+from sp_dagster.messaging.codecs import RawCodec
+from sp_dagster.messaging.maps import mapper_for
+from sp_dagster.worker.http_receiver import HostedReceiver
+from sp_dagster.worker.instance_loop import LoopSettings
+from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.spark_types import ORIGIN_HEADER
+from tests.worker.test_edges import free_port, start_app, wait_for
+
+pytestmark = [pytest.mark.broker]
+
+USERS = {"ops": "s3cret-pass", "bench": "other:pass"}
+APP = """@App:name('{name}')
+@source(type='http', receiver.url='http://127.0.0.1:{port}/readings', basic.auth.enabled='true', @map(type='json'))
+define stream Readings (deviceID string, power int);
+@dist(execGroup='work') from Readings[power > 0] select * insert into Kept;
+"""
+
+
+class HeldPublisher:
+    """The receiver's real publisher, whose flush waits until released (and can be made to fail)."""
+
+    def __init__(self, publisher):
+        self.publisher = publisher
+        self.released = threading.Event()
+        self.released.set()
+        self.flushing = threading.Event()  # a flush has started (and waits for `released`)
+        self.fail: str | None = None
+        self.produced = 0
+
+    def produce_all(self, records, header: str = "") -> None:
+        records = list(records)
+        self.produced += len(records)
+        self.publisher.produce_all(records, header)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        self.flushing.set()
+        self.released.wait(60)
+        self.flushing.clear()
+        if self.fail:
+            raise MessagingError(self.fail)
+        self.publisher.flush(timeout)
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+class Receiver:
+    """A receiver instance hosted on threads, with its entry topic read back."""
+
+    def __init__(self, kafka):
+        self.kafka = kafka
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/readings"
+        topology = start_app(kafka, APP.format(name=f"Recv{uuid.uuid4().hex[:6]}", port=self.port))
+        instance = next(i for g in topology.groups if g.receiver for i in g.instances)
+        self.plan = plan_instance(instance.name, instance.siddhi)
+        settings = LoopSettings(None, metrics_interval_s=0.1, idle_wait_s=0.05, flush_timeout_s=30)
+        self.hosted = HostedReceiver(self.plan, kafka, settings, users=USERS).start()
+        self.loop = self.hosted.loop
+        self.publisher = self.loop.publisher = HeldPublisher(self.loop.publisher)
+        self.output = self.plan.outputs[0]
+        self.reader = kafka.reader(self.output.topic, {p: EARLIEST for p in range(kafka.require_topic(self.output.topic).partitions)}, RawCodec())
+        self.codec = mapper_for(self.output.mapping or self.output.codec, self.output.attributes)
+        self.pool = concurrent.futures.ThreadPoolExecutor(16)
+
+    def post(self, data, auth=("ops", "s3cret-pass"), **kwargs):
+        return requests.post(self.url, data=data, auth=auth, timeout=60, **kwargs)
+
+    def post_later(self, data, **kwargs) -> concurrent.futures.Future:
+        return self.pool.submit(self.post, data, **kwargs)
+
+    def in_topic(self, at_least: int) -> list[tuple]:
+        """(row, origin) of every message in the entry topic once there are `at_least`, then a little more."""
+        got: list[tuple] = []
+
+        def more():
+            got.extend(self.reader.poll_raw(1000, 0.2, ORIGIN_HEADER))
+            return len(got) >= at_least
+
+        wait_for(more, what=f"{at_least} messages in the entry topic")
+        got.extend(self.reader.poll_raw(1000, 0.5, ORIGIN_HEADER))  # nothing more should come
+        return [(tuple(self.codec.decode(value)[0]), origin) for _p, _o, _t, _k, value, origin in got]
+
+    def close(self):
+        self.publisher.released.set()
+        self.hosted.stop()
+        self.reader.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture
+def receiver(kafka):
+    running = Receiver(kafka)
+    yield running
+    running.close()
+
+
+def event(device: str, power: int) -> bytes:
+    return f'{{"event": {{"deviceID": "{device}", "power": {power}}}}}'.encode()
+
+
+def test_requests_waiting_for_a_flush_are_published_as_one_batch_and_answered_once_durable(receiver):
+    held = receiver.publisher
+    assert receiver.post(event("first", 1)).status_code == 200
+    batches = receiver.loop.batches
+    held.released.clear()
+    blocked = receiver.post_later(event("a", 1))
+    assert held.flushing.wait(30), "the first request's batch is being flushed"
+    # While that flush waits, more requests arrive: one does not decode, the others wait for the next batch.
+    later = [receiver.post_later(event(f"b{n}", n + 1)) for n in range(8)]
+    bad = receiver.post(b'{"event": {"deviceID": "x", "power": "many"}}')
+    assert bad.status_code == 400 and "does not decode" in bad.text, bad.text
+    wait_for(lambda: len(receiver.loop._waiting) == 8, what="eight requests waiting for the next batch")
+    # Nothing is answered before the broker acknowledged: the flush still waits.
+    assert not blocked.done() and not any(f.done() for f in later)
+    assert receiver.publisher.produced == 2  # the first request's event and the held batch's: the waiting ones are not produced yet
+    held.released.set()
+    assert blocked.result(60).status_code == 200
+    answers = [f.result(60) for f in later]
+    assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+    assert receiver.loop.batches == batches + 2  # the held request's batch, then the eight together
+    got = receiver.in_topic(10)
+    assert sorted(row for row, _origin in got) == sorted([("first", 1), ("a", 1)] + [(f"b{n}", n + 1) for n in range(8)])
+    origins = [origin for _row, origin in got]
+    assert len(set(origins)) == len(origins) and all(origin.startswith(f"{receiver.plan.name.rsplit('-', 1)[0]}>".encode()) for origin in origins)
+    assert receiver.loop.metrics()["accepted_total"] == 10 and receiver.loop.metrics()["refused_total"] == 1
+
+
+def test_a_json_array_is_one_request_all_accepted_or_all_refused(receiver):
+    good = b'[{"event": {"deviceID": "d1", "power": 1}}, {"event": {"deviceID": "d2", "power": 2}}]'
+    bad = b'[{"event": {"deviceID": "d3", "power": 3}}, {"event": {"deviceID": "d4"}}]'
+    assert receiver.post(bad).status_code == 400
+    assert receiver.post(good).status_code == 200
+    assert sorted(row for row, _origin in receiver.in_topic(2)) == [("d1", 1), ("d2", 2)]
+
+
+def test_a_failed_flush_answers_503_and_the_next_batch_is_published(receiver):
+    receiver.publisher.fail = "the broker is away"
+    answer = receiver.post(event("lost", 1))
+    assert answer.status_code == 503 and "the broker is away" in answer.text and "retry" in answer.text
+    receiver.publisher.fail = None
+    assert receiver.post(event("kept", 2)).status_code == 200
+    rows = [row for row, _origin in receiver.in_topic(1)]
+    assert ("kept", 2) in rows
+
+
+def test_basic_auth_refuses_without_valid_credentials_and_never_logs_them(receiver, caplog):
+    caplog.set_level(logging.DEBUG)
+    assert receiver.post(event("x", 1), auth=None).status_code == 401
+    assert receiver.post(event("x", 1), auth=("ops", "wrong-secret")).status_code == 401
+    assert receiver.post(event("x", 1), auth=("nobody", "s3cret-pass")).status_code == 401
+    assert receiver.post(event("x", 1), auth=None, headers={"Authorization": "Bearer s3cret-pass"}).status_code == 401
+    assert receiver.post(event("x", 1), auth=None, headers={"Authorization": "Basic !!not-base64"}).status_code == 401
+    # Basic in any case and a password with a colon are as valid as the canonical header
+    token = base64.b64encode(b"bench:other:pass").decode()
+    assert receiver.post(event("y", 1), auth=("bench", "other:pass")).status_code == 200
+    assert receiver.post(event("z", 2), auth=None, headers={"Authorization": f"basic  {token}"}).status_code == 200
+    answer = receiver.post(event("x", 1), auth=None)
+    assert answer.headers["WWW-Authenticate"].startswith("Basic")
+    assert sorted(row for row, _origin in receiver.in_topic(2)) == [("y", 1), ("z", 2)]
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    for secret in ("s3cret-pass", "wrong-secret", "other:pass", token):
+        assert secret not in logged
+
+
+def test_other_paths_and_methods_are_refused(receiver):
+    assert requests.get(receiver.url, timeout=10).status_code == 405
+    assert requests.post(receiver.url.replace("/readings", "/other"), data=event("x", 1), auth=("ops", "s3cret-pass"), timeout=10).status_code == 404
+
+
+def test_stopping_answers_the_batch_in_flight_once_durable_and_the_waiting_requests_503(receiver):
+    held = receiver.publisher
+    held.released.clear()
+    in_flight = receiver.post_later(event("in-flight", 1))
+    assert held.flushing.wait(30)
+    waiting = receiver.post_later(event("waiting", 2))
+    wait_for(lambda: len(receiver.loop._waiting) == 1, what="a request waiting for the next batch")
+    stopping = threading.Thread(target=receiver.hosted.stop)
+    stopping.start()
+    answer = waiting.result(60)
+    assert answer.status_code == 503 and "stopping" in answer.text
+    assert not in_flight.done()  # its batch is still being made durable
+    held.released.set()
+    assert in_flight.result(60).status_code == 200
+    stopping.join(60)
+    assert [row for row, _origin in receiver.in_topic(1)] == [("in-flight", 1)]
