@@ -189,7 +189,8 @@ class ChaosRun:
             target = "deploy"
         elif kind in SERVER_FAULTS:
             target = "broker" if kind == "broker-pause" else "database"
-            if getattr(self, target) is None:
+            server = getattr(self, target)
+            if server is None:
                 raise ValueError(f"the fault {kind!r} needs a handle on the {target} (ChaosRun(..., {target}=...))")
         else:
             busy = [w for w in self.cluster.worker_ids if self._instances_on(w)]
@@ -200,13 +201,13 @@ class ChaosRun:
             self.app_path.write_text(self.app_text.replace(KEYED_GROUP.format(self.initial), KEYED_GROUP.format(self.parallel)))
             self.cluster.deploy(self.app_path, timeout=240)
         elif kind == "broker-pause":
-            self.broker.process.send_signal(signal.SIGSTOP)
+            server.process.send_signal(signal.SIGSTOP)
             time.sleep(self.outage_s)
-            self.broker.process.send_signal(signal.SIGCONT)
+            server.process.send_signal(signal.SIGCONT)
         elif kind == "db-outage":
-            self.database.stop(immediate=True)
+            server.stop(immediate=True)
             time.sleep(self.outage_s)
-            self.database.start()
+            server.start()
         elif kind == "worker-pause":
             self.cluster.signal(target, signal.SIGSTOP)
             time.sleep(12)  # past heartbeatInterval x heartbeatMaxRetry (2 s x 4)
