@@ -216,7 +216,9 @@ class Worker:
             return
         topic, count = next(iter(sorted(rescaled["partitions"].items())))
         mine = set(next(s.partitions for s in plan.inputs if s.topic == topic))
-        found = {old: self.store.newest_checkpoint(old) for old in rescaled["from"]}
+        # As they were when the rescale was recorded: a new instance may share an old one's name, and
+        # its own revisions (the keys it owns now) must not stand in for the old one's last state.
+        found = {old: self.store.newest_checkpoint(old, before_ms=rescaled["since"]) for old in rescaled["from"]}
         olds = {old: data for old, data in found.items() if data is not None}
         missing = sorted(set(found) - set(olds))
         if missing:

@@ -79,13 +79,22 @@ class FileStore:
             log.info("%s: starting from the checkpoint of its previous version (%s)", instance, earlier.parent.name)
         return directory.exists()
 
-    def newest_checkpoint(self, instance: str) -> bytes | None:
-        """The newest continuous checkpoint of an instance, of any version of it, or None."""
-        from sp_dagster.worker.checkpoints import SET_ASIDE
+    def newest_checkpoint(self, instance: str, *, before_ms: int | None = None) -> bytes | None:
+        """The newest continuous checkpoint of an instance, of any version of it (of those saved before
+        `before_ms`, when given), or None."""
+        from sp_dagster.worker.checkpoints import SET_ASIDE, Checkpoint, CheckpointError
         from sp_dagster.worker.continuous import CHECKPOINT_FILE
 
-        found = [p for p in (self.root / instance).glob(f"*/{CHECKPOINT_FILE}") if p.parent.name != SET_ASIDE]
-        return max(found, key=lambda p: p.stat().st_mtime).read_bytes() if found else None
+        dated = []
+        for path in (self.root / instance).glob(f"*/{CHECKPOINT_FILE}"):
+            if path.parent.name != SET_ASIDE:
+                data = path.read_bytes()
+                try:
+                    dated.append((Checkpoint.decode(data).saved_at, data))
+                except CheckpointError:  # damaged: the resume of whoever uses it would set it aside; here it is no candidate
+                    continue
+        kept = [(at, data) for at, data in dated if before_ms is None or at < before_ms]
+        return max(kept, key=lambda item: item[0])[1] if kept else None
 
     def close(self) -> None:
         """Nothing to release."""
@@ -124,11 +133,12 @@ class DatabaseStore:
         log.info("restored %s from revision %d (saved by %s)", instance, newest.revision, newest.saved_by or "an earlier version")
         return True
 
-    def newest_checkpoint(self, instance: str) -> bytes | None:
-        """The continuous checkpoint in the newest revision of an instance, or None."""
+    def newest_checkpoint(self, instance: str, *, before_ms: int | None = None) -> bytes | None:
+        """The continuous checkpoint in the newest revision of an instance (of those saved before `before_ms`,
+        when given), or None."""
         from sp_dagster.worker.continuous import CHECKPOINT_FILE
 
-        newest = self.revisions.latest(instance)
+        newest = self.revisions.latest(instance, before_ms=before_ms)
         if newest is None or newest.data is None:
             return None
         with tarfile.open(fileobj=io.BytesIO(newest.data), mode="r:") as archive:

@@ -207,3 +207,40 @@ def test_a_worker_saves_under_its_current_incarnation_and_not_after_a_restart(da
     finally:
         worker.store.close()
         plane.close()
+
+
+@pytest.mark.parametrize("kind", ["database", "file"])
+def test_a_rescaled_start_reads_the_old_instances_state_not_what_a_new_instance_of_the_same_name_saved_since(kind, sqlite_url, tmp_path):
+    from sp_dagster.worker.checkpoints import Checkpoint
+    from sp_dagster.worker.continuous import CHECKPOINT_FILE
+    from sp_dagster.worker.persistence import FileStore
+
+    def checkpoint(snapshot: bytes) -> bytes:
+        return Checkpoint({("t", 0): len(snapshot)}, snapshot, int(time.time() * 1000)).encode()
+
+    if kind == "database":
+        plane = ControlPlane(sqlite_url)
+        plane.migrate()
+        record_deployment(plane, "Trades", content_hash="h", source="s", plan={}, instances=[InstanceSpec(INSTANCE, "avg", 1, "x")])
+        register_node(plane, "w1")
+        reconcile(plane, Elector(plane, "sp", "m1", lease_ms=30_000).tick(), algorithm=BalancedAllocation(), min_resource_count=1, node_max_age_ms=60_000)
+        store = store_for(worker_config("w1", sqlite_url, f"sqlite:///{tmp_path / 'persistence.db'}"), tmp_path / "w1", plane)
+    else:
+        plane, store = None, FileStore(str(tmp_path / "shared"))
+    try:
+        old, new = store.checkpoint_root("w1") / INSTANCE / "old-version", store.checkpoint_root("w1") / INSTANCE / "new-version"
+        for directory, snapshot in ((old, b"old layout: every key it had"), (new, b"new layout: the keys it owns now")):
+            directory.mkdir(parents=True)
+            (directory / CHECKPOINT_FILE).write_bytes(checkpoint(snapshot))
+            store.save(INSTANCE, directory, owner=("w1", 1))
+            if directory == old:
+                time.sleep(0.02)
+                since = int(time.time() * 1000)  # the rescale is recorded between the two
+                time.sleep(0.02)
+        assert Checkpoint.decode(store.newest_checkpoint(INSTANCE) or b"").snapshot == b"new layout: the keys it owns now"
+        assert Checkpoint.decode(store.newest_checkpoint(INSTANCE, before_ms=since) or b"").snapshot == b"old layout: every key it had"
+        assert store.newest_checkpoint(INSTANCE, before_ms=since - 1000) is None
+    finally:
+        store.close()
+        if plane is not None:
+            plane.close()

@@ -155,11 +155,14 @@ class RevisionStore:
         if incarnation is None or not owns_instance(conn, node_id, incarnation, instance_id, lock=lock):
             raise NotOwnerError(f"instance {instance_id} is not assigned to node {node_id} incarnation {incarnation}; its state was not saved")
 
-    def latest(self, instance_id: str) -> Revision | None:
-        """The newest revision of an instance with its data, or None when it has none."""
+    def latest(self, instance_id: str, *, before_ms: int | None = None) -> Revision | None:
+        """The newest revision of an instance with its data (of those saved before `before_ms`, when given), or None."""
         t = self.table.c
+        query = select(self.table).where(t.siddhiAppName == instance_id)
+        if before_ms is not None:
+            query = query.where(t.savedAt < before_ms)
         with self.database.transaction() as conn:
-            row = conn.execute(select(self.table).where(t.siddhiAppName == instance_id).order_by(t.revisionNumber.desc()).limit(1)).one_or_none()
+            row = conn.execute(query.order_by(t.revisionNumber.desc()).limit(1)).one_or_none()
         if row is None:
             return None
         return Revision(
