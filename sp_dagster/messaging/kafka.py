@@ -360,7 +360,10 @@ class TransactionalPublisher(RawPublisher):
                     f"a newer owner of '{self.transactional_id}' took over (its transactions fence this one): this copy stops without publishing"
                 ) from None
             if error is not None and error.txn_requires_abort():
-                self.producer.abort_transaction(self.timeout)
+                try:
+                    self.producer.abort_transaction(self.timeout)
+                except KafkaException:  # the broker will abort it (or the next owner resolve it): the commit's error is the one to tell
+                    log.warning("could not abort the failed transaction of '%s'", self.transactional_id)
             raise self.transport.unreachable(exc, "committing a transaction") from None
         finally:
             self._open = False
