@@ -14,6 +14,7 @@ from tests.worker.test_end_to_end import APP_PATH
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
 APP = APP_PATH.read_text().replace("Trades", "TradesChaos")
+SERVERS_APP = APP_PATH.read_text().replace("Trades", "TradesServers")  # its own topics on the session's broker
 
 
 def check(run: ChaosRun, report, faults) -> None:
@@ -34,5 +35,5 @@ def test_outputs_are_exact_across_a_broker_pause_and_a_database_outage(broker, d
     # The control plane and the persistence table live on a PostgreSQL server of the test's own,
     # stopped for 30 s; the broker (the session's) is frozen for 30 s.
     database = database_server_factory("postgresql")
-    run = ChaosRun(tmp_path, broker.bootstrap_servers, APP, broker=broker, database=database, database_url=database.create_database())
+    run = ChaosRun(tmp_path, broker.bootstrap_servers, SERVERS_APP, broker=broker, database=database, database_url=database.create_database())
     check(run, run.run(SERVER_FAULTS, seed=5), SERVER_FAULTS)
