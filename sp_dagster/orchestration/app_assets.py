@@ -75,6 +75,8 @@ def deploy_siddhi_app(
             raise steps.DeployError(f"deploy_siddhi_app runs inside a @siddhi_app_assets function (one app file), not over {sorted(sources) or 'no app'}")
         loaded = steps.load_app(sources.pop())
         topology = steps.plan_app(loaded)
+        for line in steps.state_changes(control_plane.plane, topology):  # before the topics grow: a refused rescale changes nothing
+            context.log.info(f"state: {line}")
         topics = steps.create_topics(topology, messaging.transport)
         result = steps.record(control_plane.plane, loaded, topology)
         if wait:

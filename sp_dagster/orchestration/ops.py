@@ -98,12 +98,18 @@ def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp):
     return topology
 
 
-@dg.op(description="Create every topic of the plan (and the dead-letter topic) with enough partitions.")
-def create_topics(context: dg.OpExecutionContext, topology, messaging: MessagingResource) -> list[str]:
-    """Deploy step 3: steps.create_topics."""
+@dg.op(
+    description="Say what the deploy does to state (a rescale that would lose state silently is refused here, before any "
+    "topic changes), then create every topic of the plan (and the dead-letter topic) with enough partitions."
+)
+def create_topics(context: dg.OpExecutionContext, topology, messaging: MessagingResource, control_plane: ControlPlaneResource) -> list[str]:
+    """Deploy step 3: steps.state_changes, then steps.create_topics."""
     with user_errors():
+        changes = steps.state_changes(control_plane.plane, topology)
+        for line in changes:
+            context.log.info(f"state: {line}")
         topics = steps.create_topics(topology, messaging.transport)
-    context.add_output_metadata({"topics": dg.MetadataValue.json({t.name: t.partitions for t in topics})})
+    context.add_output_metadata({"topics": dg.MetadataValue.json({t.name: t.partitions for t in topics}), "state": changes})
     return [t.name for t in topics]
 
 
@@ -111,10 +117,7 @@ def create_topics(context: dg.OpExecutionContext, topology, messaging: Messaging
 def record_deployment(context: dg.OpExecutionContext, loaded: steps.LoadedApp, topology, topics: list[str], control_plane: ControlPlaneResource) -> str:
     """Deploy step 4: steps.record (after the topics exist)."""
     with user_errors():
-        changes = steps.state_changes(control_plane.plane, topology)
         result = steps.record(control_plane.plane, loaded, topology)
-    for line in changes:
-        context.log.info(f"state: {line}")
     context.log.info(
         f"{result.app} generation {result.generation}: "
         + (

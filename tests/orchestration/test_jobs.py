@@ -147,3 +147,32 @@ def test_rebalance_without_a_leader_is_a_warning_not_a_failure(cluster, plane):
     result = execute(rebalance_job, cluster, {}, instance)
     assert result.success and result.output_for_node("request_rebalance") is None
     assert any("no live leader manager in group 'sp'" in m for m in logs(instance, result))
+
+
+def test_a_rescale_that_would_lose_state_fails_the_run_before_any_topic_changes(cluster, plane, kafka):
+    # The group keeps per-key state and also reads an unkeyed stream: its state cannot move key by key.
+    text = """@App:name('Resized')
+define stream S (symbol string, price double);
+define stream T (symbol string, price double);
+@sink(type = 'kafka', topic = 'Resized.Out', @map(type = 'json'))
+define stream O (symbol string, p double);
+@dist(execGroup = 'win', parallel = '{n}')
+partition with (symbol of S)
+begin
+    from S#window.length(5) select symbol, avg(price) as p insert into O;
+end;
+@dist(execGroup = 'win', parallel = '{n}')
+from T[price > 0.0] select symbol, price as p insert into O;
+"""
+    path = cluster.add_app("resized.siddhi", text.format(n=2))
+    first = deploy(cluster, path, wait_until_placed={"config": {"timeout": 1}})
+    assert "record_deployment" in [e.step_key for e in first.all_events if e.event_type_value == "STEP_SUCCESS"]
+    before = {name: kafka.topic_info(name).partitions for name in kafka.list_topics() if name.startswith("Resized.")}
+    path.write_text(text.format(n=3))
+    result = deploy(cluster, path, wait_until_placed={"config": {"timeout": 1}})
+    assert not result.success
+    message = failure_message(result, "create_topics")
+    assert "Resized-win: 2 -> 3" in message and "--fresh" in message
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"] == ["load_app", "plan_app"]
+    assert {name: kafka.topic_info(name).partitions for name in kafka.list_topics() if name.startswith("Resized.")} == before
+    assert get_deployment(plane, "Resized").generation == 1
