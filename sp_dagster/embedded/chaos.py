@@ -16,7 +16,9 @@ outputs with their arrival times, and at random moments one fault after another 
 - `db-outage`      stop the control plane's database server for `outage_s` (30 s) and start it
   again (`database` is the server's handle; the cluster runs on it: `database_url`).
 
-At the end every key's outputs are compared with the in-process engine's over the same input.
+At the end the output topic is read afresh from its start (read_committed) and every key's outputs
+are compared with the in-process engine's over the same input; `live_missed` counts outputs the
+reader that followed the stream never saw (a broker showing a transaction after readers passed it).
 The report says events in, outputs, lost, duplicated, and per fault the longest time without
 any output from the fault on (the recovery gap). `tests/chaos/` asserts it; `bench/chaos.py`
 prints it as JSON lines.
@@ -65,11 +67,12 @@ class Report:
     faults: list[Fault] = field(default_factory=list)
     missing: list[tuple] = field(default_factory=list)  # a few of the lost outputs (row, event time)
     extra: list[tuple] = field(default_factory=list)  # a few of the duplicated (or wrong) ones
+    live_missed: int = 0  # outputs in the topic that the reader following the stream never saw (a broker's doing)
 
     def lines(self) -> list[dict]:
         """The report as JSON-ready dicts: one per fault, then the totals."""
         rows = [{"fault": f.kind, "target": f.target, "longest_output_gap_s": round(f.gap_s, 2)} for f in self.faults]
-        totals = {k: getattr(self, k) for k in ("events_in", "outputs", "expected", "lost", "duplicated", "exact_per_key")}
+        totals = {k: getattr(self, k) for k in ("events_in", "outputs", "expected", "lost", "duplicated", "exact_per_key", "live_missed")}
         samples = {k: getattr(self, k) for k in ("missing", "extra") if getattr(self, k)}
         return rows + [{"figure": "chaos", **totals, **samples}]
 
@@ -113,7 +116,8 @@ class ChaosRun:
         self.rate = rate
         self.rows: list[tuple] = []
         self.stamps: list[int] = []
-        self.got: list[tuple[tuple, float]] = []  # (output row, arrival time)
+        self.got: list[tuple[tuple, float]] = []  # (output row, arrival time), as a reader following the stream saw them
+        self.final: list[tuple] = []  # what the output topic holds at the end, read afresh: the verdict
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.harness_errors: list[str] = []  # the stream's own producer or consumer failing is not the cluster's fault
@@ -153,6 +157,21 @@ class ChaosRun:
                     self.got.append(((*event.row, event.timestamp), time.monotonic()))
         finally:
             reader.close()
+
+    def _read_outputs(self) -> list[tuple]:
+        """Every output the topic holds now, read afresh from its start (read_committed)."""
+        from sp_dagster.messaging import EARLIEST, codec_for
+
+        reader = self.kafka.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
+        rows, empty = [], 0
+        try:
+            while empty < 3:
+                events = reader.poll(max_events=50_000, timeout=0.5).events
+                empty = 0 if events else empty + 1
+                rows += [(*event.row, event.timestamp) for event in events]
+        finally:
+            reader.close()
+        return rows
 
     def expected(self) -> list[tuple]:
         """What the in-process engine gives over everything produced."""
@@ -241,10 +260,15 @@ class ChaosRun:
             self._stop.set()
             self._threads[0].join(60)
             expected = self.expected()
-            deadline = time.monotonic() + drain_timeout
+            deadline, looked = time.monotonic() + drain_timeout, time.monotonic()
             while len(self.got) < len(expected) and time.monotonic() < deadline:
+                if time.monotonic() - looked > 10:  # the live reader may have passed what shows only later: look afresh
+                    if len(self._read_outputs()) >= len(expected):
+                        break
+                    looked = time.monotonic()
                 time.sleep(0.5)
             time.sleep(3)  # anything beyond (a duplicate would come now)
+            self.final = self._read_outputs()
             self.final_status = self._status()
             self._consumed.set()
             self._threads[1].join(30)
@@ -265,8 +289,9 @@ class ChaosRun:
             return f"(no status: {exc})"
 
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
-        rows = [row for row, _at in self.got]
+        rows = self.final
         wanted, have = collections.Counter(expected), collections.Counter(rows)
+        live_missed = sum((have - collections.Counter(row for row, _at in self.got)).values())
         per_key = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
         arrivals = [at for _row, at in self.got]
         for index, fault in enumerate(struck):
@@ -284,4 +309,5 @@ class ChaosRun:
             struck,
             sorted(missing, key=lambda r: r[-1])[:20],
             sorted(extra, key=lambda r: r[-1])[:20],
+            live_missed,
         )

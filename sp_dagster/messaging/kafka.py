@@ -163,6 +163,9 @@ class KafkaTransport(Transport):
         deadline = time.monotonic() + self.timeout
         while self.topic_info(topic) is not None and time.monotonic() < deadline:
             time.sleep(0.1)
+        # A librdkafka client that knew the topic can crash when it later meets the name with another
+        # topic id (a recreated topic; confluentinc/librdkafka#4964): the next calls make new clients.
+        self.close()
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         info = self.require_topic(topic)

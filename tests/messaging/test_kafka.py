@@ -152,3 +152,13 @@ def test_a_transaction_the_broker_does_not_answer_in_time_is_committed_once_it_d
         assert (values, committed) == ([b"first", b"second"], 9)
     else:  # given up: only what committed before is visible or counted
         assert (values, committed) == ([b"first"], 5)
+
+
+def test_several_empty_topics_grown_by_one_transport_on_a_broker_that_recreates_them(kafka, topic_name):
+    # tansu cannot add partitions, so an empty topic is deleted and created again; a librdkafka
+    # client that knew the old topic crashed the process when it met the new one (a segfault).
+    names = [f"{topic_name}-{n}" for n in range(3)]
+    for name in names:
+        kafka.ensure_topic(name, 2)
+    assert [kafka.ensure_topic(name, 3).partitions for name in names] == [3, 3, 3]
+    assert [kafka.topic_info(name).partitions for name in names] == [3, 3, 3]
