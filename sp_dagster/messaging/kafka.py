@@ -30,16 +30,21 @@ _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 
 
-def _code(exc: BaseException) -> int | None:
+def _error(exc: BaseException) -> KafkaError | None:
+    """The KafkaError a KafkaException carries, or None."""
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0].code()
+        return exc.args[0]
     return None
 
 
+def _code(exc: BaseException) -> int | None:
+    error = _error(exc)
+    return error.code() if error is not None else None
+
+
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0].str()
-    return str(exc)
+    error = _error(exc)
+    return error.str() if error is not None else str(exc)
 
 
 class KafkaTransport(Transport):
@@ -357,7 +362,7 @@ class TransactionalPublisher(RawPublisher):
                 self._retrying(lambda: self.producer.send_offsets_to_transaction(positions, self._group.consumer_group_metadata(), self.timeout), retry_while)
             self._retrying(lambda: self.producer.commit_transaction(self.timeout), retry_while)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            error = _error(exc)
             if error is not None and error.code() in _FENCED:
                 raise ProducerFenced(
                     f"a newer owner of '{self.transactional_id}' took over (its transactions fence this one): this copy stops without publishing"
@@ -379,7 +384,7 @@ class TransactionalPublisher(RawPublisher):
             try:
                 return step()
             except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                error = _error(exc)
                 if error is None or not error.retriable() or error.txn_requires_abort() or retry_while is None or not retry_while():
                     raise
                 log.warning("transaction of '%s' not acknowledged yet (%s); trying again", self.transactional_id, error.str())

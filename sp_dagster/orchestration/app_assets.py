@@ -67,7 +67,7 @@ def deploy_siddhi_app(
 ) -> Iterator[dg.MaterializeResult]:
     """Deploy the app behind a `@siddhi_app_assets` multi-asset (topics, record, wait until running); one result per asset."""
     from sp_dagster.deploy import steps
-    from sp_dagster.orchestration.ops import user_errors
+    from sp_dagster.orchestration.ops import check_state, user_errors
 
     sources = {spec.metadata.get(SOURCE_META) for spec in context.assets_def.specs} - {None}
     with user_errors():
@@ -75,8 +75,7 @@ def deploy_siddhi_app(
             raise steps.DeployError(f"deploy_siddhi_app runs inside a @siddhi_app_assets function (one app file), not over {sorted(sources) or 'no app'}")
         loaded = steps.load_app(sources.pop())
         topology = steps.plan_app(loaded)
-        for line in steps.state_changes(control_plane.plane, topology):  # before the topics grow: a refused rescale changes nothing
-            context.log.info(f"state: {line}")
+        check_state(context, control_plane.plane, topology)  # before the topics grow: a refused rescale changes nothing
         topics = steps.create_topics(topology, messaging.transport)
         result = steps.record(control_plane.plane, loaded, topology)
         if wait:

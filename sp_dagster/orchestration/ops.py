@@ -98,6 +98,14 @@ def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp):
     return topology
 
 
+def check_state(context, plane, topology) -> list[str]:
+    """steps.state_changes, each line in the run log (a rescale that would lose state raises DeployError)."""
+    changes = steps.state_changes(plane, topology)
+    for line in changes:
+        context.log.info(f"state: {line}")
+    return changes
+
+
 @dg.op(
     description="Say what the deploy does to state (a rescale that would lose state silently is refused here, before any "
     "topic changes), then create every topic of the plan (and the dead-letter topic) with enough partitions."
@@ -105,9 +113,7 @@ def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp):
 def create_topics(context: dg.OpExecutionContext, topology, messaging: MessagingResource, control_plane: ControlPlaneResource) -> list[str]:
     """Deploy step 3: steps.state_changes, then steps.create_topics."""
     with user_errors():
-        changes = steps.state_changes(control_plane.plane, topology)
-        for line in changes:
-            context.log.info(f"state: {line}")
+        changes = check_state(context, control_plane.plane, topology)
         topics = steps.create_topics(topology, messaging.transport)
     context.add_output_metadata({"topics": dg.MetadataValue.json({t.name: t.partitions for t in topics}), "state": changes})
     return [t.name for t in topics]
