@@ -21,6 +21,7 @@ from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingErro
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
+from sp_dagster.messaging.transport import TransactionalPublisher as TransactionalPublisherBase
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +305,7 @@ class RawPublisher(RawPublisherBase):
             raise MessagingError(f"{len(failures)} event(s) could not be published to {topics}: {failures[0]}")
 
 
-class TransactionalPublisher(RawPublisher):
+class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
     """Publishes in Kafka transactions, each also committing the input offsets its messages follow from.
 
     Readers with `isolation.level=read_committed` (librdkafka's default, and every reader here)
@@ -404,6 +405,53 @@ class TransactionalPublisher(RawPublisher):
         except KafkaException as exc:
             raise self.transport.unreachable(exc, "reading committed offsets") from None
         return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in found if tp.offset >= 0}
+
+    def marks(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        """Where each partition of `topics` ends as the broker lists it (at or before its real end):
+        whatever this publisher writes from now on lands past it."""
+        consumer = self.transport._offsets_consumer()
+        marks = {}
+        try:
+            for topic in topics:
+                for partition in range(self.transport.require_topic(topic).partitions):
+                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout, cached=False)
+                    marks[(topic, partition)] = max(high, 0)
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, "listing where the output topics end") from None
+        return marks
+
+    def headers_since(self, marks: Mapping[tuple[str, int], int], header: str) -> dict[tuple[str, int], list[bytes]]:
+        """The `header` value of every message a read_committed reader sees from `marks` to the end
+        of each partition (as it is now), per (topic, partition)."""
+        found: dict[tuple[str, int], list[bytes]] = {place: [] for place in marks}
+        ends = {(t, p): end for t in {t for t, _p in marks} for p, end in self.transport.end_offsets(t).items()}
+        behind = {place for place, mark in marks.items() if mark < ends.get(place, 0)}
+        if not behind:
+            return found
+        consumer = Consumer(self.transport._reader_config(**{"auto.offset.reset": "earliest", "enable.partition.eof": True}))
+        try:
+            consumer.assign([TopicPartition(t, p, marks[(t, p)]) for t, p in sorted(behind)])
+            deadline = time.monotonic() + self.timeout
+            while behind and time.monotonic() < deadline:
+                for message in consumer.consume(num_messages=10_000, timeout=0.2):
+                    place, error = (message.topic() or "", message.partition() or 0), message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF and (message.offset() or 0) >= ends[place]:
+                            behind.discard(place)
+                        continue
+                    for name, value in message.headers() or ():
+                        if name == header and isinstance(value, bytes):
+                            found[place].append(value)
+                for tp in consumer.position([TopicPartition(t, p) for t, p in behind]):
+                    if tp.offset >= ends[(tp.topic, tp.partition)]:
+                        behind.discard((tp.topic, tp.partition))
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, "reading back the output topics") from None
+        finally:
+            consumer.close()
+        if behind:
+            raise BrokerUnavailable(f"could not read {sorted(behind)} to their end within {self.timeout:.0f}s on {self.transport.bootstrap_servers}")
+        return found
 
     def close(self) -> None:
         """Abort what is open and release the clients."""

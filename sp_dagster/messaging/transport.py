@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -95,6 +95,26 @@ class RawPublisher(ABC):
     def close(self) -> None:
         """Flush and release the client."""
         self.flush()
+
+
+class TransactionalPublisher(RawPublisher):
+    """A RawPublisher whose messages are published atomically with the input offsets they follow from."""
+
+    @abstractmethod
+    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "", *, retry_while: Callable[[], bool] | None = None) -> None:
+        """Publish what is queued and record the input offsets (next to read, per (topic, partition)), atomically."""
+
+    @abstractmethod
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str]]:
+        """(offset, metadata) committed by earlier transactions, per (topic, partition) that has one."""
+
+    @abstractmethod
+    def marks(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        """Offsets, per partition of `topics`, at or before which nothing this publisher writes from now on lands."""
+
+    @abstractmethod
+    def headers_since(self, marks: Mapping[tuple[str, int], int], header: str) -> dict[tuple[str, int], list[bytes]]:
+        """The `header` value of every message a committed-only reader sees from `marks` to the end, per (topic, partition)."""
 
 
 class RowPublisher(Publisher):
@@ -218,7 +238,7 @@ class Transport(ABC):
     def raw_publisher(self) -> RawPublisher:
         """A publisher of ready-encoded messages (the workers' output path)."""
 
-    def transactional_publisher(self, transactional_id: str, group_id: str) -> RawPublisher | None:
+    def transactional_publisher(self, transactional_id: str, group_id: str) -> TransactionalPublisher | None:
         """A publisher whose commit(offsets, metadata) publishes its messages and records the input
         offsets atomically, and whose committed(partitions) reads them back; None when the layer has
         no transactions (workers then deliver at-least-once, replays dropped by origin)."""

@@ -49,6 +49,7 @@ class Checkpoint:
     saved_at: int = 0  # ms, wall clock
     topics: dict[str, str] = field(default_factory=dict)  # input topic -> its incarnation (Kafka topic id)
     set_aside: str | None = None  # the first checkpoint after a reset: why the one before was not used
+    marks: dict[tuple[str, int], int] = field(default_factory=dict)  # where the output topics ended (leaked_outputs.py)
 
     def encode(self) -> bytes:
         """The checkpoint as bytes (a small JSON head, then the snapshot)."""
@@ -57,6 +58,8 @@ class Checkpoint:
             head["topics"] = dict(sorted(self.topics.items()))
         if self.set_aside:
             head["set_aside"] = self.set_aside
+        if self.marks:
+            head["marks"] = [[t, p, o] for (t, p), o in sorted(self.marks.items())]
         data = json.dumps(head).encode()
         return _MAGIC + len(data).to_bytes(4, "big") + data + self.snapshot
 
@@ -65,7 +68,8 @@ class Checkpoint:
         """A checkpoint from encode()'s bytes."""
         head, size = read_head(data)
         positions = {(t, int(p)): int(o) for t, p, o in head["positions"]}
-        return cls(positions, data[8 + size :], int(head.get("saved_at", 0)), dict(head.get("topics", {})), head.get("set_aside"))
+        marks = {(t, int(p)): int(o) for t, p, o in head.get("marks", ())}
+        return cls(positions, data[8 + size :], int(head.get("saved_at", 0)), dict(head.get("topics", {})), head.get("set_aside"), marks)
 
 
 def read_head(data: bytes) -> tuple[dict, int]:
@@ -143,6 +147,7 @@ class Resumed:
     note: str | None = None  # for status/deploy/Dagster: state reset or partly kept
     set_aside: str | None = None  # why the checkpoint it started with was not used (None: used, or there was none)
     restored: bool = False
+    marks: dict[tuple[str, int], int] = field(default_factory=dict)  # the checkpoint's, when its offsets are used
 
 
 def resume(
@@ -159,7 +164,7 @@ def resume(
     why = unfit_reason(saved, incarnations, ends)
     if not why and fresh_since and saved.saved_at < fresh_since:  # state only: the offsets still say what was read
         why = "its group was redeployed with --fresh"
-        return Resumed(dict(saved.positions), f"state started empty, offsets kept: {why}", why)
+        return Resumed(dict(saved.positions), f"state started empty, offsets kept: {why}", why, marks=dict(saved.marks))
     if why:
         return _reset(why)
     try:
@@ -167,7 +172,7 @@ def resume(
     except Exception as exc:  # an engine error, or a damaged snapshot: never retried at every start
         return _reset(f"its state does not fit this partial app ({str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__})", restored=True)
     note = f"changed partial app: {kept.describe()}" if kept.fresh else None
-    return Resumed(dict(saved.positions), note, restored=True)
+    return Resumed(dict(saved.positions), note, restored=True, marks=dict(saved.marks))
 
 
 def _reset(why: str, *, restored: bool = False) -> Resumed:

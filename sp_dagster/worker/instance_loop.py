@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.messaging.transport import EARLIEST, Reader, Transport
+from sp_dagster.messaging.transport import EARLIEST, Reader, TransactionalPublisher, Transport
 from sp_dagster.worker.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.leaked_outputs import LeakedOutputs, own_prefixes
 from sp_dagster.worker.sinks import HttpSinks
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
 
@@ -116,13 +117,16 @@ class InstanceLoop:
         self.state_note: str | None = None  # what the user should know about the state it started with
         self._set_aside: str | None = None
         self.readers: list[tuple[str, Reader]] = []
+        self._read_places: list[tuple[str, int]] = []  # every (topic, partition) the instance reads
         self._publishers: dict[object, object] = {}  # "": the cluster's own (or its transactions), else per transport
         self._publisher_of: dict[str, object] = {}  # topic -> its publisher
-        self._txn = None  # the transactional publisher (exactly-once), when the layer has transactions
+        self._txn: TransactionalPublisher | None = None  # the transactional publisher (exactly-once), when the layer has transactions
         self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
         self._txn_stamp = ""  # the incarnations of those inputs, stamped on every commit
         self.replay_until: dict[tuple[str, int], int] = {}  # inputs whose outputs up to here are already published
         self.replay_clock: int | None = None
+        self._marks: dict[tuple[str, int], int] = {}  # where the outputs ended: kept in checkpoints (leaked_outputs.py)
+        self._leaked: LeakedOutputs | None = None
         self._output_cluster = {t: (o.bootstrap, o.nats) for o in plan.outputs if o.bootstrap or o.nats for t in (o.topic, *o.topics)}
         self.stats = _Stats()
         self.draining = False  # read the inputs to their end before the last checkpoint (a rescale)
@@ -143,6 +147,7 @@ class InstanceLoop:
             self.runtime.close()
             self.runtime = self._new_runtime()
         self.positions, self.state_note, self._set_aside = dict(resumed.positions), resumed.note, resumed.set_aside
+        self._marks = resumed.marks
         if self.state_note:
             log.warning("%s: %s", self.plan.name, self.state_note)
         elif resumed.positions:
@@ -192,6 +197,7 @@ class InstanceLoop:
             start = {p: self.positions.get((source.topic, p), first) for p in partitions}
             self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
             read.append((source, partitions))
+        self._read_places = [(s.topic, p) for s, partitions in read for p in partitions]
         if self.settings.transactions:
             self._start_transactions([(s.topic, p) for s, partitions in read if not s.bootstrap and not s.nats for p in partitions])
         for output in self.plan.outputs:
@@ -224,6 +230,25 @@ class InstanceLoop:
                 self.replay_clock = max(self.replay_clock or 0, int(clock))
         if self.replay_until:
             log.info("%s: replaying %s without publishing: their outputs were committed before", self.plan.name, self.replay_until)
+        self._find_leaked(inputs, self._read_places)
+
+    def _txn_outputs(self) -> list[str]:
+        """The output topics on this cluster (what the transactions publish to)."""
+        return sorted({t for o in self.plan.outputs if not o.bootstrap and not o.nats for t in (o.topic, *o.topics) if t})
+
+    def _find_leaked(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
+        """Read the outputs from the start checkpoint's marks on for what a dead owner's open transaction
+        let through (leaked_outputs.py): `inputs` are this cluster's input partitions, `read` all of them."""
+        assert self._txn is not None
+        outputs = self._txn_outputs()
+        marks = {place: mark for place, mark in self._marks.items() if place[0] in outputs}
+        if not marks:
+            return
+        horizon = {(t, p): end for t in {t for t, _p in inputs} for p, end in self.transport.end_offsets(t).items() if (t, p) in inputs}
+        prefixes = own_prefixes(self.runtime.group, self.plan.stateless, read, self.runtime.clock_origin)
+        self._leaked = LeakedOutputs(self._txn.headers_since(marks, ORIGIN_HEADER), prefixes, horizon, _now_ms())
+        if self._leaked:
+            log.info("%s: %d output(s) published since its checkpoint: none computed again is published twice", self.plan.name, self._leaked.count)
 
     def _partitions(self, source) -> tuple[int, ...]:
         """The partitions of an input the instance reads: those the plan names, else this instance's
@@ -338,12 +363,13 @@ class InstanceLoop:
     def _replay(self, messages: list[Message], now: int) -> list[Message]:
         """Run the messages whose outputs the last owner already committed, dropping those outputs; return the rest.
 
-        Wall-clock time moves only as far as the last committed turn had seen, so what timers
-        fired by then is dropped too and what they fire later is published."""
+        Wall-clock time moves with the replayed messages' own times, only as far as the last committed
+        turn had seen (where the broker keeps it with the offsets), so what timers fired by then is
+        dropped too and what they fire later is published."""
         bounds = dict(self.replay_until)
         replayed = [m for m in messages if m.offset < bounds.get((m.topic, m.partition), -1)]
         if replayed:
-            self.runtime.process(replayed, min(now, self.replay_clock or now))
+            self.runtime.replay(replayed, min(now, self.replay_clock or now))
             self._advance_positions(replayed)
             self.stats.replayed += len(replayed)
         for place, end in list(self.replay_until.items()):
@@ -383,6 +409,8 @@ class InstanceLoop:
 
     def _publish(self, out: list[Message], now: int) -> None:
         """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed."""
+        if self._leaked:
+            out = self._leaked.drop(out)
         if self.http_sinks is not None:
             # HTTP first: a turn's offsets are committed only once its requests ended (or went to dead letters).
             out = self.http_sinks.deliver(out, self.settings.dead_letter_topic, self.settings.flush_timeout_s)
@@ -404,9 +432,31 @@ class InstanceLoop:
     def _checkpoint(self) -> None:
         """Hand the control the engine's snapshot and the offsets it covers (outputs already acknowledged)."""
         self._last_checkpoint = time.monotonic()
-        checkpoint = Checkpoint(dict(self.positions), self.runtime.snapshot(), _now_ms(), self.incarnations, self._set_aside)
+        self._mark_outputs()
+        checkpoint = Checkpoint(dict(self.positions), self.runtime.snapshot(), _now_ms(), self.incarnations, self._set_aside, dict(self._marks))
         self.control.checkpoint(checkpoint.encode())
         self._set_aside = None
+
+    def _mark_outputs(self) -> None:
+        """Note where the outputs end now (between turns: nothing of this loop's is open), unless
+        outputs a dead owner let through may still be met: the old marks then stay."""
+        clock = self.runtime.engine.clock.now() if self.runtime.on_wall_clock else None
+        if self._txn is None or (self._leaked is not None and self._leaked.pending(self.positions, clock)):
+            return
+        if self._leaked is not None and self._leaked.dropped:
+            log.warning(
+                "%s: %d output(s) were on the output topics already, let through from the open transaction of an owner "
+                "that died (the broker did not abort it): not published again",
+                self.plan.name,
+                self._leaked.dropped,
+            )
+        self._leaked = None
+        from sp_dagster.errors import MessagingError
+
+        try:
+            self._marks = self._txn.marks(self._txn_outputs())
+        except MessagingError as exc:  # the earlier marks stay right (only older)
+            log.warning("%s: could not list where the output topics end (%s)", self.plan.name, exc)
 
     def metrics(self) -> dict:
         """Rows in/out, events/s, lag and processing latency (ms from a poll's return to its outputs' acknowledgement)."""

@@ -19,7 +19,7 @@ Time. An app with `@app:playback` runs on event time, as in process. Any other r
 wall clock as its host tells it (a DrivenClock): each `process(messages, now)` first moves
 time to `now`, firing what fell due, and the host comes back at `next_wakeup()` to call
 `advance(now)` when no event arrives. Outputs fired by time name the clock of their engine
-key (`group@clock:key`, sequence `(time, n)`), as replays of them do.
+key, or of their instance (`group@clock:key`, sequence `(due time, n)`), as replays of them do.
 """
 
 from __future__ import annotations
@@ -128,7 +128,9 @@ class InstanceRuntime:
         self.rows_in = self.rows_out = self.rejected = self.duplicates = 0
         self.group = plan.name.rsplit("-", 1)[0]
         self.seen: dict[tuple[str, int, str], tuple[int, ...]] = {}
-        self._clock_origin = f"{self.group}@clock:{key}"
+        # What the wall clock's outputs are named after: per key (micro-batch) or per instance, never
+        # shared by two instances, whose outputs may meet downstream at the same due time.
+        self.clock_origin = f"{self.group}@clock:{key or plan.name}"
         self._tick = [0, 0]  # the time of the last advance and how many outputs it has named
         # Each output stream's events are collected as the engine delivers them (whole runs at
         # once where it can), then published with the origin of the send they stem from.
@@ -242,7 +244,7 @@ class InstanceRuntime:
         if self._tick[0] != now:
             self._tick = [now, 0]
         self.engine.advance_time(now)
-        origin = (self._clock_origin, (now,))
+        origin = (self.clock_origin, (now,))
         self._tick[1] = self._emit(lambda _send: origin, self._tick[1])
 
     def process(self, messages: Iterable[Message], now: int | None = None) -> list[Message]:
@@ -287,6 +289,17 @@ class InstanceRuntime:
             self._advance(now)
         out, self._out = self._out, []
         return out
+
+    def replay(self, messages: Iterable[Message], until: int) -> None:
+        """Run messages whose outputs are out already, dropping what they and the timers emit. On the
+        wall clock each goes in at its own time (its publication, about when its first owner read it),
+        never past `until`, so timers fire between the same messages as they did then."""
+        if not self.on_wall_clock:
+            self.process(messages, until)
+            return
+        for message in list(_in_order(messages)):
+            stamp = message.timestamp
+            self.process([message], until if stamp is None or stamp < 0 else min(stamp, until))
 
     def process_decoded(self, sends: Iterable[tuple[str, list, str, int]], now: int) -> list[Message]:
         """process() for messages their host has decoded already (an HTTP receiver decodes each request

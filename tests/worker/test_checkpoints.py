@@ -3,8 +3,6 @@ a changed partial app keeps the state of its unchanged queries, an unusable chec
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from sp_dagster.messaging import codec_for
@@ -14,7 +12,7 @@ from sp_dagster.worker.checkpoints import SET_ASIDE, Checkpoint, predecessor, un
 from sp_dagster.worker.continuous import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
-from tests.worker.test_continuous import APP, Running, by_symbol, deploy_topics, publish, read_outputs
+from tests.worker.test_continuous import APP, Running, by_symbol, deploy_topics, first_half_through, publish, read_outputs, running_app
 from tests.worker.test_instance_queries import reference, trades
 
 
@@ -84,16 +82,10 @@ def test_an_unusable_checkpoint_is_set_aside_by_the_first_checkpoint_after_it(tm
 @pytest.mark.slow
 def test_checkpoints_of_recreated_topics_reset_state_and_offsets_together_and_say_so(kafka):
     """The embedded broker restarted empty (or the topics were recreated): nothing stale mixes into the new topics."""
-    name = f"Reborn{uuid.uuid4().hex[:8]}"
+    name, topology, plans, running = running_app(kafka, "Reborn")
     text = APP.replace("Trades", name)
-    topology = deploy_topics(kafka, text)
-    plans = {i.name: plan_instance(i.name, i.siddhi) for i in topology.partial_apps}
-    running = {n: Running(kafka, p) for n, p in plans.items()}
     rows, stamps = trades(3000, seed=21)
-    half = len(rows) // 2
-    publish(kafka, topology, rows[:half], stamps[:half])
-    first = reference(rows[:half], stamps[:half])
-    assert by_symbol(r for r, _ in read_outputs(kafka, f"{name}.Averages", sum(map(len, first.values())))) == dict(first)
+    half = first_half_through(kafka, name, topology, rows, stamps, running)
     saved = {n: r.stop(save=True) for n, r in running.items()}
     for topic in [t.name for t in topology.topics] + [f"{name}.Averages"]:
         kafka.delete_topic(topic)

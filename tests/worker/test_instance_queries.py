@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 import time
 import uuid
@@ -158,6 +159,54 @@ def _decoded(messages, name: str) -> dict:
     for m in messages:
         out[m.topic.rsplit(".", 1)[1]].extend(codecs[m.topic].decode(m.value))
     return dict(out)
+
+
+DOWNSTREAM = """@App:name('Down')
+@source(type = 'kafka', topic.list = 'Twins.Batches', partition.no.list = '0', group.id = 'down', @map(type = 'json'))
+define stream BatchStream (symbol string, total long);
+@sink(type = 'kafka', topic = 'Down.Totals', @map(type = 'json'))
+define stream TotalStream (symbol string, total long);
+@dist(execGroup = 'sum')
+from BatchStream select symbol, sum(total) as total insert into TotalStream;
+"""
+
+
+def test_two_instances_of_a_group_name_what_their_timers_fire_apart():
+    """Timers of two instances may fall due at the same time and their outputs meet on one partition
+    downstream: the second must not look like a replay of the first there."""
+    one = _clock_instance("Twins")
+    two = dataclasses.replace(one, name=one.name.replace("-1", "-2"))
+    source = one.inputs[0]
+    trade = Message(source.topic, 0, 0, 10_100, None, codec_for(source.codec, source.attributes).encode(("IBM", 1.0, 5)))
+    fired = []
+    for instance in (one, two):
+        runtime = InstanceRuntime(instance, now=10_100)
+        runtime.process([trade], now=10_100)
+        fired.append([m for m in runtime.advance(11_100) if m.topic == "Twins.Batches"])
+    (first,), (second,) = fired
+    assert first.origin != second.origin and first.value == second.value
+    (down,) = plan(parse(DOWNSTREAM)).partial_apps
+    downstream = plan_instance(down.name, down.siddhi)
+    later = InstanceRuntime(downstream, now=11_100)
+    merged = [Message(downstream.inputs[0].topic, 0, offset, 11_100, None, m.value, m.origin) for offset, m in enumerate((first, second))]
+    later.process(merged, now=11_100)
+    assert later.duplicates == 0 and later.rows_in == 2
+
+
+def test_a_replay_on_the_wall_clock_runs_each_message_at_its_own_time():
+    """A new owner replays what its predecessor had committed: timers fire between the same messages
+    as they did then, so a batch the predecessor published does not leak its events into the next."""
+    clock = _clock_instance("Replay")
+    source = clock.inputs[0]
+    codec = codec_for(source.codec, source.attributes)
+    trades = [Message(source.topic, 0, n, ts, None, codec.encode(("IBM", 1.0, v))) for n, (ts, v) in enumerate([(10_000, 5), (10_500, 7), (11_200, 11)])]
+    first = InstanceRuntime(clock, now=10_000)
+    first.process(trades[:1], now=10_000)
+    runtime = InstanceRuntime(clock, now=10_000)
+    runtime.restore(first.snapshot())  # its checkpoint holds the first trade; the others were committed after it
+    runtime.replay(trades[1:], until=11_300)
+    later = runtime.advance(12_100)
+    assert _decoded(later, "Replay")["Batches"] == [("IBM", 11)]  # the batch of 5 + 7 was published before the takeover
 
 
 def test_wall_clock_instances_emit_what_time_brings_when_their_host_advances_them():

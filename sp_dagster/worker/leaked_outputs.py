@@ -1,0 +1,77 @@
+"""Outputs a dead owner's open transaction let through: found once at start, never published again.
+
+A worker killed between publishing a turn's outputs and committing them leaves its transaction
+open. Kafka aborts it when the instance's next owner starts its transactions; some brokers
+(tansu 0.6) let its messages through instead, so the next owner, which replays from the last
+committed offsets, would publish those outputs a second time.
+
+Every output carries an origin that names what it stems from and is the same when it is computed
+again (`instance_runtime`). So each checkpoint records *marks*: where the instance's output
+partitions ended when it was taken (`TransactionalPublisher.marks`; anything published later lands
+past them). A next owner starting from that checkpoint reads every output partition from its
+marks to the end, keeps the origins of its own group's outputs, and drops an output it computes
+again with one of those origins (the wall clock's outputs too: they are named after their due
+time and the instance). It does so until it has read its inputs as far as they reached at its
+start (the dead owner cannot have read further); until then its own checkpoints keep the old
+marks. On Kafka only committed outputs are found, which the replay never publishes again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from sp_dagster.worker.instance_runtime import Message
+
+
+def own_prefixes(group: str, stateless: bool, inputs: Iterable[tuple[str, int]], clock: str) -> tuple[str, ...]:
+    """How the origins of an instance's outputs begin: a stateful one names its input partitions, a
+    stateless one passes its inputs' origins on, and the wall clock's name the instance (instance_runtime)."""
+    if stateless:
+        return (f"{group}>", f"{clock}|")
+    return (*(f"{group}@{topic}:{partition}|" for topic, partition in sorted(inputs)), f"{clock}|")
+
+
+class LeakedOutputs:
+    """The origins of an instance's outputs already on the output topics, per (topic, partition);
+    `drop` removes them from what is published."""
+
+    def __init__(self, found: Mapping[tuple[str, int], Iterable[bytes]], prefixes: tuple[str, ...], horizon: Mapping[tuple[str, int], int], started_at: int):
+        self.horizon = dict(horizon)  # where the inputs ended at the start: the dead owner read no further
+        self.started_at = started_at  # ms: the dead owner's timers fell due before
+        own = tuple(prefix.encode() for prefix in prefixes)
+        self.places: dict[tuple[str, int], set[bytes]] = {}
+        for place, origins in found.items():
+            mine = {o for o in origins if o.startswith(own)}
+            if mine:
+                self.places[place] = mine
+        self.count = sum(map(len, self.places.values()))
+        self.dropped = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.places)
+
+    def pending(self, positions: Mapping[tuple[str, int], int], clock: int | None) -> bool:
+        """True while outputs may still be dropped: some found, and an input not read as far as the
+        horizon or (`clock`: the engine's wall clock, None on event time) timers not yet fired up to the start."""
+        if not self.places:
+            return False
+        return any(positions.get(place, 0) < end for place, end in self.horizon.items()) or (clock is not None and clock < self.started_at)
+
+    def drop(self, messages: list[Message]) -> list[Message]:
+        """`messages` without those already published (each origin dropped once, on its partition or,
+        for a message the producer places itself, on any partition of its topic)."""
+        kept = []
+        for message in messages:
+            origins = None
+            if message.origin is not None:
+                if message.partition >= 0:
+                    origins = self.places.get((message.topic, message.partition))
+                else:
+                    origins = next((o for (t, _p), o in self.places.items() if t == message.topic and message.origin in o), None)
+            if origins is not None and message.origin in origins:
+                origins.remove(message.origin)
+                self.dropped += 1
+                continue
+            kept.append(message)
+        self.places = {place: origins for place, origins in self.places.items() if origins}
+        return kept
