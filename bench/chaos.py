@@ -5,9 +5,10 @@ Prints one JSON line per fault (its kind, target, longest output gap after it) a
 the totals (events in, outputs, expected, lost, duplicated, exact per key). Without
 --bootstrap it starts an embedded broker of its own. The faults cycle through --faults
 (default worker-kill, worker-pause (SIGSTOP past the heartbeat window), leader-kill), one
-every 8-15 s, for about N minutes (sp_dagster.embedded.chaos). broker-pause needs the
-broker this bench starts (no --bootstrap); db-outage starts a PostgreSQL server of its own for
-the cluster, as the chaos tests do.
+every 8-15 s, for about N minutes (sp_dagster.embedded.chaos). broker-pause and broker-restart
+need the broker this bench starts (no --bootstrap); for broker-restart it keeps its data in an
+S3 server of its own (sp_dagster.embedded.s3); db-outage starts a PostgreSQL server of
+its own for the cluster, as the chaos tests do.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 from sp_dagster.embedded import EmbeddedBroker
-from sp_dagster.embedded.chaos import FAULTS, SERVER_FAULTS, ChaosRun
+from sp_dagster.embedded.chaos import DURABLE_FAULTS, FAULTS, SERVER_FAULTS, ChaosRun
+from sp_dagster.embedded.s3 import EmbeddedS3
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "tests" / "worker" / "apps" / "trades.siddhi"
@@ -34,14 +36,15 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--rate", type=int, default=200, help="events per second")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, from {', '.join(FAULTS + SERVER_FAULTS)}")
+    known = FAULTS + SERVER_FAULTS + DURABLE_FAULTS
+    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, from {', '.join(known)}")
     parser.add_argument("--bootstrap", help="a Kafka broker to use (default: an embedded one)")
     args = parser.parse_args()
     kinds = tuple(args.faults.split(","))
-    if unknown := set(kinds) - set(FAULTS + SERVER_FAULTS):
-        parser.error(f"unknown fault(s) {', '.join(sorted(unknown))}; choose from {', '.join(FAULTS + SERVER_FAULTS)}")
-    if args.bootstrap and "broker-pause" in kinds:
-        parser.error("broker-pause needs the broker this bench starts; leave out --bootstrap")
+    if unknown := set(kinds) - set(known):
+        parser.error(f"unknown fault(s) {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
+    if args.bootstrap and {"broker-pause", *DURABLE_FAULTS} & set(kinds):
+        parser.error("broker-pause and broker-restart need the broker this bench starts; leave out --bootstrap")
     count = max(len(kinds), int(args.minutes * 60 / SECONDS_PER_FAULT))
     faults = list(itertools.islice(itertools.cycle(kinds), count))
     home = Path(tempfile.mkdtemp(prefix="sp-dagster-chaos-"))
@@ -56,7 +59,11 @@ def main() -> None:
             handles.update(database=database, database_url=database.create_database())
         broker = None
         if not args.bootstrap:
-            broker = handles["broker"] = EmbeddedBroker(log_path=home / "broker.log").start()
+            storage: dict = {}
+            if set(DURABLE_FAULTS) & set(kinds):
+                s3 = stack.enter_context(EmbeddedS3(log_path=home / "s3.log"))
+                storage = {"storage": s3.storage, "environment": s3.client_environment()}
+            broker = handles["broker"] = EmbeddedBroker(log_path=home / "broker.log", **storage).start()
             stack.callback(broker.stop)
         run = ChaosRun(home, args.bootstrap or broker.bootstrap_servers, APP.read_text().replace("Trades", "TradesChaos"), rate=args.rate, **handles)
         report = run.run(faults, seed=args.seed)

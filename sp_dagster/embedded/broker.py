@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from sp_dagster.errors import BrokerUnavailable, SpDagsterError
@@ -126,6 +127,16 @@ class EmbeddedServer:
             self._log_file.close()
             self._log_file = None
 
+    def crash(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would; start() brings it back."""
+        process, self.process = self.process, None
+        if process and process.poll() is None:
+            process.kill()
+            process.wait()
+        if self._log_file:
+            self._log_file.close()
+            self._log_file = None
+
     def __enter__(self):
         return self.start()
 
@@ -144,9 +155,11 @@ class EmbeddedBroker(EmbeddedServer):
         host: str = "127.0.0.1",
         storage: str = "memory://tansu/",
         log_path: str | Path | None = None,
+        environment: Mapping[str, str] | None = None,
     ):
         super().__init__(port, host, log_path)
         self.storage = storage
+        self.extra_environment = dict(environment or {})  # e.g. where its S3 storage is (embedded.s3)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -158,7 +171,7 @@ class EmbeddedBroker(EmbeddedServer):
         return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", self.storage]
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        return {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn"), **self.extra_environment}
 
     def answers(self) -> bool:
         """True once the broker serves Kafka metadata requests."""

@@ -14,7 +14,9 @@ outputs with their arrival times, and at random moments one fault after another 
 - `broker-pause`   SIGSTOP the broker for `outage_s` (every client's requests hang, transactions
   time out), then SIGCONT (`broker` is its handle: an EmbeddedBroker);
 - `db-outage`      stop the control plane's database server for `outage_s` (30 s) and start it
-  again (`database` is the server's handle; the cluster runs on it: `database_url`).
+  again (`database` is the server's handle; the cluster runs on it: `database_url`);
+- `broker-restart` SIGKILL the broker, start it again on the same storage 5 s later (it needs
+  durable storage: an EmbeddedBroker on an EmbeddedS3's bucket).
 
 At the end the output topic is read afresh from its start (read_committed) and every key's outputs
 are compared with the in-process engine's over the same input; `live_missed` counts outputs the
@@ -39,6 +41,8 @@ from sp_dagster.embedded.local_cluster import LocalCluster
 
 FAULTS = ("worker-kill", "worker-pause", "leader-kill")  # those every cluster can take; more need handles (below)
 SERVER_FAULTS = ("broker-pause", "db-outage")
+DURABLE_FAULTS = ("broker-restart",)  # a broker whose data outlives its process
+BROKER_DOWN_S = 5.0  # how long a restarted broker stays away
 SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
 OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
 KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}')"  # the app's keyed group, rescaled by `rescale-*`
@@ -206,11 +210,13 @@ class ChaosRun:
             target = self._leader()
         elif kind.startswith("rescale-"):
             target = "deploy"
-        elif kind in SERVER_FAULTS:
-            target = "broker" if kind == "broker-pause" else "database"
+        elif kind in SERVER_FAULTS or kind in DURABLE_FAULTS:
+            target = "database" if kind == "db-outage" else "broker"
             server = getattr(self, target)
             if server is None:
                 raise ValueError(f"the fault {kind!r} needs a handle on the {target} (ChaosRun(..., {target}=...))")
+            if kind in DURABLE_FAULTS and server.storage.startswith("memory:"):
+                raise ValueError(f"the fault {kind!r} needs a broker on durable storage (EmbeddedBroker(storage=EmbeddedS3().storage, ...))")
         else:
             busy = [w for w in self.cluster.worker_ids if self._instances_on(w)]
             target = rng.choice(busy or self.cluster.worker_ids)
@@ -223,6 +229,10 @@ class ChaosRun:
             server.process.send_signal(signal.SIGSTOP)
             time.sleep(self.outage_s)
             server.process.send_signal(signal.SIGCONT)
+        elif kind == "broker-restart":
+            server.crash()
+            time.sleep(BROKER_DOWN_S)
+            server.start()
         elif kind == "db-outage":
             server.stop(immediate=True)
             time.sleep(self.outage_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+_OFFSETS_TIMEOUT_S = 10.0  # at most this for sending a transaction's offsets (then a retriable timeout, tried again)
+_STUCK_GRACE_S = 5.0  # a call still running this long past its own timeout counts as stuck
+_ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 
 
@@ -326,6 +330,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         self._topics: set[str] = set()
         self._report = None  # a message that fails makes its transaction's commit fail: no per-message reports
         self._open = False
+        self.stuck = False  # a call never returned (see _bounded): nothing more is asked of the producer
         try:
             self.producer.init_transactions(timeout)
         except KafkaException as exc:
@@ -360,7 +365,10 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         try:
             if offsets:
                 positions = [TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(offsets.items())]
-                self._retrying(lambda: self.producer.send_offsets_to_transaction(positions, self._group.consumer_group_metadata(), self.timeout), retry_while)
+                metadata_of_group = self._group.consumer_group_metadata()
+                wait = min(self.timeout, _OFFSETS_TIMEOUT_S)
+                send = lambda: self.producer.send_offsets_to_transaction(positions, metadata_of_group, wait)  # noqa: E731
+                self._retrying(lambda: self._bounded(send, wait, "sending the input offsets to the transaction"), retry_while)
             self._retrying(lambda: self.producer.commit_transaction(self.timeout), retry_while)
         except KafkaException as exc:
             error = _error(exc)
@@ -379,6 +387,36 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         failures, self._failures = self._failures, []
         if failures:
             raise MessagingError(f"{len(failures)} event(s) could not be published: {failures[0]}")
+
+    def _bounded(self, call: Callable[[], None], timeout: float, what: str) -> None:
+        """Make a call that may not keep its own `timeout`, and give up on it a little past that.
+
+        librdkafka's send_offsets_to_transaction can wait forever once the group coordinator went
+        away, even when it is back (a restarted broker; confluentinc/librdkafka#5456, #5511): the call
+        runs on a thread of its own and, stuck, this publisher is abandoned (the instance starts
+        again from its checkpoint with a new one, whose start fences this one)."""
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, name=f"kafka-txn-{self.transactional_id}", daemon=True)
+        thread.start()
+        limit = timeout + _STUCK_GRACE_S
+        thread.join(limit)
+        if not outcome:
+            self.stuck = True
+            _ABANDONED.append(self.producer)
+            raise BrokerUnavailable(
+                f"the Kafka client did not return from {what} within {limit:.0f}s on "
+                f"{self.transport.bootstrap_servers} (a client stuck after the broker went away); its transaction is given up"
+            )
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def _retrying(self, step: Callable[[], None], retry_while: Callable[[], bool] | None) -> None:
         while True:
@@ -455,7 +493,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
 
     def close(self) -> None:
         """Abort what is open and release the clients."""
-        if self._open:
+        if self._open and not self.stuck:
             try:
                 self.producer.abort_transaction(self.timeout)
             except KafkaException as exc:
