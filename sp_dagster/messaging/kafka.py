@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# End-offset probes: short fetch waits, as an empty fetch at a partition's end answers at once and EOF comes quickly.
+_PROBE = {"enable.partition.eof": True, "auto.offset.reset": "latest", "fetch.wait.max.ms": 10}
 _OFFSETS_TIMEOUT_S = 10.0  # at most this for sending a transaction's offsets (then a retriable timeout, tried again)
 _STUCK_GRACE_S = 5.0  # a call still running this long past its own timeout counts as stuck
 _ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
@@ -63,6 +65,7 @@ class KafkaTransport(Transport):
         self.timeout = timeout
         self._admin: AdminClient | None = None
         self._probe: Consumer | None = None
+        self._probe_uncommitted: Consumer | None = None
 
     @property
     def address(self) -> str:
@@ -178,8 +181,17 @@ class KafkaTransport(Transport):
         self.close()
 
     def end_offsets(self, topic: str) -> dict[int, int]:
+        return self._ends(topic, self._offsets_consumer())
+
+    def end_offsets_with_open_transactions(self, topic: str) -> dict[int, int]:
+        """Where each partition ends, messages of transactions still open included (a read_committed
+        reader's end, end_offsets, stops before the first of them)."""
+        if self._probe_uncommitted is None:
+            self._probe_uncommitted = Consumer(self._reader_config(**{**_PROBE, "isolation.level": "read_uncommitted"}))
+        return self._ends(topic, self._probe_uncommitted)
+
+    def _ends(self, topic: str, consumer: Consumer) -> dict[int, int]:
         info = self.require_topic(topic)
-        consumer = self._offsets_consumer()
         try:
             listed = {}
             for partition in range(info.partitions):
@@ -207,8 +219,7 @@ class KafkaTransport(Transport):
     def _offsets_consumer(self) -> Consumer:
         """One consumer kept for end-offset probes (they run on every micro-batch of a worker's sources)."""
         if self._probe is None:
-            # Short fetch waits: an empty fetch at a partition's end answers at once, so EOF comes quickly.
-            self._probe = Consumer(self._reader_config(**{"enable.partition.eof": True, "auto.offset.reset": "latest", "fetch.wait.max.ms": 10}))
+            self._probe = Consumer(self._reader_config(**_PROBE))
         return self._probe
 
     def _reader_config(self, **extra: Any) -> dict[str, Any]:
@@ -236,9 +247,10 @@ class KafkaTransport(Transport):
 
     def close(self) -> None:
         self._admin = None
-        if self._probe is not None:
-            self._probe.close()
-            self._probe = None
+        for probe in (self._probe, self._probe_uncommitted):
+            if probe is not None:
+                probe.close()
+        self._probe = self._probe_uncommitted = None
 
 
 class RawPublisher(RawPublisherBase):
@@ -462,7 +474,9 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         """The `header` value of every message a read_committed reader sees from `marks` to the end
         of each partition (as it is now), per (topic, partition)."""
         found: dict[tuple[str, int], list[bytes]] = {place: [] for place in marks}
-        ends = {(t, p): end for t in {t for t, _p in marks} for p, end in self.transport.end_offsets(t).items()}
+        # To the end with the open transactions: another dead owner's, still open, hides what follows
+        # it from a read_committed reader until its own next owner starts; wait for that.
+        ends = {(t, p): end for t in {t for t, _p in marks} for p, end in self.transport.end_offsets_with_open_transactions(t).items()}
         behind = {place for place, mark in marks.items() if mark < ends.get(place, 0)}
         if not behind:
             return found
@@ -488,7 +502,10 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         finally:
             consumer.close()
         if behind:
-            raise BrokerUnavailable(f"could not read {sorted(behind)} to their end within {self.timeout:.0f}s on {self.transport.bootstrap_servers}")
+            raise BrokerUnavailable(
+                f"could not read {sorted(behind)} to their end within {self.timeout:.0f}s on {self.transport.bootstrap_servers} "
+                "(a transaction still open there: another instance's, whose next owner has not started yet?)"
+            )
         return found
 
     def close(self) -> None:

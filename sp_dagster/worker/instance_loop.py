@@ -285,6 +285,8 @@ class InstanceLoop:
         gc.freeze()  # what exists now lives as long as the loop: keep it out of every collection
         self._open()
         self.control.metrics(self.metrics())  # at once: a state reset is told before the first turn
+        if self._txn is not None and not self._marks:
+            self._checkpoint()  # output marks from the start: a successor finds what a first open transaction let through
         try:
             while True:
                 save, asked = None, False

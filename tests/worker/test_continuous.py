@@ -76,13 +76,14 @@ class Running:
 
 
 def checkpoints_now(running: dict) -> dict:
-    """Ask every loop for a checkpoint; each one's first, once all have one."""
+    """Ask every loop for a checkpoint; each one's first from now on, once all have one."""
+    before = {n: len(r.line.checkpoints) for n, r in running.items()}
     for r in running.values():
         r.line.queue.append(("checkpoint",))
     deadline = time.monotonic() + 30
-    while not all(r.line.checkpoints for r in running.values()) and time.monotonic() < deadline:
+    while not all(len(r.line.checkpoints) > before[n] for n, r in running.items()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return {n: r.line.checkpoints[0] for n, r in running.items()}
+    return {n: r.line.checkpoints[before[n]] for n, r in running.items()}
 
 
 def deploy_topics(kafka, text):
@@ -254,6 +255,31 @@ def test_outputs_a_killed_owner_left_in_an_open_transaction_are_published_once(k
     assert len(got) == total and by_symbol(r for r, _ in got) == dict(everything)
 
 
+def test_outputs_an_owner_killed_before_its_first_periodic_checkpoint_left_open_are_published_once(kafka):
+    """The owner dies in its first transaction, long before a checkpoint was due: its start
+    checkpoint's output marks still let the next owner find what that transaction let through."""
+    name, topology, plans, running = running_app(kafka, "EarlyLeak", interval=3600)
+    victims = [n for n in plans if "-average-" in n]
+    deadline = time.monotonic() + 60
+    while not all(running[n].loop._txn for n in victims) and time.monotonic() < deadline:
+        time.sleep(0.05)  # started: its transactions begun
+    for n in victims:
+        killed_before_commit(running[n].loop)
+    rows, stamps = trades(2000, seed=23)
+    publish(kafka, topology, rows, stamps)
+    for n in victims:
+        running[n].thread.join(60)
+        assert isinstance(running[n].error, Killed), running[n].error
+        assert len(running[n].line.checkpoints) == 1  # the one taken at its start
+        running[n] = Running(kafka, plans[n], checkpoint=running[n].line.checkpoints[-1], interval=3600)
+    everything = reference(rows, stamps)
+    total = sum(map(len, everything.values()))
+    got = read_outputs(kafka, f"{name}.Averages", total + 1, timeout=20)
+    for r in running.values():
+        r.stop()
+    assert len(got) == total and by_symbol(r for r, _ in got) == dict(everything)
+
+
 @pytest.mark.slow
 def test_a_second_owner_of_an_instance_fences_the_first(kafka):
     """Two loops of one instance (a worker that lost it but still runs): the newer one's transactions fence the older's."""
@@ -283,10 +309,12 @@ def test_a_loop_whose_lease_runs_out_stops_at_once_without_a_checkpoint(kafka):
     topology = deploy_topics(kafka, APP.replace("Trades", name))
     instance = topology.group("average").instances[0]
     running = Running(kafka, plan_instance(instance.name, instance.siddhi), interval=3600)
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30
+    while not running.line.checkpoints and time.monotonic() < deadline:
+        time.sleep(0.05)  # started: the checkpoint every loop takes at its start, with its output marks
     running.line.lease = False
     running.thread.join(10)
-    assert not running.thread.is_alive() and running.reason == "lease lost" and running.line.checkpoints == []
+    assert not running.thread.is_alive() and running.reason == "lease lost" and len(running.line.checkpoints) == 1
 
 
 @pytest.mark.slow
