@@ -23,7 +23,7 @@ Each request gets an origin `<instance>@http|<sequence>` with a sequence that gr
 restarts (microseconds of the wall clock), so the next group never mistakes a new request for a
 replay. In continuous mode a receiver runs as a Spark task like any instance (`run()` serves
 its control: stop commands, the lease, metrics); in micro-batch mode (a query cannot listen) the
-worker's driver hosts it on a thread (`HostedReceiver`), as bench/http.py does.
+worker's driver hosts it on a thread (`HostedReceiver`), as bench/receiver.py does.
 """
 
 from __future__ import annotations

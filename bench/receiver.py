@@ -1,6 +1,6 @@
 """Events/s one HTTP receiver accepts, against the raw Kafka produce rate on the same broker.
 
-Run: python bench/http.py [--seconds S] [--concurrency 1,16,64] [--batch 1,100] [--clients P] [--bootstrap host:port]
+Run: python bench/receiver.py [--seconds S] [--concurrency 1,16,64] [--batch 1,100] [--clients P] [--bootstrap host:port]
 Starts the embedded broker (unless --bootstrap), then measures:
   1. kafka.raw_produce: one plain confluent-kafka producer sending the receiver's message bodies
      to a 1-partition topic as fast as it can, flushed at the end: the ceiling a receiver publishes under;
@@ -21,12 +21,6 @@ line per figure.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# This file is named like the standard library's `http` (which aiohttp imports): keep its folder off the path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import argparse
 import asyncio
 import base64
@@ -37,8 +31,10 @@ import os
 import resource
 import socket
 import statistics
+import sys
 import time
 import uuid
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
