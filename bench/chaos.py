@@ -59,11 +59,11 @@ def main() -> None:
             handles.update(database=database, database_url=database.create_database())
         broker = None
         if not args.bootstrap:
-            storage: dict = {}
             if set(DURABLE_FAULTS) & set(kinds):
-                s3 = stack.enter_context(EmbeddedS3(log_path=home / "s3.log"))
-                storage = {"storage": s3.storage, "environment": s3.client_environment()}
-            broker = handles["broker"] = EmbeddedBroker(log_path=home / "broker.log", **storage).start()
+                broker = stack.enter_context(EmbeddedS3(log_path=home / "s3.log")).broker(log_path=home / "broker.log")
+            else:
+                broker = EmbeddedBroker(log_path=home / "broker.log")
+            handles["broker"] = broker.start()
             stack.callback(broker.stop)
         run = ChaosRun(home, args.bootstrap or broker.bootstrap_servers, APP.read_text().replace("Trades", "TradesChaos"), rate=args.rate, **handles)
         report = run.run(faults, seed=args.seed)

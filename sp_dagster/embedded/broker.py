@@ -129,13 +129,10 @@ class EmbeddedServer:
 
     def crash(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would; start() brings it back."""
-        process, self.process = self.process, None
-        if process and process.poll() is None:
-            process.kill()
-            process.wait()
-        if self._log_file:
-            self._log_file.close()
-            self._log_file = None
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.stop()  # what is left: the handle and the log file
 
     def __enter__(self):
         return self.start()

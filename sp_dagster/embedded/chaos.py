@@ -16,7 +16,7 @@ outputs with their arrival times, and at random moments one fault after another 
 - `db-outage`      stop the control plane's database server for `outage_s` (30 s) and start it
   again (`database` is the server's handle; the cluster runs on it: `database_url`);
 - `broker-restart` SIGKILL the broker, start it again on the same storage 5 s later (it needs
-  durable storage: an EmbeddedBroker on an EmbeddedS3's bucket).
+  durable storage: an EmbeddedS3's broker()).
 
 At the end the output topic is read afresh from its start (read_committed) and every key's outputs
 are compared with the in-process engine's over the same input; `live_missed` counts outputs the
@@ -216,7 +216,7 @@ class ChaosRun:
             if server is None:
                 raise ValueError(f"the fault {kind!r} needs a handle on the {target} (ChaosRun(..., {target}=...))")
             if kind in DURABLE_FAULTS and server.storage.startswith("memory:"):
-                raise ValueError(f"the fault {kind!r} needs a broker on durable storage (EmbeddedBroker(storage=EmbeddedS3().storage, ...))")
+                raise ValueError(f"the fault {kind!r} needs a broker on durable storage (EmbeddedS3().broker())")
         else:
             busy = [w for w in self.cluster.worker_ids if self._instances_on(w)]
             target = rng.choice(busy or self.cluster.worker_ids)

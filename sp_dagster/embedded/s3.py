@@ -13,8 +13,8 @@ and bucket creation. Requests are not authenticated. moto's S3 server was tried 
 dropped: under the broker's concurrent writes it answered some PUTs with errors and served stale
 objects to conditional GETs, so the broker's high watermarks fell behind its data.
 
-    with EmbeddedS3() as s3:
-        broker = EmbeddedBroker(storage=s3.storage, environment=s3.client_environment()).start()
+    with EmbeddedS3() as s3, s3.broker() as broker:
+        ...
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from email.utils import formatdate
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from sp_dagster.embedded.broker import EmbeddedServer
+from sp_dagster.embedded.broker import EmbeddedBroker, EmbeddedServer
 
 REGION = "eu-west-2"
 PAGE = 1000  # keys per ListObjectsV2 page, as S3's default
@@ -245,6 +245,10 @@ class EmbeddedS3(EmbeddedServer):
             "AWS_ACCESS_KEY_ID": "sp-dagster",
             "AWS_SECRET_ACCESS_KEY": "sp-dagster",
         }
+
+    def broker(self, **options) -> EmbeddedBroker:
+        """An embedded broker (not started) that keeps its data in this server's bucket."""
+        return EmbeddedBroker(storage=self.storage, environment=self.client_environment(), **options)
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "sp_dagster.embedded.s3", "--host", self.host, "--port", str(self.port)]

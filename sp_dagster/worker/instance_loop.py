@@ -117,7 +117,6 @@ class InstanceLoop:
         self.state_note: str | None = None  # what the user should know about the state it started with
         self._set_aside: str | None = None
         self.readers: list[tuple[str, Reader]] = []
-        self._read_places: list[tuple[str, int]] = []  # every (topic, partition) the instance reads
         self._publishers: dict[object, object] = {}  # "": the cluster's own (or its transactions), else per transport
         self._publisher_of: dict[str, object] = {}  # topic -> its publisher
         self._txn: TransactionalPublisher | None = None  # the transactional publisher (exactly-once), when the layer has transactions
@@ -197,17 +196,17 @@ class InstanceLoop:
             start = {p: self.positions.get((source.topic, p), first) for p in partitions}
             self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
             read.append((source, partitions))
-        self._read_places = [(s.topic, p) for s, partitions in read for p in partitions]
         if self.settings.transactions:
-            self._start_transactions([(s.topic, p) for s, partitions in read if not s.bootstrap and not s.nats for p in partitions])
+            cluster_inputs = [(s.topic, p) for s, partitions in read if not s.bootstrap and not s.nats for p in partitions]
+            self._start_transactions(cluster_inputs, [(s.topic, p) for s, partitions in read for p in partitions])
         for output in self.plan.outputs:
             if output.nats is not None:  # a missing topic is made, as NATS Streaming makes a channel on first use
                 for topic in {output.topic, *output.topics}:
                     self._transport(None, nats=output.nats).ensure_topic(topic, 1)
 
-    def _start_transactions(self, inputs: list[tuple[str, int]]) -> None:
-        """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read);
-        replay silently up to what the last owner committed."""
+    def _start_transactions(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
+        """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read,
+        of all those `read`); replay silently up to what the last owner committed."""
         from sp_dagster.errors import MessagingError
 
         try:
@@ -230,7 +229,7 @@ class InstanceLoop:
                 self.replay_clock = max(self.replay_clock or 0, int(clock))
         if self.replay_until:
             log.info("%s: replaying %s without publishing: their outputs were committed before", self.plan.name, self.replay_until)
-        self._find_leaked(inputs, self._read_places)
+        self._find_leaked(inputs, read)
 
     def _txn_outputs(self) -> list[str]:
         """The output topics on this cluster (what the transactions publish to)."""

@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from sp_dagster.embedded import EmbeddedBroker
 from sp_dagster.embedded.chaos import DURABLE_FAULTS, FAULTS, SERVER_FAULTS, ChaosRun
 from sp_dagster.embedded.s3 import EmbeddedS3
 from tests.worker.test_end_to_end import APP_PATH
@@ -46,7 +45,7 @@ def test_outputs_are_exact_across_a_broker_killed_and_started_again_on_durable_s
     # A broker of the test's own, keeping its data in S3. Mock: our S3 server (embedded.s3) stands in for an
     # object store (none runs here), and the tansu binary has no other durable storage compiled in.
     with EmbeddedS3(log_path=tmp_path / "s3.log") as s3:
-        broker = EmbeddedBroker(storage=s3.storage, environment=s3.client_environment(), log_path=tmp_path / "broker.log").start()
+        broker = s3.broker(log_path=tmp_path / "broker.log").start()
         try:
             run = ChaosRun(tmp_path / "run", broker.bootstrap_servers, APP, broker=broker, rate=100)
             check(run, run.run(DURABLE_FAULTS, seed=7), DURABLE_FAULTS)

@@ -166,10 +166,9 @@ def test_a_transaction_over_a_broker_killed_and_started_again_commits_or_is_give
     # librdkafka's send_offsets_to_transaction ignores its timeout once the group coordinator went
     # away (confluentinc/librdkafka#5456): after a broker restart it waited forever. The broker
     # keeps its data in our S3 stand-in (a mock: no object store runs here).
-    from sp_dagster.embedded import EmbeddedBroker
     from sp_dagster.embedded.s3 import EmbeddedS3
 
-    with EmbeddedS3() as s3, EmbeddedBroker(storage=s3.storage, environment=s3.client_environment()) as broker:
+    with EmbeddedS3() as s3, s3.broker() as broker:
         transport = KafkaTransport(broker.bootstrap_servers, timeout=5)
         transport.ensure_topic(topic_name, 1)
         txn = transport.transactional_publisher(f"txn-{topic_name}", f"group-{topic_name}")
