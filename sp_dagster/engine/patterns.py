@@ -6,7 +6,8 @@ re-armed with a fresh partial match when a partial match leaves it (or expires i
 A partial match holds, per state, the events it has taken; a counted state shares its list
 with the next step from the minimum count on, until that next step matches. In a pattern,
 events that do not match are skipped; in a sequence, a partial match that an event does not
-advance is dropped, and an `every` start is re-armed only when no partial match is under way.
+advance is dropped, an `every` start takes every event, and a step holds one partial match
+(the older one, when a new start lands where an older partial still counts).
 `within` drops partial matches older than the limit (event time) before each event.
 
 Absent states (`not S[filter] for T`, alone or as a side of `and`/`or`) follow Siddhi's
@@ -319,14 +320,25 @@ class PatternProcessor(Processor):
             quiet = [(p, i) for p, i in pending if self._is_fresh(p) and self.steps[i].absent]
             self._step_all(busy, event, stream, kept, out, moved)
             self._step_all(quiet, event, stream, kept, out, moved)
-            # a partial on an absent step does not hold back a new start
-            if any(not self._is_fresh(p) and not self.steps[i].absent for p, i in kept):
-                kept.extend(fresh)
-            else:
-                self._step_all(fresh, event, stream, kept, out, moved)
+            self._step_all(fresh, event, stream, kept, out, moved)
+            kept = self._one_per_step(kept)
             self._keep_start(kept)
         self.pending = kept
         return out
+
+    def _one_per_step(self, kept: list) -> list:
+        """A sequence's step holds one partial match: when a new start lands on a step an older
+        partial still holds (a counted step it keeps taking), the older one stays (Siddhi's
+        sequence addState replaces, the older partial is placed last)."""
+        held: set[int] = set()
+        one = []
+        for partial, step in kept:
+            if step and not self.steps[step].absent and not self._is_fresh(partial):
+                if step in held:
+                    continue
+                held.add(step)
+            one.append((partial, step))
+        return one
 
     def _keep_start(self, kept: list) -> None:
         """A sequence under `every` keeps one fresh partial at its first step."""
@@ -342,6 +354,12 @@ class PatternProcessor(Processor):
     def _step_all(self, entries, event, stream, kept, out, moved) -> None:
         decisions = [self._decide(partial, step, event, stream) for partial, step in entries]
         absent = self.absent_at
+        # a partial on several steps (a counted one and those after it) takes the event at the
+        # furthest step it matches; its branches behind end there
+        furthest: dict[int, int] = {}
+        for (partial, step), matched in zip(entries, decisions):
+            if matched is not None and not absent[step] and furthest.get(id(partial), -1) < step:
+                furthest[id(partial)] = step
         for (partial, step), matched in zip(entries, decisions):
             if id(partial) in moved:
                 continue
@@ -349,10 +367,12 @@ class PatternProcessor(Processor):
                 self._step_absent(partial, step, matched, event, kept, out)
                 continue
             if matched is None:
-                if not self.sequence or self._is_fresh(partial):
+                # a sequence without `every` must begin with the first event: its start dies too
+                if not self.sequence or (self._is_fresh(partial) and 0 in self.group_at_start):
                     kept.append((partial, step))
                 continue
-            self._advance(partial, step, matched, event, kept, out, moved)
+            if furthest[id(partial)] == step:
+                self._advance(partial, step, matched, event, kept, out, moved)
 
     def _rearm(self, partial: _Partial, end: int, kept: list) -> None:
         start = self.group_ending[end]
@@ -386,7 +406,16 @@ class PatternProcessor(Processor):
 
     def _advance(self, partial, step, state, event, kept, out, moved) -> None:
         current = self.steps[step]
-        if current.kind == "count":
+        counted = current.kind == "count"
+        copied = False
+        if step > 0 and self.steps[step - 1].kind == "count" and not (counted and partial.slots[state.slot]):
+            # leaving a counted step (its list was shared with this one until now): it ends there
+            moved.add(id(partial))
+            kept[:] = [(p, i) for p, i in kept if p is not partial]
+            if step - 1 in self.group_ending:
+                self._rearm(partial, step - 1, kept)
+            partial, copied = self._without(partial.copy(), step, event), True
+        if counted:
             partial.slots[state.slot].append(event)
             partial.time = event.timestamp
             if partial.start is None:
@@ -398,29 +427,29 @@ class PatternProcessor(Processor):
                 if self.sequence or count == current.low:
                     self._arm(partial, step + 1, kept, out)
             return
-        if step > 0 and self.steps[step - 1].kind == "count":
-            moved.add(id(partial))
-            kept[:] = [(p, i) for p, i in kept if p is not partial]
-            if step - 1 in self.group_ending:
-                self._rearm(partial, step - 1, kept)
-        if current.kind == "and":
-            target = partial
-            target.slots[state.slot] = [event]
-            target.time = event.timestamp
-            if target.start is None:
-                target.start = event.timestamp
-            if not all(target.slots[s.slot] for s in current.states):
-                kept.append((target, step))
-                return
-        else:
-            target = partial.copy()
-            target.slots[state.slot] = [event]
-            target.time = event.timestamp
-            if target.start is None:
-                target.start = event.timestamp
+        target = partial if current.kind == "and" or copied else partial.copy()
+        target.slots[state.slot] = [event]
+        target.time = event.timestamp
+        if target.start is None:
+            target.start = event.timestamp
+        if current.kind == "and" and not all(target.slots[s.slot] for s in current.states):
+            kept.append((target, step))
+            return
         self._arm(target, step + 1, kept, out)
         if step in self.group_ending:
             self._rearm(target, step, kept)
+
+    def _without(self, partial: _Partial, step: int, event: StreamEvent) -> _Partial:
+        """`partial` without `event` in the counted steps just before `step` (they may have
+        taken it too, on this very event: it is `step`'s)."""
+        before = step - 1
+        while before >= 0 and self.steps[before].kind == "count":
+            for s in self.steps[before].states:
+                held = partial.slots[s.slot]
+                if held and held[-1] is event:
+                    partial.slots[s.slot] = held[:-1]
+            before -= 1
+        return partial
 
     # -- absent steps
 
