@@ -192,10 +192,11 @@ def _candidate(schema: Schema, name: str) -> Executor:
 
 
 def _pick(events: list, index):
+    """The event at `index` of a state's events; no index is the first (Siddhi's default place in a state's chain)."""
     if not events:
         return None
     if index is None:
-        return events[-1]
+        return events[0]
     if isinstance(index, ast.Last):
         k = len(events) - 1 - index.offset
         return events[k] if k >= 0 else None

@@ -1,4 +1,4 @@
-"""Sequences (`,`) beyond the conformance cases: starts under `every`, counted and optional steps.
+"""Sequences (`,`) and counted states beyond the conformance cases: starts under `every`, counted and optional steps.
 
 Each expected output is what Siddhi itself gives for the app and events
 (`python bench/siddhi.py` drives Siddhi 4.3.7 in a JVM; 200 random sequence apps of 2-4 steps
@@ -71,3 +71,11 @@ def test_a_partial_match_on_several_steps_takes_the_event_at_the_furthest():
         "select e1.price as a, e2[0].price as b, e3[0].price as c, e4.price as d insert into Out;"
     )
     assert matches(optional_then_last, [78.31, 91.19, 99.24]) == [(78.31, 91.19, None, 99.24)]
+
+
+def test_a_counted_state_named_without_an_index_is_its_first_event():
+    query = (
+        "from e1=S[price > 71] -> e2=S[price > 50]<2:3> -> e3=S[price > 80] "
+        "select e1.price as a, e2.price as b, e2[0].price as first, e2[last].price as last, e3.price as c insert into Out;"
+    )
+    assert matches(query, [73.0, 75.0, 76.0, 77.0, 81.0]) == [(73.0, 75.0, 75.0, 77.0, 81.0)]
