@@ -1,6 +1,6 @@
 """Siddhi's own figures on this machine: bench/engine.py's workloads through Siddhi in a JVM, one JSON line each.
 
-Run: python bench/siddhi.py [--events N] [--runs R] [--only NAME ...] [--compare]
+Run: python bench/siddhi.py [--events N] [--runs R] [--only NAME ...] [--compare] [--random N [--kind sequence|pattern] [--seed S]]
 Siddhi 5 is on Maven, which this machine cannot reach; PyPI's PySiddhi4 1.1.0 wheel carries
 Siddhi 4.3.7's jars, so that is the Siddhi measured here. The wheel is fetched once with pip
 into ~/.cache/sp-dagster/siddhi4 (or --cache), bench/siddhi/SiddhiBench.java is compiled there
@@ -16,12 +16,15 @@ output event (timestamp and values, in order) is the same, and the first that di
 pattern workloads differ: Siddhi 4.3.x drops an `every` partial match when a newer first event
 fails its second state's condition (siddhi-io/siddhi#981, fixed after 4.3; 4.2.20 and Siddhi 5
 keep both), so it gives fewer outputs; every other workload is identical.
+With --random N it compares N random sequence (or, with --kind pattern, `->` pattern) apps the
+same way, 200 events each (--events), printing the apps that differ and a count.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -118,16 +121,22 @@ def compare(name: str, events: int, path: str) -> dict:
         for stream, batch, timestamps in sends(name, events, 1000)
         for timestamp, row in zip(timestamps.to_pylist(), zip(*(column.to_pylist() for column in batch.columns)))
     ]
+    return {"workload": name, **compare_app(WORKLOADS[name], streams, inputs, path)}
+
+
+def compare_app(app: str, streams: tuple[str, ...], inputs: list, path: str) -> dict:
+    """`app`'s outputs on stream Out for `inputs` ((stream, timestamp, (symbol, price, volume)))
+    from Siddhi and from our engine, each event sent alone, compared event by event."""
     with tempfile.TemporaryDirectory() as work:
-        (Path(work) / "app.siddhi").write_text(WORKLOADS[name])
+        (Path(work) / "app.siddhi").write_text(app)
         (Path(work) / "in.tsv").write_text(
             "".join(f"{streams.index(stream)}\t{timestamp}\t{symbol}\t{price!r}\t{volume}\n" for stream, timestamp, (symbol, price, volume) in inputs)
         )
         done = _java(path, f"{work}/app.siddhi", "0", "1", ",".join(streams), "0", f"{work}/in.tsv", f"{work}/out.tsv")
         if done.returncode:
-            raise SetupError(f"Siddhi failed on {name}:\n{done.stderr.strip()[-2000:]}")
+            raise SetupError(f"Siddhi failed on:\n{app}\n{done.stderr.strip()[-2000:]}")
         theirs = [line.split("\t") for line in (Path(work) / "out.tsv").read_text().splitlines()]
-    runtime = AppRuntime(WORKLOADS[name])
+    runtime = AppRuntime(app)
     ours = []
     runtime.add_callback("Out", lambda got: ours.extend((event.timestamp, *event.data) for event in got))
     for stream, timestamp, row in inputs:
@@ -138,7 +147,6 @@ def compare(name: str, events: int, path: str) -> dict:
     return {
         "bench": "siddhi-compare",
         "siddhi_version": SIDDHI_VERSION,
-        "workload": name,
         "events": len(inputs),
         "siddhi_outputs": len(theirs),
         "engine_outputs": len(ours),
@@ -149,6 +157,36 @@ def compare(name: str, events: int, path: str) -> dict:
             else {"first_difference": {"index": same, "siddhi": theirs[same : same + 1], "engine": [list(map(str, ours[same]))] if same < len(ours) else []}}
         ),
     }
+
+
+def random_app(rng: random.Random, kind: str) -> str:
+    """A random sequence (`,`) or pattern (`->`) app of 2-4 steps on Trades: filters on constants
+    and on the step before, counted steps in between (+ * ? <m:n> in sequences, <m:n> in patterns)."""
+    steps = rng.randint(2, 4)
+    counts = ["", "", "", "+", "?", "*", "<1:2>"] if kind == "sequence" else ["", "", "<1:2>", "<2:3>", "<0:2>"]
+    parts, counted = [], set()
+    for i in range(1, steps + 1):
+        count = rng.choice(counts) if 1 < i < steps else ""
+        conditions = [f"price > {rng.randint(20, 90)}", f"price < {rng.randint(20, 90)}"]
+        if i > 1:
+            before = f"e{i - 1}[last].price" if i - 1 in counted else f"e{i - 1}.price"
+            conditions += [f"price > {before}", f"price < {before}"]
+        parts.append(f"e{i}=Trades[{rng.choice(conditions)}]{count}")
+        if count:
+            counted.add(i)
+    every = rng.choice(["every ", "every ", ""]) if kind == "sequence" else ""
+    select = ", ".join(f"e{i}{'[0]' if i in counted else ''}.price as p{i}" for i in range(1, steps + 1))
+    joiner = ", " if kind == "sequence" else " -> "
+    return f"define stream Trades (symbol string, price double, volume long);\nfrom {every}{joiner.join(parts)} select {select} insert into Out;"
+
+
+def random_events(rng: random.Random, events: int) -> list:
+    """`events` Trades: 5 symbols, prices 10..100, 0-300 ms apart."""
+    timestamp, out = 1_700_000_000_000, []
+    for _ in range(events):
+        timestamp += rng.randint(0, 300)
+        out.append(("Trades", timestamp, (f"S{rng.randrange(5)}", round(rng.uniform(10, 100), 2), rng.randint(1, 50))))
+    return out
 
 
 def _same(theirs: list[str], ours: tuple) -> bool:
@@ -175,11 +213,33 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="run only these workloads")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sp-dagster" / "siddhi4", help="where the jars are kept")
     parser.add_argument("--compare", action="store_true", help="compare Siddhi's outputs with our engine's instead of timing")
+    parser.add_argument("--random", type=int, metavar="N", help="compare N random sequence or pattern apps instead")
+    parser.add_argument("--kind", choices=("sequence", "pattern"), default="sequence", help="what --random makes (default sequence)")
+    parser.add_argument("--seed", type=int, default=5, help="seed of --random (default 5)")
     args = parser.parse_args()
     if shutil.which("java") is None:
         sys.exit("java not found: install a JDK (Java 17 works), e.g. apt-get install openjdk-17-jdk-headless")
     try:
         path = classpath(args.cache)
+        if args.random:
+            rng, differing, refused = random.Random(args.seed), 0, 0
+            for _ in range(args.random):
+                app = random_app(rng, args.kind)
+                try:
+                    figures = compare_app(app, ("Trades",), random_events(rng, args.events or 200), path)
+                except SetupError:  # an app Siddhi 4.3.7 does not take
+                    refused += 1
+                    continue
+                if not figures["identical"]:
+                    differing += 1
+                    print(json.dumps({"app": app.splitlines()[-1], **figures}), flush=True)
+            print(
+                json.dumps(
+                    {"bench": "siddhi-random", "kind": args.kind, "seed": args.seed, "apps": args.random, "siddhi_refused": refused, "differing": differing}
+                ),
+                flush=True,
+            )
+            return
         for name in args.only or WORKLOADS:
             if args.compare:
                 print(json.dumps(compare(name, args.events or 20_000, path)), flush=True)
