@@ -425,7 +425,7 @@ class PatternProcessor(Processor):
             if current.high is None or count < current.high:
                 kept.append((partial, step))
             if count >= current.low:
-                if self.sequence or count == current.low:
+                if self.sequence or count == current.low or copied:  # a copy entering is on no later step yet
                     self._arm(partial, step + 1, kept, out)
             return
         target = partial if current.kind == "and" or copied else partial.copy()

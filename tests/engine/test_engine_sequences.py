@@ -79,3 +79,12 @@ def test_a_counted_state_named_without_an_index_is_its_first_event():
         "select e1.price as a, e2.price as b, e2[0].price as first, e2[last].price as last, e3.price as c insert into Out;"
     )
     assert matches(query, [73.0, 75.0, 76.0, 77.0, 81.0]) == [(73.0, 75.0, 75.0, 77.0, 81.0)]
+
+
+def test_a_partial_match_that_begins_a_later_counted_step_goes_on_to_the_step_after_it():
+    query = (
+        "from e1=S[price > 20] -> e2=S[price < e1.price]<0:2> -> e3=S[price > 35]<0:2> -> e4=S[price < e3.price] "
+        "select e1.price as a, e2.price as b, e3.price as c, e4.price as d insert into Out;"
+    )
+    # 85.05 skips e2 and begins e3; 82.83 then completes e4
+    assert matches(query, [63.19, 85.05, 82.83]) == [(63.19, None, 85.05, 82.83)]
