@@ -415,7 +415,7 @@ class PatternProcessor(Processor):
             kept[:] = [(p, i) for p, i in kept if p is not partial]
             if step - 1 in self.group_ending:
                 self._rearm(partial, step - 1, kept)
-            partial, copied = self._without(partial.copy(), step, event), True
+            partial, copied = partial.copy(), True
         if counted:
             partial.slots[state.slot].append(event)
             partial.time = event.timestamp
@@ -439,18 +439,6 @@ class PatternProcessor(Processor):
         self._arm(target, step + 1, kept, out)
         if step in self.group_ending:
             self._rearm(target, step, kept)
-
-    def _without(self, partial: _Partial, step: int, event: StreamEvent) -> _Partial:
-        """`partial` without `event` in the counted steps just before `step` (they may have
-        taken it too, on this very event: it is `step`'s)."""
-        before = step - 1
-        while before >= 0 and self.steps[before].kind == "count":
-            for s in self.steps[before].states:
-                held = partial.slots[s.slot]
-                if held and held[-1] is event:
-                    partial.slots[s.slot] = held[:-1]
-            before -= 1
-        return partial
 
     # -- absent steps
 
