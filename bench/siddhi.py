@@ -169,13 +169,13 @@ def random_app(rng: random.Random, kind: str) -> str:
         count = rng.choice(counts) if 1 < i < steps else ""
         conditions = [f"price > {rng.randint(20, 90)}", f"price < {rng.randint(20, 90)}"]
         if i > 1:
-            before = f"e{i - 1}[last].price" if i - 1 in counted else f"e{i - 1}.price"
+            before = f"e{i - 1}{rng.choice(['[last]', '', '[0]']) if i - 1 in counted else ''}.price"
             conditions += [f"price > {before}", f"price < {before}"]
         parts.append(f"e{i}=Trades[{rng.choice(conditions)}]{count}")
         if count:
             counted.add(i)
     every = rng.choice(["every ", "every ", ""]) if kind == "sequence" else ""
-    select = ", ".join(f"e{i}{'[0]' if i in counted else ''}.price as p{i}" for i in range(1, steps + 1))
+    select = ", ".join(f"e{i}{rng.choice(['[0]', '', '[last]']) if i in counted else ''}.price as p{i}" for i in range(1, steps + 1))
     joiner = ", " if kind == "sequence" else " -> "
     return f"define stream Trades (symbol string, price double, volume long);\nfrom {every}{joiner.join(parts)} select {select} insert into Out;"
 

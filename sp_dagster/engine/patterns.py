@@ -133,12 +133,16 @@ def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
 
 
 class PatternScope(Scope):
-    """Names in a pattern: `e1.x`, `e2[last].x`, `e1[0].x`, bare `x` (the event under test)."""
+    """Names in a pattern: `e1.x`, `e2[last].x`, `e1[0].x`, bare `x` (the event under test).
+
+    A counted state named without an index is its last event in a state's condition (the event
+    the match has reached there) and its first in the selector, as Siddhi resolves them."""
 
     def __init__(self, states: list[_State], own: _State | None, context=None, aggregation=None):
         super().__init__(context, aggregation)
         self.states = states
         self.own = own
+        self.unindexed: ast.EventIndex = ast.Last() if own is not None else 0
         self.by_name: dict[str, _State] = {}
         for s in states:
             for name in filter(None, (s.event, s.stream)):
@@ -149,13 +153,13 @@ class PatternScope(Scope):
             if self.own is not None and self.own.schema.index(node.name) is not None:
                 return _candidate(self.own.schema, node.name)
             target = next((s for s in self.states if not s.absent and s.schema.index(node.name) is not None), None)
-            index = None
+            index = self.unindexed
         else:
             target = self.by_name.get(node.stream)
-            index = node.index
+            index = self.unindexed if node.index is None else node.index
             if target is None:
                 raise app_error(f"'{node.stream}' is not a state of this pattern", node)
-            if index is None and target is self.own:
+            if node.index is None and target is self.own:
                 if target.schema.index(node.name) is None:
                     raise app_error(f"'{node.stream}' has no attribute '{node.name}'", node)
                 return _candidate(target.schema, node.name)
@@ -174,9 +178,9 @@ class PatternScope(Scope):
     def event_ref(self, node) -> Executor | None:
         """An executor for `e1` / `e2[last]` (the event itself, or None), else None."""
         if isinstance(node, ast.StreamRef):
-            name, index = node.stream, node.index
+            name, index = node.stream, self.unindexed if node.index is None else node.index
         elif isinstance(node, ast.Variable) and node.stream is None and node.name in self.by_name:
-            name, index = node.name, None
+            name, index = node.name, self.unindexed
         else:
             return None
         target = self.by_name.get(name)
@@ -191,12 +195,10 @@ def _candidate(schema: Schema, name: str) -> Executor:
     return Executor(schema.types[position], lambda e: e.candidate.data[position])
 
 
-def _pick(events: list, index):
-    """The event at `index` of a state's events; no index is the first (Siddhi's default place in a state's chain)."""
+def _pick(events: list, index: ast.EventIndex):
+    """The event at `index` of a state's events (None when it has none there)."""
     if not events:
         return None
-    if index is None:
-        return events[0]
     if isinstance(index, ast.Last):
         k = len(events) - 1 - index.offset
         return events[k] if k >= 0 else None

@@ -1,8 +1,8 @@
 """Sequences (`,`) and counted states beyond the conformance cases: starts under `every`, counted and optional steps.
 
 Each expected output is what Siddhi itself gives for the app and events
-(`python bench/siddhi.py` drives Siddhi 4.3.7 in a JVM; 200 random sequence apps of 2-4 steps
-with `+`, `*`, `?` and `<m:n>` steps agree with the engine event for event), and every
+(`python bench/siddhi.py` drives Siddhi 4.3.7 in a JVM; random sequence and pattern apps of 2-4
+steps with `+`, `*`, `?` and `<m:n>` steps agree with the engine event for event), and every
 conformance case (Siddhi 5) still passes with these rules.
 """
 
@@ -73,12 +73,21 @@ def test_a_partial_match_on_several_steps_takes_the_event_at_the_furthest():
     assert matches(optional_then_last, [78.31, 91.19, 99.24]) == [(78.31, 91.19, None, 99.24)]
 
 
-def test_a_counted_state_named_without_an_index_is_its_first_event():
+def test_a_counted_state_named_without_an_index_is_its_first_event_in_the_selector():
     query = (
         "from e1=S[price > 71] -> e2=S[price > 50]<2:3> -> e3=S[price > 80] "
         "select e1.price as a, e2.price as b, e2[0].price as first, e2[last].price as last, e3.price as c insert into Out;"
     )
     assert matches(query, [73.0, 75.0, 76.0, 77.0, 81.0]) == [(73.0, 75.0, 75.0, 77.0, 81.0)]
+
+
+def test_a_counted_state_named_without_an_index_is_its_last_event_in_a_later_condition():
+    query = (
+        "from e1=S[price > 20] -> e2=S[price > e1.price]<2:3> -> e3=S[price < e2.price] "
+        "select e1.price as a, e2[0].price as b, e2[2].price as c, e2.price as d, e3.price as e insert into Out;"
+    )
+    # e2 is [60, 70, 80]; 75 < 80 (its last) completes the match, where its first (60) would wait for 55
+    assert matches(query, [50.0, 60.0, 70.0, 80.0, 75.0, 55.0]) == [(50.0, 60.0, 80.0, 60.0, 75.0)]
 
 
 def test_a_partial_match_that_begins_a_later_counted_step_goes_on_to_the_step_after_it():
@@ -88,3 +97,5 @@ def test_a_partial_match_that_begins_a_later_counted_step_goes_on_to_the_step_af
     )
     # 85.05 skips e2 and begins e3; 82.83 then completes e4
     assert matches(query, [63.19, 85.05, 82.83]) == [(63.19, None, 85.05, 82.83)]
+    # 88.69 extends e3 to [76.7, 88.69]: e4's condition reads its last, the selector its first
+    assert matches(query, [80.2, 76.7, 88.69, 78.7]) == [(80.2, None, 76.7, 78.7)]
