@@ -72,11 +72,12 @@ class Report:
     missing: list[tuple] = field(default_factory=list)  # a few of the lost outputs (row, event time)
     extra: list[tuple] = field(default_factory=list)  # a few of the duplicated (or wrong) ones
     live_missed: int = 0  # outputs in the topic that the reader following the stream never saw (a broker's doing)
+    live_only: int = 0  # outputs that reader saw which the topic, read afresh at the end, no longer holds
 
     def lines(self) -> list[dict]:
         """The report as JSON-ready dicts: one per fault, then the totals."""
         rows = [{"fault": f.kind, "target": f.target, "longest_output_gap_s": round(f.gap_s, 2)} for f in self.faults]
-        totals = {k: getattr(self, k) for k in ("events_in", "outputs", "expected", "lost", "duplicated", "exact_per_key", "live_missed")}
+        totals = {k: getattr(self, k) for k in ("events_in", "outputs", "expected", "lost", "duplicated", "exact_per_key", "live_missed", "live_only")}
         samples = {k: getattr(self, k) for k in ("missing", "extra") if getattr(self, k)}
         return rows + [{"figure": "chaos", **totals, **samples}]
 
@@ -162,17 +163,19 @@ class ChaosRun:
         finally:
             reader.close()
 
-    def _read_outputs(self) -> list[tuple]:
-        """Every output the topic holds now, read afresh from its start (read_committed)."""
+    def _read_outputs(self, timeout_s: float = 120.0) -> list[tuple]:
+        """Every output the topic holds now, read afresh from its start to its end (read_committed)."""
         from sp_dagster.messaging import EARLIEST, codec_for
 
+        # To the end as the broker has it now, never "until quiet": a busy broker can leave a poll empty.
+        end = self.kafka.end_offsets(self.output_topic)[0]
         reader = self.kafka.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
-        rows, empty = [], 0
+        rows, deadline = [], time.monotonic() + timeout_s
         try:
-            while empty < 3:
-                events = reader.poll(max_events=50_000, timeout=0.5).events
-                empty = 0 if events else empty + 1
-                rows += [(*event.row, event.timestamp) for event in events]
+            while reader.fetched_to().get(0, 0) < end:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"could not read {self.output_topic} to its end ({end}) in {timeout_s:.0f} s")
+                rows += [(*event.row, event.timestamp) for event in reader.poll(max_events=50_000, timeout=0.5).events]
         finally:
             reader.close()
         return rows
@@ -301,7 +304,8 @@ class ChaosRun:
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
         rows = self.final
         wanted, have = collections.Counter(expected), collections.Counter(rows)
-        live_missed = sum((have - collections.Counter(row for row, _at in self.got)).values())
+        seen_live = collections.Counter(row for row, _at in self.got)
+        live_missed, live_only = sum((have - seen_live).values()), sum((seen_live - have).values())
         per_key = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
         arrivals = [at for _row, at in self.got]
         for index, fault in enumerate(struck):
@@ -320,4 +324,5 @@ class ChaosRun:
             sorted(missing, key=lambda r: r[-1])[:20],
             sorted(extra, key=lambda r: r[-1])[:20],
             live_missed,
+            live_only,
         )

@@ -23,7 +23,8 @@ def check(run: ChaosRun, report, faults) -> None:
     for line in report.lines():
         print(json.dumps(line))
     assert report.events_in > 0 and report.outputs > 0
-    assert (report.lost, report.duplicated) == (0, 0), f"{run.final_status}\n{run.cluster.logs()}"
+    # The report last: a failure's output is read from its end.
+    assert (report.lost, report.duplicated) == (0, 0), f"{run.final_status}\n{run.cluster.logs()}\n{json.dumps(report.lines())}"
     assert report.exact_per_key and report.outputs == report.expected
     assert [f.kind for f in report.faults] == list(faults)
 
