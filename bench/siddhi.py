@@ -1,6 +1,6 @@
 """Siddhi's own figures on this machine: bench/engine.py's workloads through Siddhi in a JVM, one JSON line each.
 
-Run: python bench/siddhi.py [--events N] [--runs R] [--only NAME ...] [--compare] [--random N [--kind sequence|pattern] [--seed S]]
+Run: python bench/siddhi.py [--events N] [--runs R] [--only NAME ...] [--compare] [--random N [--kind sequence|pattern|logical|within] [--seed S]]
 Siddhi 5 is on Maven, which this machine cannot reach; PyPI's PySiddhi4 1.1.0 wheel carries
 Siddhi 4.3.7's jars, so that is the Siddhi measured here. The wheel is fetched once with pip
 into ~/.cache/sp-dagster/siddhi4 (or --cache), bench/siddhi/SiddhiBench.java is compiled there
@@ -16,8 +16,9 @@ output event (timestamp and values, in order) is the same, and the first that di
 pattern workloads differ: Siddhi 4.3.x drops an `every` partial match when a newer first event
 fails its second state's condition (siddhi-io/siddhi#981, fixed after 4.3; 4.2.20 and Siddhi 5
 keep both), so it gives fewer outputs; every other workload is identical.
-With --random N it compares N random sequence (or, with --kind pattern, `->` pattern) apps the
-same way, 200 events each (--events), printing the apps that differ and a count.
+With --random N it compares N random sequence apps (or, with --kind, `->` patterns: `pattern`,
+`logical` with an and/or step, `within` with a time bound) the same way, 200 events each
+(--events), printing the apps that differ and a count.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sp_dagster.engine import AppRuntime
 WHEEL = "PySiddhi4==1.1.0"
 SIDDHI_VERSION = "4.3.7"
 SOURCE = Path(__file__).with_name("siddhi") / "SiddhiBench.java"
+STREAM = "define stream Trades (symbol string, price double, volume long);\n"
 #: Workloads Siddhi 4 runs on a fraction of --events (its in-memory aggregation slows as it fills).
 SIDDHI_SCALE = {"aggregation_sec_to_year_playback": 0.05}
 
@@ -161,7 +163,10 @@ def compare_app(app: str, streams: tuple[str, ...], inputs: list, path: str) -> 
 
 def random_app(rng: random.Random, kind: str) -> str:
     """A random sequence (`,`) or pattern (`->`) app of 2-4 steps on Trades: filters on constants
-    and on the step before, counted steps in between (+ * ? <m:n> in sequences, <m:n> in patterns)."""
+    and on the step before, counted steps in between (+ * ? <m:n> in sequences, <m:n> in patterns);
+    `logical` makes a pattern with an `and` / `or` step between two others, `within` a pattern with a time bound."""
+    if kind == "logical":
+        return _random_logical(rng)
     steps = rng.randint(2, 4)
     counts = ["", "", "", "+", "?", "*", "<1:2>"] if kind == "sequence" else ["", "", "<1:2>", "<2:3>", "<0:2>"]
     parts, counted = [], set()
@@ -177,7 +182,20 @@ def random_app(rng: random.Random, kind: str) -> str:
     every = rng.choice(["every ", "every ", ""]) if kind == "sequence" else ""
     select = ", ".join(f"e{i}{rng.choice(['[0]', '', '[last]']) if i in counted else ''}.price as p{i}" for i in range(1, steps + 1))
     joiner = ", " if kind == "sequence" else " -> "
-    return f"define stream Trades (symbol string, price double, volume long);\nfrom {every}{joiner.join(parts)} select {select} insert into Out;"
+    within = f" within {rng.choice([100, 300, 1000])} milliseconds" if kind == "within" else ""
+    return f"{STREAM}from {every}{joiner.join(parts)}{within} select {select} insert into Out;"
+
+
+def _random_logical(rng: random.Random) -> str:
+    """e1 -> (e2 and|or e3) -> e4, each on a constant or on e1's price."""
+
+    def condition(first: bool = False) -> str:
+        options = [f"price > {rng.randint(20, 90)}", f"price < {rng.randint(20, 90)}"]
+        return rng.choice(options if first else [*options, "price > e1.price", "price < e1.price"])
+
+    logical = f"(e2=Trades[{condition()}] {rng.choice(['and', 'or'])} e3=Trades[{condition()}])"
+    query = f"e1=Trades[{condition(True)}] -> {logical} -> e4=Trades[{condition()}]"
+    return f"{STREAM}from {query} select e1.price as p1, e2.price as p2, e3.price as p3, e4.price as p4 insert into Out;"
 
 
 def random_events(rng: random.Random, events: int) -> list:
@@ -214,7 +232,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sp-dagster" / "siddhi4", help="where the jars are kept")
     parser.add_argument("--compare", action="store_true", help="compare Siddhi's outputs with our engine's instead of timing")
     parser.add_argument("--random", type=int, metavar="N", help="compare N random sequence or pattern apps instead")
-    parser.add_argument("--kind", choices=("sequence", "pattern"), default="sequence", help="what --random makes (default sequence)")
+    parser.add_argument("--kind", choices=("sequence", "pattern", "logical", "within"), default="sequence", help="what --random makes (default sequence)")
     parser.add_argument("--seed", type=int, default=5, help="seed of --random (default 5)")
     args = parser.parse_args()
     if shutil.which("java") is None:

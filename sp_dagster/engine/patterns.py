@@ -435,9 +435,14 @@ class PatternProcessor(Processor):
         target.time = event.timestamp
         if target.start is None:
             target.start = event.timestamp
-        if current.kind == "and" and not all(target.slots[s.slot] for s in current.states):
-            kept.append((target, step))
-            return
+        if current.kind == "and":
+            # one event can be both sides of an `and` (Siddhi's sides take it one after the other)
+            for other in current.states:
+                if not target.slots[other.slot] and self._matches(other, target, event, state.stream):
+                    target.slots[other.slot] = [event]
+            if not all(target.slots[s.slot] for s in current.states):
+                kept.append((target, step))
+                return
         self._arm(target, step + 1, kept, out)
         if step in self.group_ending:
             self._rearm(target, step, kept)

@@ -99,3 +99,19 @@ def test_a_partial_match_that_begins_a_later_counted_step_goes_on_to_the_step_af
     assert matches(query, [63.19, 85.05, 82.83]) == [(63.19, None, 85.05, 82.83)]
     # 88.69 extends e3 to [76.7, 88.69]: e4's condition reads its last, the selector its first
     assert matches(query, [80.2, 76.7, 88.69, 78.7]) == [(80.2, None, 76.7, 78.7)]
+
+
+@pytest.mark.parametrize(
+    ("prices", "expected"),
+    [
+        ([10.0, 70.0, 5.0], [(10.0, 70.0, 70.0, 5.0)]),
+        ([10.0, 55.0, 70.0, 5.0], [(10.0, 55.0, 70.0, 5.0)]),
+        ([10.0, 70.0, 65.0, 5.0], [(10.0, 70.0, 70.0, 5.0)]),
+    ],
+)
+def test_one_event_can_be_both_sides_of_an_and(prices, expected):
+    query = (
+        "from e1=S[price < 20] -> (e2=S[price > 50] and e3=S[price > 60]) -> e4=S[price < 20] "
+        "select e1.price as a, e2.price as b, e3.price as c, e4.price as d insert into Out;"
+    )
+    assert matches(query, prices) == expected
