@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Producer  # noqa: E402
 
+from sp_dagster.config.model import MessagingSettings  # noqa: E402
 from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
 from sp_dagster.messaging.kafka import KafkaTransport  # noqa: E402
 from sp_dagster.siddhi import parse  # noqa: E402
@@ -50,7 +51,7 @@ from sp_dagster.worker.instance_loop import LoopSettings  # noqa: E402
 from sp_dagster.worker.instance_plan import plan_instance  # noqa: E402
 
 APP = """@App:name('{name}')
-@source(type='http', receiver.url='http://127.0.0.1:{port}/readings', basic.auth.enabled='true', @map(type='json'))
+@source(type='http', receiver.url='http://127.0.0.1:{port}/readings', basic.auth.enabled='true', worker.count='{workers}', @map(type='json'))
 define stream Readings (deviceID string, roomID string, power int, at long);
 @dist(execGroup='work') from Readings[power > 0] select * insert into Kept;
 """
@@ -185,18 +186,21 @@ def client(port: int, connections: int, batch: int, seconds: float, first: int, 
     out.put(asyncio.run(main()))
 
 
-def receiver_run(bootstrap: str, concurrency: int, batch: int, seconds: float, raw_rate: float, clients: int, broker_pid: int | None) -> None:
-    """One receiver, loaded by client processes; prints its figure."""
+def receiver_run(bootstrap: str, concurrency: int, batch: int, seconds: float, raw_rate: float, clients: int, broker_pid: int | None, workers: int = 1) -> None:
+    """One receiver (with worker.count `workers`), loaded by client processes; prints its figure."""
     name = f"BenchHttp{uuid.uuid4().hex[:6]}"
     port = free_port()
-    topology = plan(parse(APP.format(name=name, port=port)))
+    topology = plan(parse(APP.format(name=name, port=port, workers=workers)))
     transport = KafkaTransport(bootstrap, timeout=30)
     for topic in topology.topics:
         transport.ensure_topic(topic.name, topic.partitions)
     instance = next(i for g in topology.groups if g.receiver for i in g.instances)
     instance_plan = plan_instance(instance.name, instance.siddhi)
     settings = LoopSettings(None, metrics_interval_s=0.5, idle_wait_s=0.05)
-    receiver = HostedReceiver(instance_plan, transport, settings, users={USER: PASSWORD}).start()
+    messaging = MessagingSettings("kafka", tuple(bootstrap.split(",")))
+    receiver = HostedReceiver(instance_plan, transport, settings, users={USER: PASSWORD}, messaging=messaging).start()
+    helpers = receiver.loop.helper_pids
+    receiver_cpu = lambda: cpu_seconds() + sum(cpu_seconds(pid) for pid in helpers)  # noqa: E731
     processes = min(clients, concurrency)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -209,9 +213,9 @@ def receiver_run(bootstrap: str, concurrency: int, batch: int, seconds: float, r
         for load in loads:
             load.start()
         time.sleep(max(0.0, start_at - time.time()))
-        cpu, broker_cpu = cpu_seconds(), cpu_seconds(broker_pid) if broker_pid else None
+        cpu, broker_cpu = receiver_cpu(), cpu_seconds(broker_pid) if broker_pid else None
         answers = [results.get(timeout=seconds + 120) for _ in loads]
-        cpu, broker_cpu = cpu_seconds() - cpu, cpu_seconds(broker_pid) - broker_cpu if broker_pid else None
+        cpu, broker_cpu = receiver_cpu() - cpu, cpu_seconds(broker_pid) - broker_cpu if broker_pid else None
         for load in loads:
             load.join(30)
     finally:
@@ -227,6 +231,7 @@ def receiver_run(bootstrap: str, concurrency: int, batch: int, seconds: float, r
         {
             "bench": "http.receiver",
             "concurrency": concurrency,
+            "receiver_processes": workers,
             "client_processes": processes,
             "events_per_request": batch,
             "requests": len(latencies),
@@ -254,15 +259,17 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1, help="client processes the connections are spread over")
     parser.add_argument("--raw-seconds", type=float, help="how long the raw produce figure runs (default: --seconds)")
     parser.add_argument("--bootstrap", help="an existing Kafka broker (default: start the embedded one)")
+    parser.add_argument("--workers", default="1", help="the receiver's worker.count (processes serving its URL), one figure each")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         broker = None if args.bootstrap else stack.enter_context(EmbeddedBroker())
         bootstrap = args.bootstrap or broker.bootstrap_servers
         broker_pid = broker.process.pid if broker is not None and broker.process is not None else None
         raw_rate = raw_produce(bootstrap, args.raw_seconds or args.seconds)
-        for batch in (int(b) for b in args.batch.split(",")):
-            for concurrency in (int(c) for c in args.concurrency.split(",")):
-                receiver_run(bootstrap, concurrency, batch, args.seconds, raw_rate, args.clients, broker_pid)
+        for workers in (int(w) for w in args.workers.split(",")):
+            for batch in (int(b) for b in args.batch.split(",")):
+                for concurrency in (int(c) for c in args.concurrency.split(",")):
+                    receiver_run(bootstrap, concurrency, batch, args.seconds, raw_rate, args.clients, broker_pid, workers)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,11 @@ REFUSED = [
         "basic.auth.enabled",
     ),
     (
+        "@source(type='http', receiver.url='http://0.0.0.0:8280/in', worker.count='0')\n" + S + OUT,
+        "worker.count must be a number of processes of at least 1, as in '2', not '0'.",
+        "worker.count",
+    ),
+    (
         "@source(type='kafka', topic.list='t', @map(type='avro'))\n" + S + OUT,
         "@map(type='avro') is not supported; maps are json, text, csv, keyvalue, xml.",
         "type='avro'",

@@ -44,7 +44,7 @@ SOURCES = {
         ("topic.list",),
         ("group.id", "threading.option", "partition.no.list", "seq.enabled", "bootstrap.servers", "optional.configuration", INSTANCE_SHARE),
     ),
-    "http": TransportSpec(("receiver.url",), ("basic.auth.enabled",)),
+    "http": TransportSpec(("receiver.url",), ("basic.auth.enabled", "worker.count")),
     "nats": TransportSpec(
         ("destination",),
         ("bootstrap.servers", "cluster.id", "client.id", "queue.group.name", "durable.name", "subscription.sequence", INSTANCE_SHARE),
@@ -228,6 +228,9 @@ def _http_source(annotation: ast.Annotation, destinations, report: Report) -> No
     if element is not None:
         _url(element, report)
     _boolean_option(annotation, "basic.auth.enabled", report)
+    workers = annotation.element("worker.count")
+    if workers is not None and not (workers.value.strip().isdigit() and int(workers.value) >= 1):
+        report(f"worker.count must be a number of processes of at least 1, as in '2', not '{workers.value}'.", workers)
 
 
 def _http_sink(annotation: ast.Annotation, destinations, report: Report) -> None:

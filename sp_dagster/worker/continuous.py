@@ -64,7 +64,7 @@ def _run(spec: TaskSpec) -> str:
         if spec.plan.http_inputs:  # a receiver partial app: an HTTP endpoint publishing to entry topics
             from sp_dagster.worker.http_receiver import ReceiverLoop
 
-            loop = ReceiverLoop(spec.plan, transport, spec.settings, control=control, users=dict(spec.settings.receiver_users))
+            loop = ReceiverLoop(spec.plan, transport, spec.settings, control=control, users=dict(spec.settings.receiver_users), messaging=spec.messaging)
         else:
             loop = InstanceLoop(spec.plan, transport, spec.settings, checkpoint=control.start_checkpoint, control=control)
         reason = loop.run()

@@ -70,7 +70,7 @@ def _event_loop() -> asyncio.AbstractEventLoop:
 class ReceiverLoop:
     """Runs one receiver instance until stopped (see the module docstring)."""
 
-    def __init__(self, plan: InstancePlan, transport: Transport, settings, *, control, users=()):
+    def __init__(self, plan: InstancePlan, transport: Transport, settings, *, control, users=(), messaging=None, process_index: int = 0):
         self.plan = plan
         self.transport = transport
         self.settings = settings
@@ -79,7 +79,12 @@ class ReceiverLoop:
         # The `Authorization` value each user's client sends (the canonical form): most requests match one.
         self._expected = [f"Basic {base64.b64encode(f'{u}:{p}'.encode()).decode('ascii')}".encode() for u, p in self.users.items()]
         self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms())
-        self.origin_key = f"{plan.name}@http"
+        # worker.count: this loop's process and the helpers beside it (receiver_processes.py), each with origins of its own
+        self.processes = max((i.workers for i in plan.http_inputs), default=1)
+        self.process_index = process_index
+        self.origin_key = f"{plan.name}@http{process_index or ''}"
+        self.messaging = messaging  # how a helper process reaches the messaging layer
+        self._helpers = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runners: list = []
@@ -110,7 +115,8 @@ class ReceiverLoop:
             for (host, port), paths in routes.items():
                 runner = loop.run_until_complete(self._runner(paths))
                 loop.run_until_complete(runner.setup())
-                loop.run_until_complete(web.TCPSite(runner, host, port, reuse_address=True).start())
+                site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=self.processes > 1)
+                loop.run_until_complete(site.start())
                 self._runners.append(runner)
             self._committer = loop.create_task(self._commit())
         except BaseException as exc:  # a port taken: the instance fails and the worker reports it
@@ -268,7 +274,12 @@ class ReceiverLoop:
         self._started.wait(30)
         if self._error is not None:
             raise self._error
-        log.info("%s: receiving at %s", self.plan.name, ", ".join(receiver_urls(self.plan)))
+        if self.processes > 1 and not self.process_index:
+            from sp_dagster.worker.receiver_processes import ReceiverProcesses
+
+            self._helpers = ReceiverProcesses(self.plan, self.messaging, self.settings, self.users, self.processes - 1).start()
+        if not self.process_index:
+            log.info("%s: receiving at %s", self.plan.name, ", ".join(receiver_urls(self.plan)))
 
     def run(self) -> str:
         """Serve until told to stop (or the lease runs out); returns why it stopped."""
@@ -281,6 +292,8 @@ class ReceiverLoop:
                 if not self.control.lease_ok():
                     log.warning("%s: the worker's lease on this instance ran out: stopping", self.plan.name)
                     return "lease lost"
+                if self._helpers is not None:
+                    self._helpers.poll()
                 if time.monotonic() - last_metrics >= self.settings.metrics_interval_s:
                     self.control.metrics(self.metrics())
                     last_metrics = time.monotonic()
@@ -289,21 +302,30 @@ class ReceiverLoop:
         finally:
             self.close()
 
+    @property
+    def helper_pids(self) -> list[int]:
+        """The process ids of the helper processes serving beside this one (worker.count)."""
+        return self._helpers.pids if self._helpers is not None else []
+
     def metrics(self) -> dict:
-        """Requests accepted and refused, and where the instance listens."""
-        return {
-            "mode": "receiver",
-            "receiver_urls": list(receiver_urls(self.plan)),
+        """Requests accepted and refused, and where the instance listens (its helper processes' counts included)."""
+        counts = {
             "accepted_total": self.accepted,
             "refused_total": self.refused,
             "batches_total": self.batches,
             "rows_in_total": self.runtime.rows_in,
             "rows_out_total": self.runtime.rows_out,
-            "delivery": "at-least-once",
         }
+        for helper in self._helpers.newest if self._helpers is not None else ():
+            for name in counts:
+                counts[name] += helper.get(name, 0)
+        return {"mode": "receiver", "receiver_urls": list(receiver_urls(self.plan)), **counts, "processes": self.processes, "delivery": "at-least-once"}
 
     def close(self) -> None:
-        """Stop the server (answering what waits with 503), release the publisher and the engine."""
+        """Stop the server and its helper processes (answering what waits with 503), release the publisher and the engine."""
+        if self._helpers is not None:
+            self._helpers.stop(self.settings.flush_timeout_s)
+            self._helpers = None
         loop = self._loop
         if loop is not None and not self._done.is_set():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
@@ -344,9 +366,11 @@ class HostedReceiver:
 
     mode = "receiver"
 
-    def __init__(self, plan: InstancePlan, transport: Transport, settings, *, users=(), lease_remaining=lambda: 30.0, own_transport: bool = False):
+    def __init__(
+        self, plan: InstancePlan, transport: Transport, settings, *, users=(), lease_remaining=lambda: 30.0, own_transport: bool = False, messaging=None
+    ):
         self.control = LocalControl(lease_remaining)
-        self.loop = ReceiverLoop(plan, transport, settings, control=self.control, users=users)
+        self.loop = ReceiverLoop(plan, transport, settings, control=self.control, users=users, messaging=messaging)
         self.transport = transport if own_transport else None
         self.reason: str | None = None
         self.error: str | None = None

@@ -122,6 +122,7 @@ class HttpInput:
     basic_auth: bool
     mapping: MapSpec
     attributes: tuple[Attribute, ...]
+    workers: int = 1  # worker.count: processes serving the URL (receiver_processes.py)
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,8 @@ def plan_instance(name: str, siddhi: str) -> InstancePlan:
             mapping = spec_of(source.annotation("map"))
             if (source.get("type") or "").lower() == "http":
                 basic = (source.get("basic.auth.enabled") or "false").lower() == "true"
-                http_inputs.append(HttpInput(definition.name, source.get("receiver.url"), basic, mapping, attributes))
+                workers = int(source.get("worker.count") or 1)  # checked by check_supported
+                http_inputs.append(HttpInput(definition.name, source.get("receiver.url"), basic, mapping, attributes, workers))
                 continue
             if (source.get("type") or "").lower() == "nats":
                 inputs.append(_nats_input(definition.name, source, attributes, mapping))

@@ -249,7 +249,9 @@ class Worker:
                 from sp_dagster.worker.http_receiver import HostedReceiver
 
                 transport = transport_for(self.config.messaging, timeout=30.0)
-                return HostedReceiver(plan, transport, settings, users=users, lease_remaining=self.session.lease_remaining_s, own_transport=True).start()
+                return HostedReceiver(
+                    plan, transport, settings, users=users, lease_remaining=self.session.lease_remaining_s, own_transport=True, messaging=self.config.messaging
+                ).start()
             from sp_dagster.worker.continuous import ContinuousInstance
 
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()

@@ -52,11 +52,14 @@ SEED_FIELDS = [
 class App:
     """One app file deployed with its own name, receiver port and two collecting HTTP servers."""
 
-    def __init__(self, home: Path, file: str, name: str, receiver_port: int, path: str, sink_ports: tuple[int, int]):
+    def __init__(self, home: Path, file: str, name: str, receiver_port: int, path: str, sink_ports: tuple[int, int], workers: int = 1):
         self.collectors = (Collector(), Collector())
         self.name = f"{name}{uuid.uuid4().hex[:6]}"
         self.url = f"http://127.0.0.1:{free_port()}/{path}"
-        text = (APPS / file).read_text().replace(f"'{name}'", f"'{self.name}'").replace(f"http://127.0.0.1:{receiver_port}/{path}", self.url)
+        self.workers = workers
+        receiver = f"http://127.0.0.1:{receiver_port}/{path}'"
+        served = f"{self.url}'" + (f", worker.count = '{workers}'" if workers > 1 else "")
+        text = (APPS / file).read_text().replace(f"'{name}'", f"'{self.name}'").replace(receiver, served)
         for old, collector in zip(sink_ports, self.collectors):
             text = text.replace(f"127.0.0.1:{old}/", f"127.0.0.1:{collector.port}/")
         self.text = text
@@ -73,7 +76,8 @@ def cluster(broker, tmp_path_factory):
     home = tmp_path_factory.mktemp("http-cluster")
     running = LocalCluster(home / "cluster", broker.bootstrap_servers, workers=2, receivers=1, receiver_users=USERS, slots=8).start()
     seed = App(home, "seed-004.siddhi", "Seed004", 8280, "requests", (9001, 9002))
-    energy = App(home, "energy-alert.siddhi", "Energy-Alert-App", 8281, "device-power", (9001, 9002))
+    # the Energy receiver serves from two processes (worker.count), spawned by its Spark task
+    energy = App(home, "energy-alert.siddhi", "Energy-Alert-App", 8281, "device-power", (9001, 9002), workers=2)
     try:
         for app in (seed, energy):
             running.deploy(app.path, timeout=240)
@@ -126,6 +130,13 @@ def test_http_in_partitioned_http_out_through_a_worker_kill(cluster):
     # the receivers' URLs, as `sp-dagster status` shows them
     shown = lambda: render_status(cluster_status(plane))  # noqa: E731
     wait_for(lambda: f"receiving at {seed.url}" in shown() and f"receiving at {energy.url}" in shown(), timeout=30, what="receiver URLs in the status")
+
+    def processes() -> list[int]:
+        """How many processes each receiver serves from, as its worker reports."""
+        receivers = [i for d in cluster_status(plane)["deployments"] for i in d["instances"] if i["receiver"]]
+        return sorted((i["metrics"] or {}).get("processes") or 0 for i in receivers)
+
+    wait_for(lambda: processes() == [1, 2], timeout=30, what="one receiver on 1 process, the Energy one on 2")
 
     assert post(seed.url, seed_event(0)).status_code == 401
     bad = requests.post(seed.url, data=b'{"event": {"username": 3}}', auth=auth, timeout=30)

@@ -205,3 +205,49 @@ def test_stopping_answers_the_batch_in_flight_once_durable_and_the_waiting_reque
     assert in_flight.result(60).status_code == 200
     stopping.join(60)
     assert [row for row, _origin in receiver.in_topic(1)] == [("in-flight", 1)]
+
+
+def test_worker_count_serves_one_url_from_several_processes_and_loses_nothing(kafka):
+    # worker.count='2': a helper process listens on the same port (SO_REUSEPORT); the kernel spreads
+    # connections over both, each publishes under an origin of its own, metrics add up, stop ends both.
+    from sp_dagster.config.model import MessagingSettings
+
+    port = free_port()
+    app = APP.format(name=f"Recv{uuid.uuid4().hex[:6]}", port=port).replace("basic.auth.enabled='true'", "basic.auth.enabled='true', worker.count='2'")
+    topology = start_app(kafka, app)
+    instance = next(i for g in topology.groups if g.receiver for i in g.instances)
+    plan = plan_instance(instance.name, instance.siddhi)
+    assert [i.workers for i in plan.http_inputs] == [2]
+    settings = LoopSettings(None, metrics_interval_s=0.1, idle_wait_s=0.05, flush_timeout_s=30)
+    messaging = MessagingSettings("kafka", tuple(kafka.bootstrap_servers.split(",")))
+    hosted = HostedReceiver(plan, kafka, settings, users=USERS, messaging=messaging).start()
+    helpers = hosted.loop._helpers
+    try:
+        assert helpers is not None and len(helpers._helpers) == 1
+        url = f"http://127.0.0.1:{port}/readings"
+
+        def post(n: int) -> int:
+            with requests.Session() as session:  # a connection of its own: the kernel places each on a process
+                return session.post(url, data=event(f"d{n}", n + 1), auth=("ops", "s3cret-pass"), timeout=60).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(post, range(200)))
+        assert answers == [200] * 200
+        wait_for(lambda: hosted.metrics().get("accepted_total") == 200, what="both processes' counts in the receiver's metrics")
+        assert hosted.metrics()["processes"] == 2
+        assert 0 < hosted.loop.accepted < 200 and helpers.newest[0]["accepted_total"] == 200 - hosted.loop.accepted
+        output = plan.outputs[0]
+        reader = kafka.reader(output.topic, {p: EARLIEST for p in range(kafka.require_topic(output.topic).partitions)}, RawCodec())
+        codec = mapper_for(output.mapping or output.codec, output.attributes)
+        got: list[tuple] = []
+        wait_for(lambda: got.extend(reader.poll_raw(1000, 0.2, ORIGIN_HEADER)) or len(got) >= 200, what="200 events in the entry topic")
+        got.extend(reader.poll_raw(1000, 0.5, ORIGIN_HEADER))
+        reader.close()
+        rows = sorted(tuple(codec.decode(value)[0]) for _p, _o, _t, _k, value, _origin in got)
+        assert rows == sorted((f"d{n}", n + 1) for n in range(200))
+        keys = {origin.decode().rpartition("|")[0].rpartition(">")[2] for *_rest, origin in got}  # the receiver's key, passed on
+        assert keys == {f"{plan.name}@http", f"{plan.name}@http1"}
+        processes = [process for process, _connection in helpers._helpers]
+    finally:
+        hosted.stop()
+    assert not any(process.is_alive() for process in processes)
