@@ -71,11 +71,11 @@ def _serve(plan, messaging, settings, users, index: int, connection, log_level: 
             loop.start()
         except BaseException as exc:
             connection.send(("error", f"{exc.__class__.__name__}: {exc}"))
-            raise
+            loop.close()
+            return
         connection.send(("ready", None))
-        loop.run()
+        loop.run()  # until the receiver says stop, or its end of the pipe closes (it died); closes the loop
     finally:
-        loop.close()
         transport.close()
 
 
@@ -111,7 +111,11 @@ class ReceiverProcesses:
                 while not connection.poll(0.2):
                     if not process.is_alive() or time.monotonic() > deadline:
                         raise ReceiverProcessError(f"{self.plan.name}: receiver process {index} did not start (exit code {process.exitcode})")
-                kind, detail = connection.recv()
+                try:
+                    kind, detail = connection.recv()
+                except EOFError:  # it ended before a word: its log says why
+                    process.join(5)
+                    raise ReceiverProcessError(f"{self.plan.name}: receiver process {index} did not start (exit code {process.exitcode})") from None
                 if kind == "error":
                     raise ReceiverProcessError(f"{self.plan.name}: receiver process {index} could not listen: {detail}")
         except BaseException:
