@@ -283,9 +283,9 @@ class ReceiverLoop:
 
     def run(self) -> str:
         """Serve until told to stop (or the lease runs out); returns why it stopped."""
-        self.start()
         last_metrics = 0.0
         try:
+            self.start()  # inside: a helper process that cannot start must not leave this server listening
             while True:
                 if any(command[0] == "stop" for command in self.control.commands()):
                     return "stopped"
