@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import struct
@@ -181,8 +182,34 @@ class BinaryCodec(Codec):
         self._packers = tuple((struct.Struct(self._FIXED[a.type]) if a.type in self._FIXED else None, a.type) for a in self.attributes)
         self._flag_bytes = (len(self.attributes) + 7) // 8
         self._no_nulls = bytes(self._flag_bytes)
+        self._plain_head = self._HEAD + self._no_nulls
+        # Most rows have no nulls and no objects: each run of fixed-width values is then one pack call.
+        self._runs = None if any(a.type == "object" for a in self.attributes) else self._fixed_runs()
+
+    def _fixed_runs(self) -> list[tuple[Any, int, int]]:
+        """(pack, first, end) per run of fixed-width attributes, (None, i, i + 1) per string attribute."""
+        runs: list[tuple[Any, int, int]] = []
+        for fixed, group in itertools.groupby(enumerate(self.attributes), key=lambda item: item[1].type in self._FIXED):
+            items = list(group)
+            if fixed:
+                codes = "".join(self._FIXED[a.type][1:] for _index, a in items)
+                runs.append((struct.Struct(f"<{codes}").pack, items[0][0], items[-1][0] + 1))
+            else:
+                runs += [(None, index, index + 1) for index, _a in items]
+        return runs
 
     def encode(self, row):
+        runs = self._runs
+        if runs is not None and len(row) == len(self.attributes) and None not in row:
+            parts = [self._plain_head]
+            for pack, first, end in runs:
+                if pack is None:
+                    value = row[first]
+                    raw = (value if type(value) is str else str(value)).encode("utf-8")
+                    parts += (_LENGTH.pack(len(raw)), raw)
+                else:
+                    parts.append(pack(*row[first:end]))
+            return b"".join(parts)
         self._check_width(row)
         flags = None
         parts = [self._HEAD, b""]

@@ -2,6 +2,7 @@
 
 import json
 import math
+import struct
 
 import pytest
 
@@ -21,6 +22,17 @@ def test_round_trip(codec_class):
     ]
     for row in rows:
         assert codec.decode(codec.encode(row)) == [row]
+
+
+def test_binary_layout_with_and_without_nulls():
+    # The documented layout: 0xB1, the null flags, then each non-null value (strings length-prefixed).
+    codec = BinaryCodec([("s", "string"), ("d", "double"), ("i", "int"), ("l", "long"), ("b", "bool"), ("n", "string")])
+    values = b"\x03\x00\x00\x00IBM" + struct.pack("<d", 1.5) + struct.pack("<i", -7) + struct.pack("<q", 2**40) + b"\x01"
+    assert codec.encode(("IBM", 1.5, -7, 2**40, True, "é")) == b"\xb1\x00" + values + b"\x02\x00\x00\x00\xc3\xa9"
+    assert codec.encode(("IBM", 1.5, -7, 2**40, True, None)) == b"\xb1\x20" + values
+    assert codec.encode((5, 1.5, -7, 2**40, True, "")) == b"\xb1\x00\x01\x00\x00\x005" + values[7:] + b"\x00\x00\x00\x00"
+    with pytest.raises(EventDecodeError, match="expected 6 values"):
+        codec.encode(("IBM", 1.5, -7, 2**40, True))
 
 
 def test_binary_float_is_32_bit():
