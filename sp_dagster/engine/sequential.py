@@ -232,6 +232,7 @@ def _deliver_at_once(runtime, junction, run: Run, plan, outputs, start: int, end
     if junction.callbacks:
         lo, hi = int(run.bounds[start]), int(run.bounds[end])
         batch = run.batch().slice(lo, hi - lo)
-        whole = ArrowChunk(batch, pa.array(run.times[lo:hi], pa.int64()))
+        sends = np.repeat(run.send_of[start:end], np.diff(run.bounds[start : end + 1]))  # each row's send, as add_receiver promises
+        whole = ArrowChunk(batch, pa.array(run.times[lo:hi], pa.int64()), sends)
         for callback in junction.callbacks:
             callback.receive(whole)

@@ -157,6 +157,27 @@ def test_before_is_called_once_per_send_in_order():
     runtime.shutdown()
 
 
+def test_blind_receivers_are_told_each_rows_send_when_a_run_comes_whole():
+    # A receiver that cannot tell chunks apart, on the stream sent to and on the query's output:
+    # send_each may deliver the run at once, and then names every row's send (add_receiver).
+    class Blind:
+        blind = True
+
+        def __init__(self):
+            self.sends = []
+
+        def receive(self, chunk):
+            self.sends += chunk.sends.tolist()
+
+    runtime = AppRuntime(STREAM + "from S[price > 10.0] select symbol insert into Out;")
+    into, out = Blind(), Blind()
+    runtime.add_receiver("S", into)
+    runtime.add_receiver("Out", out)
+    runtime.send_each("S", [("a", 1.0, 1, 1), ("b", 20.0, 1, 1), ("c", 30.0, 1, 1), ("d", 40.0, 1, 1)], [1, 2, 3, 4], sizes=[1, 2, 1])
+    assert (into.sends, out.sends) == ([0, 1, 1, 2], [1, 1, 2])
+    runtime.shutdown()
+
+
 def _windowed_aggregate_app(rng) -> str:
     """A length window under sum/count/avg, maybe filtered first, maybe grouped (what kernels compute)."""
     source = "S" + (f"[price > {rng.integers(20, 150)}.0]" if rng.random() < 0.4 else "")
