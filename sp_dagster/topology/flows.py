@@ -88,7 +88,9 @@ def plan_flows(
                 readers.setdefault(stream, {})[group.name] = choice
             else:  # a trigger: each instance fires its own copy
                 flows.subscribe(group.name, Subscription(stream, ALL))
-    for stream in sorted(set(readers) | set(producers)):
+    # A stream with a user @source and a @sink that no query reads still carries its events to its sinks (a bridge).
+    bridges = {name for name in catalog.definitions if _bridge(catalog.stream(name))}
+    for stream in sorted(set(readers) | set(producers) | bridges):
         stream_readers = dict(sorted(readers.get(stream, {}).items(), key=lambda item: order[item[0]]))
         _wire(app_name, stream, stream_readers, producers.get(stream, []), parallelism, catalog, flows)
     _external_topics(app_name, groups, catalog, flows)
@@ -154,7 +156,7 @@ def _receive_user_sources(
     the single parallel-1 reader keeps the source (recorded as the stream's host)."""
     definition = catalog.stream(stream)
     sources = definition.annotations_named("source") if definition is not None else ()
-    if not sources or not readers:
+    if not sources or not (readers or _bridge(definition)):
         return []
     wanted = max(source_parallelism(source) for source in sources)
     # HTTP receivers always run as receiver (passthrough) partial apps, on receiver nodes when there are any.
@@ -166,6 +168,11 @@ def _receive_user_sources(
     for passthrough in passthroughs:
         flows.subscribe(passthrough.name, Subscription(stream, ALL))
     return passthroughs
+
+
+def _bridge(definition: ast.StreamDefinition | None) -> bool:
+    """True for a stream definition with a user @source and a @sink."""
+    return definition is not None and bool(definition.annotations_named("source")) and bool(definition.annotations_named("sink"))
 
 
 def _remote_readers(stream: str, readers: dict[str, Choice], producers: list[str], emitters: list[str]) -> dict[str, Choice]:

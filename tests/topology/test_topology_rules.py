@@ -472,3 +472,23 @@ def test_aggregation_shards_get_partition_by_id_and_stable_shard_ids():
         assert "@PartitionById(enable = 'true')" in instance.siddhi or "@PartitionById(enable='true')" in instance.siddhi
     single = plan_text(CASES["seed 002: a persisted aggregation, joined by a parallel group"].app)
     assert all(i.shard_id is None for i in single.partial_apps)
+
+
+def test_a_stream_with_a_source_and_a_sink_that_no_query_reads_is_carried_to_its_sinks():
+    # As in one process, a bridge's events reach its sink: a passthrough hosts both (WSO2's planner drops it).
+    topology = plan_text(
+        """@App:name('Bridge')
+@source(type = 'kafka', topic.list = 'in2', group.id = 'g', @map(type = 'json'))
+@sink(type = 'kafka', topic = 'echo', @map(type = 'json'))
+define stream In2 (sym string, price double);
+@source(type = 'kafka', topic.list = 'in1', group.id = 'g1', @map(type = 'json'))
+define stream In1 (sym string, price double);
+@dist(execGroup = 'g1') from In1 select * insert into Out;
+"""
+    )
+    (bridge,) = [g for g in topology.groups if g.kind == "passthrough"]
+    app = bridge.instances[0].app
+    assert [s.get("topic.list") for s in app.definition("passthroughIn2").annotations_named("source")] == ["in2"]
+    assert [s.get("topic") for s in app.definition("In2").annotations_named("sink")] == ["echo"]
+    assert {t.name for t in topology.topics} >= {"in2", "echo"}
+    check_partial_apps(topology)
