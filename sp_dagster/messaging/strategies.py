@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sp_dagster.javatext import java_str
@@ -74,10 +73,11 @@ class RoundRobin(Strategy):
     """Spread events over the partitions in turn."""
 
     name = "round_robin"
-    _counter: itertools.count = field(default_factory=itertools.count, repr=False)
+    position: int = 0  # events placed so far: an instance's snapshot keeps it, so a replay places them alike
 
     def partitions(self, row, partition_count):
-        return (next(self._counter) % partition_count,)
+        self.position += 1
+        return ((self.position - 1) % partition_count,)
 
 
 @dataclass

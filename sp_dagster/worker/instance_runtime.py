@@ -38,7 +38,7 @@ from sp_dagster.engine.clock import DrivenClock, PlaybackClock
 from sp_dagster.engine.events import ArrowChunk
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.maps import mapper_for
-from sp_dagster.messaging.strategies import strategy_for
+from sp_dagster.messaging.strategies import RoundRobin, strategy_for
 from sp_dagster.siddhi import ast, parse
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.sinks import HTTP_PREFIX, destination_chooser, log_sink, message_key, sequenced
@@ -97,6 +97,26 @@ def needs_wakeups(plan: InstancePlan) -> bool:
         engine.shutdown()
 
 
+def identity_copy(app: ast.App) -> tuple[str, str] | None:
+    """(S, T) when the app's only element besides stream definitions is `from S select * insert into T`,
+    T's attributes of S's types: every event of S comes out of T as it went in, nothing else ever does."""
+    queries = [e for e in app.elements if not isinstance(e, ast.StreamDefinition)]
+    if len(queries) != 1 or not isinstance(query := queries[0], ast.Query) or query.rate is not None:
+        return None
+    source, selector, output = query.input, query.selector, query.output
+    if not isinstance(source, ast.StreamInput) or source.handlers or source.inner or source.fault:
+        return None
+    if not selector.star or selector.group_by or selector.having or selector.order_by or selector.limit or selector.offset:
+        return None
+    if not isinstance(output, ast.InsertInto) or output.event_type != "current" or output.inner or output.target == source.stream:
+        return None
+    streams = [app.definition(source.stream), app.definition(output.target)]
+    if not all(isinstance(d, ast.StreamDefinition) for d in streams):
+        return None
+    types = [[a.type for a in d.attributes] for d in streams]  # type: ignore[union-attr]
+    return (source.stream, output.target) if types[0] == types[1] else None
+
+
 def dead_letter(instance: str, message: Message, reason: str) -> dict:
     """The JSON body of a dead-letter message: where the bad message was, why, and its bytes."""
     return {
@@ -135,12 +155,20 @@ class InstanceRuntime:
         # Each output stream's events are collected as the engine delivers them (whole runs at
         # once where it can), then published with the origin of the send they stem from.
         self._emitters: list[tuple[_Collector, object]] = []
+        self._turns: list[RoundRobin] = []  # the round-robin outputs' places, kept in snapshots
         for output in plan.outputs:
             self._emitters.append((self._collector(output.stream), self._publisher(output)))
         for output in plan.http_outputs:
             self._emitters.append((self._collector(output.stream), self._http_publisher(output)))
         for sink in plan.logs:
             self.engine.add_callback(sink.stream, log_sink(plan.name, sink))
+        # A partial app that only copies one stream to a published one (a passthrough or a receiver's
+        # group) hands its input rows straight to the copy's publisher: the engine would return them as they are.
+        self._copy: tuple[str, _Collector] | None = None  # (the input stream, its copy's collector)
+        copy, published = identity_copy(app), [o.stream for o in plan.outputs]
+        sinks = published + [o.stream for o in plan.http_outputs] + [s.stream for s in plan.logs]
+        if copy is not None and copy[0] not in sinks and sinks.count(copy[1]) == 1 and copy[1] in published:  # the copy's one sink
+            self._copy = (copy[0], self._emitters[published.index(copy[1])][0])
 
     def _collector(self, stream: str) -> _Collector:
         collector = _Collector(self.engine)
@@ -151,9 +179,11 @@ class InstanceRuntime:
         codec = mapper_for(output.mapping or output.codec, output.attributes)
         names = [a.name for a in output.attributes]
         if output.topics:  # one topic per @destination: the strategy picks destinations, Siddhi's way
-            choose = destination_chooser(output.strategy, names, output.partition_key, len(output.topics))
+            choose = destination_chooser(output.strategy, names, output.partition_key, len(output.topics), self._turn())
         else:
             strategy = strategy_for(output.strategy, names, output.partition_key)
+            if isinstance(strategy, RoundRobin):
+                self._turns.append(strategy)
         count = output.partitions
 
         def publish(rows, stamps, origins) -> None:
@@ -181,9 +211,14 @@ class InstanceRuntime:
 
         return publish
 
+    def _turn(self) -> RoundRobin:
+        """A round robin whose place the instance's snapshots keep (a replay then places events as before)."""
+        self._turns.append(RoundRobin())
+        return self._turns[-1]
+
     def _http_publisher(self, output):
         codec = mapper_for(output.mapping, output.attributes)
-        choose = destination_chooser(output.strategy, [a.name for a in output.attributes], output.partition_key, len(output.destinations))
+        choose = destination_chooser(output.strategy, [a.name for a in output.attributes], output.partition_key, len(output.destinations), self._turn())
         topic = f"{HTTP_PREFIX}{output.stream}"
 
         def publish(rows, stamps, origins) -> None:
@@ -332,17 +367,33 @@ class InstanceRuntime:
 
     def _origin(self, topic: str, partition: int, offset: int, key: str, sequence: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
         """What the outputs of one input message are named after: a stateless instance passes the
-        message's origin on, a stateful one names them after the message's place."""
-        if self.plan.stateless:
-            return (f"{self.group}>{key}", sequence)
-        return (f"{self.group}@{topic}:{partition}", (offset,))
+        message's origin on, behind the partition it came through; a stateful one names them after
+        the message's place.
+
+        The partition is part of a stateless key because instances of one group may take events of
+        one origin (a topic split round robin or by key) and publish to the same partitions: one
+        partition is read by one instance at a time, so each key still has one publisher whose
+        sequences only grow, as the next group's duplicate check needs."""
+        place = f"{topic}:{partition}"
+        if self.plan.stateless:  # a message without an origin header is its own place: named once
+            return (f"{self.group}>{place}" if key == place else f"{self.group}>{place}>{key}", sequence)
+        return (f"{self.group}@{place}", (offset,))
 
     def _send(self, run: _Run) -> None:
         """One engine call for a run of messages of one stream: each message is one send, as if sent
         alone, and the outputs of each are named after it."""
-        if not run.sizes:
+        stream = run.stream
+        if not run.sizes or stream is None:
             return
-        self.engine.send_each(run.stream, run.rows, run.stamps, run.sizes)
+        if self._copy is not None and stream == self._copy[0]:
+            rows, _batch = self.engine.conform(stream, self.engine.schema(stream), run.rows)
+            collector = self._copy[1]
+            collector.rows += rows or ()
+            collector.stamps += run.stamps
+            for send, size in enumerate(run.sizes):
+                collector.sends += [send] * size
+        else:
+            self.engine.send_each(stream, run.rows, run.stamps, run.sizes)
         self._emit(run.origins.__getitem__)
 
     def _reject(self, message: Message, reason: str) -> None:
@@ -353,18 +404,30 @@ class InstanceRuntime:
             self._out.append(Message(self.dead_letter_topic, 0, -1, message.timestamp, None, body))
 
     def snapshot(self) -> bytes:
-        """The engine's state, the origins seen and the clock's naming, as bytes."""
+        """The engine's state, the origins seen, the clock's naming and the round robins' places, as bytes."""
         seen = [[topic, partition, key, list(sequence)] for (topic, partition, key), sequence in self.seen.items()]
-        head = json.dumps({"seen": seen, "tick": self._tick}).encode("utf-8")
+        head = json.dumps({"seen": seen, "tick": self._tick, "turns": [t.position for t in self._turns]}).encode("utf-8")
         return len(head).to_bytes(4, "big") + head + self.engine.snapshot()
 
     def restore(self, snapshot: bytes):
-        """Put the engine, the origins seen and the clock's naming back as snapshot() saved them; the
+        """Put the engine, the origins seen, the clock's naming and the round robins' places back as snapshot() saved them; the
         snapshot may be an earlier version's of the partial app (returns the engine's CarryOver)."""
         head, engine = _split_snapshot(snapshot)
         self.seen = {(t, p, k): tuple(q) for t, p, k, q in head["seen"]}
         self._tick = list(head["tick"])
+        turns = head.get("turns", [])
+        if len(turns) == len(self._turns):  # else another version's outputs: they start from the first place
+            for turn, position in zip(self._turns, turns):
+                turn.position = position
         return self.engine.restore(engine, partial=True)
+
+    def forget(self) -> None:
+        """Forget the origins seen and the round robins' places, keeping the engine: for a stateless
+        instance whose host may run a batch again (a retried Spark task), which must then publish
+        the same messages to the same partitions instead of dropping them as seen."""
+        self.seen.clear()
+        for turn in self._turns:
+            turn.position = 0
 
     def close(self) -> None:
         """Stop the engine."""

@@ -25,9 +25,9 @@ from sp_dagster.worker.instance_runtime import Message
 
 def own_prefixes(group: str, stateless: bool, inputs: Iterable[tuple[str, int]], clock: str) -> tuple[str, ...]:
     """How the origins of an instance's outputs begin: a stateful one names its input partitions, a
-    stateless one passes its inputs' origins on, and the wall clock's name the instance (instance_runtime)."""
+    stateless one passes its inputs' origins on behind them, and the wall clock's name the instance (instance_runtime)."""
     if stateless:
-        return (f"{group}>", f"{clock}|")
+        return (*(f"{group}>{topic}:{partition}{end}" for topic, partition in sorted(inputs) for end in "|>"), f"{clock}|")
     return (*(f"{group}@{topic}:{partition}|" for topic, partition in sorted(inputs)), f"{clock}|")
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import json
 import logging
 import threading
@@ -29,6 +28,7 @@ from typing import Any
 from sp_dagster.engine.javahash import string_hash
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.javatext import java_str
+from sp_dagster.messaging.strategies import RoundRobin
 from sp_dagster.siddhi.transports import fill_template
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,10 @@ def java_hash_destination(value: Any, count: int) -> int:
     return abs(signed) % count
 
 
-def destination_chooser(strategy: str, names: Sequence[str], partition_key: str | None, count: int) -> Callable[[Sequence[Any]], Sequence[int]]:
-    """A function from a row to the indexes of the destinations it goes to."""
+def destination_chooser(
+    strategy: str, names: Sequence[str], partition_key: str | None, count: int, turn: RoundRobin | None = None
+) -> Callable[[Sequence[Any]], Sequence[int]]:
+    """A function from a row to the indexes of the destinations it goes to (round robin: in `turn`'s order)."""
     kind = (strategy or "roundRobin").replace("_", "").lower()
     if kind == "partitioned":
         index = list(names).index(partition_key)
@@ -55,8 +57,8 @@ def destination_chooser(strategy: str, names: Sequence[str], partition_key: str 
     if kind in ("broadcast", "all"):
         every = tuple(range(count))
         return lambda row: every
-    counter = itertools.count()
-    return lambda row: (next(counter) % count,)
+    turn = turn if turn is not None else RoundRobin()
+    return lambda row: turn.partitions(row, count)
 
 
 def message_key(template: str | None, names: Sequence[str], row: Sequence[Any]) -> bytes | None:

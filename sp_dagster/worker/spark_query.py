@@ -215,6 +215,7 @@ def _stateless_function(plan: InstancePlan, dead_letters: str | None):
         cached = _RUNTIMES.get(cache_key) or _Cached("stateless", InstanceRuntime(plan, dead_letters))
         _keep(cache_key, cached)
         runtime = cached.runtime
+        runtime.forget()  # a retried task publishes what its first attempt did (downstream drops the twice-seen)
         for batch in batches:
             out = _delivered(plan, runtime.process(_messages([column.to_pylist() for column in batch.columns])), dead_letters)
             yield pa.RecordBatch.from_pydict(_output_columns(out), schema=OUTPUT_SCHEMA)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import random
 import time
 import uuid
@@ -17,7 +18,7 @@ from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
 from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, identity_copy
 from sp_dagster.worker.spark_query import QuerySettings, start_query
 
 APP = (Path(__file__).parent / "apps" / "trades.siddhi").read_text()
@@ -308,3 +309,94 @@ def test_a_poll_of_many_messages_gives_what_they_give_one_by_one(group):
     got = [out for start in range(0, len(messages), 97) for out in batched.process(messages[start : start + 97], now)]
     assert len(expected) > 100 and got == expected
     assert batched.snapshot() == one_by_one.snapshot()
+
+
+COPY_APP = """@App:name('Copy')
+@source(type = 'kafka', topic.list = 'raw', group.id = 'g', bootstrap.servers = 'x:1', @map(type = 'json'))
+define stream Readings (deviceID string, power float, `at` long, ok bool);
+@dist(execGroup = 'work', parallel = '2')
+partition with (deviceID of Readings) begin from Readings[power > 0] select deviceID, sum(power) as total insert into Kept; end;
+"""
+
+
+@pytest.mark.parametrize(
+    ("query", "copies"),
+    [
+        ("from S select * insert into T;", True),
+        ("from S select * insert current events into T;", True),
+        ("from S[x > 1] select * insert into T;", False),
+        ("from S#window.length(2) select * insert into T;", False),
+        ("from S select x, y insert into T;", False),
+        ("from S select * output every 2 events insert into T;", False),
+        ("from S select * insert expired events into T;", False),
+        ("from S select * insert into T; from S select * insert into T;", False),
+        ("from S select * insert into U;", False),
+    ],
+)
+def test_only_a_plain_copy_of_a_stream_is_a_copy(query, copies):
+    other = "define stream U (y double, x int);"
+    app = parse(f"define stream S (x int, y double); define stream T (a int, b double); {other} {query}")
+    assert identity_copy(app) == (("S", "T") if copies else None)
+
+
+def test_a_passthrough_instance_publishes_what_the_engine_would():
+    """A passthrough's events skip the engine (identity_copy); its messages are those of the same
+    partial app run through the engine (a `[true]` filter keeps it there), nulls, floats and runs of
+    events in one message included, and a bad message goes to the dead letter either way."""
+    (instance,) = plan(parse(COPY_APP)).group("passthrough-Readings").instances
+    copied = plan_instance(instance.name, instance.siddhi)
+    engine = plan_instance(instance.name, instance.siddhi.replace("from passthroughReadings\n", "from passthroughReadings[true]\n"))
+    assert identity_copy(parse(copied.siddhi)) and not identity_copy(parse(engine.siddhi))
+    rng = random.Random(3)
+    messages, good = [], 0
+    for offset in range(300):
+        rows = [
+            {"deviceID": f"d{rng.randint(0, 9)}", "power": None if rng.random() < 0.1 else rng.uniform(-5, 5), "at": offset, "ok": rng.random() < 0.5}
+            for _ in range(rng.choice([1, 1, 2, 3]))
+        ]
+        value = json.dumps(rows if len(rows) > 1 else {"event": rows[0]}).encode()
+        good += len(rows) if offset != 17 else 0
+        messages.append(Message("raw", offset % 2, offset // 2, 1_700_000_000_000 + offset, None, b"{junk" if offset == 17 else value))
+    now = 1_700_000_001_000
+    outputs = []
+    for partial in (copied, engine):
+        runtime = InstanceRuntime(partial, "Copy.deadletter", now=now)
+        outputs.append([m for start in range(0, len(messages), 41) for m in runtime.process(messages[start : start + 41], now)])
+        assert (runtime.rows_in, runtime.rows_out, runtime.rejected) == (good, good, 1)
+    assert len(outputs[0]) > 500 and outputs[0] == outputs[1]
+
+
+def test_a_copy_whose_streams_have_more_sinks_feeds_every_sink():
+    # `from Readings select * insert into Copied` where Readings is published too and Copied twice.
+    text = """@App:name('Sinks')
+@source(type = 'kafka', topic.list = 'raw', group.id = 'g', bootstrap.servers = 'x:1', @map(type = 'json'))
+@sink(type = 'kafka', topic = 'seen', @map(type = 'json'))
+define stream Readings (deviceID string, power double);
+@sink(type = 'kafka', topic = 'out', @map(type = 'json'))
+@sink(type = 'kafka', topic = 'out2', @map(type = 'json'))
+define stream Copied (deviceID string, power double);
+@dist(execGroup = 'g1') from Readings select * insert into Copied;
+"""
+    (instance,) = plan(parse(text)).partial_apps
+    runtime = InstanceRuntime(plan_instance(instance.name, instance.siddhi))
+    values = [json.dumps({"event": {"deviceID": f"d{n}", "power": n / 2}}).encode() for n in range(5)]
+    out = runtime.process([Message("raw", 0, n, 1000 + n, None, value) for n, value in enumerate(values)])
+    assert collections.Counter(m.topic for m in out) == {"seen": 5, "out": 5, "out2": 5}
+    # Each output is named after the message it stems from, and no two alike.
+    assert len({m.origin for m in out}) == 15
+    assert all(m.origin.decode().startswith(f"Sinks-g1>raw:0|{json.loads(m.value)['event']['deviceID'][1:]}.") for m in out)
+
+
+def test_a_stateless_instance_that_forgets_publishes_a_batch_again_alike():
+    # What micro-batch mode does before each task: a retried task must publish what the first attempt did.
+    (instance,) = plan(parse(COPY_APP)).group("passthrough-Readings").instances
+    runtime = InstanceRuntime(
+        plan_instance(instance.name, instance.siddhi.replace("strategy = 'partitioned', partitionKey = 'deviceID'", "strategy = 'roundRobin'"))
+    )
+    messages = [
+        Message("raw", 0, n, 1000 + n, None, json.dumps({"event": {"deviceID": f"d{n}", "power": 1.0, "at": n, "ok": True}}).encode()) for n in range(5)
+    ]
+    first = runtime.process(messages)
+    assert runtime.process(messages) == []  # seen: dropped
+    runtime.forget()
+    assert runtime.process(messages) == first and len({m.partition for m in first}) == 2
