@@ -87,3 +87,17 @@ def spark(tmp_path_factory):
     session.dataSource.register(NatsPartitionsSource)
     yield session
     session.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Repeat each failure's own message last: CI shows the end of the output, after captured logs."""
+    failed = terminalreporter.stats.get("failed", [])
+    if not failed:
+        return
+    terminalreporter.section("failure digest")
+    for report in failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr)
+        terminalreporter.write_line(f"{report.nodeid}:")
+        for line in message.splitlines()[:40]:
+            terminalreporter.write_line(f"    {line[:2000]}")

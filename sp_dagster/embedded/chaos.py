@@ -117,7 +117,9 @@ class ChaosRun:
         self.output_topic = f"{self.loaded.name}.Averages"
         self.cluster = LocalCluster(self.home / "cluster", bootstrap, workers=workers, managers=2, slots=4, database=database_url)
         self.broker, self.database, self.outage_s = broker, database, outage_s
-        self.kafka = KafkaTransport(bootstrap, timeout=15)
+        # The stream's own clients log only critical errors: a broker restart is expected here,
+        # and their "connect failed" lines would bury a failure's report.
+        self.kafka = KafkaTransport(bootstrap, {"log_level": "2"}, timeout=15)
         self.rate = rate
         self.rows: list[tuple] = []
         self.stamps: list[int] = []

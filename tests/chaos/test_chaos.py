@@ -23,9 +23,10 @@ def check(run: ChaosRun, report, faults) -> None:
     for line in report.lines():
         print(json.dumps(line))
     assert report.events_in > 0 and report.outputs > 0
-    # The report last: a failure's output is read from its end.
-    assert (report.lost, report.duplicated) == (0, 0), f"{run.final_status}\n{run.cluster.logs()}\n{json.dumps(report.lines())}"
-    assert report.exact_per_key and report.outputs == report.expected
+    # The report first (the failure digest shows a message's head) and last (a log is read from its end).
+    summary = json.dumps(report.lines())
+    assert (report.lost, report.duplicated) == (0, 0), f"{summary}\n{run.final_status}\n{run.cluster.logs()}\n{summary}"
+    assert report.exact_per_key and report.outputs == report.expected, summary
     assert [f.kind for f in report.faults] == list(faults)
 
 

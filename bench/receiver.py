@@ -1,6 +1,6 @@
 """Events/s one HTTP receiver accepts, against the raw Kafka produce rate on the same broker.
 
-Run: python bench/http.py [--seconds S] [--concurrency 1,16,64] [--batch 1,100] [--clients P] [--bootstrap host:port]
+Run: python bench/receiver.py [--seconds S] [--concurrency 1,16,64] [--batch 1,100] [--clients P] [--bootstrap host:port]
 Starts the embedded broker (unless --bootstrap), then measures:
   1. kafka.raw_produce: one plain confluent-kafka producer sending the receiver's message bodies
      to a 1-partition topic as fast as it can, flushed at the end: the ceiling a receiver publishes under;
@@ -37,9 +37,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# This file has the standard library's name `http`, and `python bench/http.py` puts bench/ first on
-# the path: swap it for the project's root before anything (aiohttp) imports the real `http`.
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Producer  # noqa: E402
 
