@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingError, ProducerFenced, TopicError
 from sp_dagster.messaging.codecs import Codec
+from sp_dagster.messaging.skips import WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
 from sp_dagster.messaging.transport import TransactionalPublisher as TransactionalPublisherBase
@@ -274,6 +275,7 @@ class RawPublisher(RawPublisherBase):
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = self._delivered  # per-message delivery reports (transactions report at commit)
+        self.stamps = WriterStamps()
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
         if error is not None:
@@ -292,16 +294,20 @@ class RawPublisher(RawPublisherBase):
                 raise self.transport.unreachable(exc, f"publishing to '{topic}'") from None
 
     def produce_all(self, records, header: str = "") -> None:
+        """Queue (topic, value, key, partition, timestamp, origin) records; the origin goes in `header`, and
+        each message to a chosen partition is stamped with this publisher's counter there (skips.py)."""
         produce, report = self.producer.produce, self._report
-        topics = self._topics
+        topics, stamp = self._topics, self.stamps.stamp
         for topic, value, key, partition, timestamp, found in records:
-            headers = [(header, found)] if found is not None else None
+            headers = [(header, found)] if found is not None else []
+            if partition >= 0:
+                headers.append((WRITER_HEADER, stamp(topic, partition)))
             if topic not in topics:
                 topics.add(topic)
             try:
-                produce(topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers, on_delivery=report)
+                produce(topic, value=value, key=key, partition=partition, timestamp=timestamp or 0, headers=headers or None, on_delivery=report)
             except (BufferError, KafkaException):  # a full local queue (or an error): the careful way
-                self.produce(topic, value, key, partition, timestamp, headers)
+                self.produce(topic, value, key, partition, timestamp, headers or None)
 
     def serve(self) -> None:
         """Serve delivery reports that arrived, without waiting."""
@@ -341,6 +347,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = None  # a message that fails makes its transaction's commit fail: no per-message reports
+        self.stamps = WriterStamps()
         self._open = False
         self.stuck = False  # a call never returned (see _bounded): nothing more is asked of the producer
         try:
@@ -531,6 +538,7 @@ class KafkaReader(Reader):
         self._positions = {p: o for p, o in assignments.items() if o >= 0}
         self._unknown = {p for p, o in assignments.items() if o < 0}  # EARLIEST: learnt on first read
         self._outage = False
+        self.guard = SkipGuard(topic)  # messages a fetch passed over, read again (skips.py)
         self.consumer.assign(list(start.values()))
 
     def positions(self) -> dict[int, int]:
@@ -571,7 +579,44 @@ class KafkaReader(Reader):
         elif self._outage and messages:
             log.info("reading %s: broker %s reachable again", self.topic, self.transport.bootstrap_servers)
             self._outage = False
-        return messages
+        return self._guarded(messages)
+
+    def _guarded(self, messages: list) -> list:
+        """The messages to deliver, with their headers: those read again that were delivered before are
+        dropped, and a partition whose fetch passed over messages is read again from there (skips.py)."""
+        guard, admitted, rewound = self.guard, [], set()
+        for message in messages:
+            partition = message.partition()
+            if partition in rewound:
+                continue
+            headers = message.headers() or ()
+            stamp = next((parse_stamp(value) for name, value in headers if name == WRITER_HEADER), None)
+            verdict = guard.admit(partition, message.offset(), stamp)
+            if verdict is True:
+                admitted.append((message, headers))
+            elif verdict is not False:
+                rewound.add(partition)
+                self._seek(partition, verdict)
+        for partition, offset in guard.due().items():
+            self._seek(partition, offset)
+        rereading = [p for p, state in guard.partitions.items() if state.rereading_until is not None and p not in rewound]
+        if rereading:
+            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in rereading]):
+                if tp.offset >= (guard.partitions[tp.partition].rereading_until or 0):
+                    guard.reread_done(tp.partition)
+        return admitted
+
+    def read_again(self) -> bool:
+        for partition, offset in self.guard.read_all_again().items():
+            self._seek(partition, offset)
+        return self.guard.rereading()
+
+    def _seek(self, partition: int, offset: int) -> None:
+        log.info("reading %s: partition %d read again from offset %d (a fetch passed over messages there)", self.topic, partition, offset)
+        try:
+            self.consumer.seek(TopicPartition(self.topic, partition, offset))
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, f"reading '{self.topic}' again") from None
 
     def _usable(self, message) -> bool:
         error = message.error()
@@ -592,7 +637,7 @@ class KafkaReader(Reader):
 
     def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
         batch = Batch()
-        for message in self._fetch(max_events, timeout):
+        for message, headers in self._fetch(max_events, timeout):
             partition, offset = message.partition(), message.offset()
             kind, stamp = message.timestamp()
             stamp = stamp if kind != 0 and stamp >= 0 else None
@@ -601,9 +646,9 @@ class KafkaReader(Reader):
             except EventDecodeError as exc:
                 batch.rejects.append(Reject(partition, offset, stamp, message.value() or b"", str(exc)))
             else:
-                headers = tuple(message.headers() or ())
+                headers = tuple(headers)
                 batch.events.extend(Event(partition, offset, stamp, row, message.key(), headers) for row in rows)
-            self._positions[partition] = offset + 1
+            self._positions[partition] = max(offset + 1, self._positions.get(partition, 0))
             self._unknown.discard(partition)
         batch.positions = self.positions()
         return batch
@@ -611,17 +656,16 @@ class KafkaReader(Reader):
     def poll_raw(self, max_events: int = 10_000, timeout: float = 1.0, header: str = "") -> list[tuple]:
         out = []
         positions = self._positions
-        for message in self._fetch(max_events, timeout):
+        for message, headers in self._fetch(max_events, timeout):
             partition, offset = message.partition(), message.offset()
             kind, stamp = message.timestamp()
             found = None
-            headers = message.headers()
-            if headers:
-                for name, value in headers:
-                    if name == header:
-                        found = value
+            for name, value in headers:
+                if name == header:
+                    found = value
             out.append((partition, offset, stamp if kind != 0 and stamp >= 0 else None, message.key(), message.value() or b"", found))
-            positions[partition] = offset + 1
+            if offset >= positions.get(partition, 0):  # a message read again lies behind
+                positions[partition] = offset + 1
         if out and self._unknown:
             self._unknown.difference_update(p for p, *_ in out)
         return out

@@ -172,6 +172,11 @@ class Reader(ABC):
         """Per assigned partition, how far the reader has gone (past transaction markers where the layer has them)."""
         return self.positions()
 
+    def read_again(self) -> bool:
+        """Read once more what the reader stepped over that may hold messages (messaging/skips.py);
+        True while such a read is under way."""
+        return False
+
     @abstractmethod
     def close(self) -> None:
         """Release the client."""

@@ -321,7 +321,7 @@ class InstanceLoop:
         deadline, behind = time.monotonic() + timeout_s, ends
         while time.monotonic() < deadline and self.control.lease_ok():
             behind = {(t, p): ends[(t, p)] - o for t, r in self.readers for p, o in r.fetched_to().items() if o < ends.get((t, p), 0)}
-            if not behind:
+            if not behind and not any([reader.read_again() for _topic, reader in self.readers]):  # what a fetch stepped over, too
                 log.info("%s: drained its inputs to %s", self.plan.name, ends)
                 return True
             self.turn()

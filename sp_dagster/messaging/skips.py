@@ -1,0 +1,235 @@
+"""Messages a broker's fetch passed over, noticed by the reader and read again.
+
+A broker may show a partition's later record batch before an earlier one is stored, when several
+producers write to the partition at once (tansu 0.6 does: its storage writes batches concurrently
+and a fetch returns whatever is stored from the offset asked). A reader following the partition
+then moves past the earlier batch and never sees it; a reader started afterwards does. Apache
+Kafka never does this (a fetch ends at the high watermark, which moves only over stored batches),
+so here it costs nothing there.
+
+Every message one publisher sends carries, in the `sp-writer` header, the publisher's token and a
+counter that grows by one per message on each partition (`WriterStamps`). A reader remembers, per
+partition, the offsets it stepped over (its *holes*: transaction markers, aborted records, or
+messages a fetch passed over) and the last counter of each writer (`SkipGuard`). It reads the
+holes again, once, from the first one that could hold what is missing, when:
+
+- a writer's counter jumps (the messages between are in a hole, or lost for good: said once);
+- a writer it has not met appears while it has holes (a new owner of an instance, after its
+  predecessor's last messages may have been passed over);
+- a writer has been silent for a while after its last message, with holes behind it (the end of
+  a stream, where no later message would show a jump).
+
+Reading again delivers only the messages found in holes; what was delivered before is dropped
+by offset. A message found late is still the newest of its writer (a jump is handled before
+anything after it is delivered), so the next group's duplicate check (highest sequence per
+origin) takes it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+WRITER_HEADER = "sp-writer"
+SILENT_S = 1.0  # a writer quiet this long after its last message has its holes read again once
+HOLES_KEPT_S = 60.0  # holes older than this are forgotten unread (what they held is lost)
+
+
+class WriterStamps:
+    """The `sp-writer` header values of one publisher: its token and a counter per (topic, partition)."""
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex[:16]
+        self._next: dict[tuple[str, int], int] = {}
+
+    def stamp(self, topic: str, partition: int) -> bytes:
+        """The header value for the next message to (topic, partition)."""
+        place = (topic, partition)
+        n = self._next.get(place, 0)
+        self._next[place] = n + 1
+        return f"{self.token}:{n}".encode()
+
+
+def parse_stamp(value: bytes | None) -> tuple[str, int] | None:
+    """(token, counter) of an `sp-writer` header value; None when absent or malformed."""
+    if not value:
+        return None
+    token, _, n = value.decode("ascii", "replace").rpartition(":")
+    return (token, int(n)) if token and n.isdigit() else None
+
+
+@dataclass
+class _Writer:
+    n: int  # the highest counter delivered
+    offset: int  # where that message was
+    seen_at: float  # monotonic time of the last message (delivered or not)
+    checked: bool = False  # its holes were read again since its last message
+
+
+@dataclass
+class _Partition:
+    next: int | None = None  # the offset after the highest one delivered
+    starts: list[int] = field(default_factory=list)  # holes [starts[i], ends[i]), ascending, recorded at times[i]
+    ends: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    writers: dict[str, _Writer] = field(default_factory=dict)
+    rereading_until: int | None = None  # a second read of the holes is under way up to here (exclusive)
+    tried: set = field(default_factory=set)  # (token, counter) whose absence was already read again for
+
+    def add_hole(self, start: int, end: int, now: float) -> None:
+        self.starts.append(start)
+        self.ends.append(end)
+        self.times.append(now)
+
+    def first_hole_after(self, offset: int) -> int | None:
+        index = bisect.bisect_right(self.ends, offset)
+        if index == len(self.starts):
+            return None
+        return max(self.starts[index], offset + 1)
+
+    def take_from_hole(self, offset: int) -> bool:
+        """Remove `offset` from the holes; False when it lies in none."""
+        index = bisect.bisect_right(self.starts, offset) - 1
+        if index < 0 or offset >= self.ends[index]:
+            return False
+        start, end, at = self.starts[index], self.ends[index], self.times[index]
+        pieces = [(s, e) for s, e in ((start, offset), (offset + 1, end)) if s < e]
+        self.starts[index : index + 1] = [s for s, _e in pieces]
+        self.ends[index : index + 1] = [e for _s, e in pieces]
+        self.times[index : index + 1] = [at] * len(pieces)
+        return True
+
+    def forget_holes(self, before: int | None = None, older_than: float | None = None) -> None:
+        """Drop the holes ending at or before offset `before`, or (they are kept in time order) recorded before `older_than`."""
+        drop = bisect.bisect_right(self.ends, before) if before is not None else 0
+        if older_than is not None:
+            while drop < len(self.times) and self.times[drop] < older_than:
+                drop += 1
+        if drop:
+            del self.starts[:drop], self.ends[:drop], self.times[:drop]
+
+
+class SkipGuard:
+    """Per partition of one topic: the holes a reader stepped over and each writer's last counter.
+
+    `admit` is asked about every message in the order read and answers True (deliver), False
+    (drop: delivered before), or an offset to read the partition again from (drop this message
+    and the rest of the partition's batch: they come again)."""
+
+    def __init__(self, topic: str, clock=time.monotonic):
+        self.topic = topic
+        self.clock = clock
+        self.partitions: dict[int, _Partition] = {}
+        self.found = 0  # messages delivered from holes
+        self.lost = 0  # counters never found
+
+    def admit(self, partition: int, offset: int, stamp: tuple[str, int] | None) -> bool | int:
+        """Whether to deliver a message just read (see the class docstring)."""
+        state = self.partitions.get(partition)
+        if state is None:
+            state = self.partitions[partition] = _Partition()
+        now = self.clock()
+        if state.rereading_until is not None:
+            if offset < state.rereading_until:
+                if state.take_from_hole(offset):
+                    self.found += 1
+                    log.warning("%s:%d: offset %d, passed over by an earlier fetch, read again and delivered", self.topic, partition, offset)
+                    self._note(state, stamp, offset, now)
+                    return True
+                return False
+            state.forget_holes(before=state.rereading_until)
+            state.rereading_until = None
+        if state.next is not None:
+            if offset < state.next:
+                return False
+            if offset > state.next:
+                state.add_hole(state.next, offset, now)
+        state.next = offset  # delivered next, or read again when it comes back
+        if stamp is not None:
+            again = self._read_again_from(state, partition, stamp, offset)
+            if again is not None:
+                state.rereading_until = offset
+                return again
+        state.next = offset + 1
+        self._note(state, stamp, offset, now)
+        return True
+
+    def _read_again_from(self, state: _Partition, partition: int, stamp: tuple[str, int], offset: int) -> int | None:
+        """Where to read again before delivering this message, if anywhere."""
+        token, n = stamp
+        writer = state.writers.get(token)
+        if writer is None:
+            if not state.starts or (token, -1) in state.tried:
+                return None
+            state.tried.add((token, -1))
+            return state.starts[0]
+        if n <= writer.n + 1:
+            return None
+        start = state.first_hole_after(writer.offset)
+        if start is None or (token, writer.n + 1) in state.tried:
+            self.lost += n - writer.n - 1
+            log.error(
+                "%s: partition %d: %d message(s) of writer %s (counters %d-%d, before offset %d) are not in the topic: lost upstream",
+                self.topic,
+                partition,
+                n - writer.n - 1,
+                token,
+                writer.n + 1,
+                n - 1,
+                offset,
+            )
+            return None
+        state.tried.add((token, writer.n + 1))
+        return start
+
+    def _note(self, state: _Partition, stamp: tuple[str, int] | None, offset: int, now: float) -> None:
+        if stamp is None:
+            return
+        token, n = stamp
+        writer = state.writers.get(token)
+        if writer is None:
+            state.writers[token] = _Writer(n, offset, now)
+        elif n > writer.n:
+            writer.n, writer.offset, writer.seen_at, writer.checked = n, offset, now, False
+
+    def due(self) -> dict[int, int]:
+        """Partitions to read again now (-> from which offset): a writer silent for SILENT_S with holes behind its last message."""
+        now = self.clock()
+        again = {}
+        for partition, state in self.partitions.items():
+            state.forget_holes(older_than=now - HOLES_KEPT_S)
+            if state.rereading_until is not None or not state.starts or state.next is None:
+                continue
+            quiet = [w for w in state.writers.values() if not w.checked and now - w.seen_at >= SILENT_S]
+            starts = [s for s in (state.first_hole_after(w.offset) for w in quiet) if s is not None]
+            for writer in quiet:
+                writer.checked = True
+            if starts:
+                state.rereading_until = state.next
+                again[partition] = min(starts)
+        return again
+
+    def read_all_again(self) -> dict[int, int]:
+        """Every partition with holes, to read again from its first (-> offset): a reader about to hand over."""
+        again = {}
+        for partition, state in self.partitions.items():
+            if state.rereading_until is None and state.starts and state.next is not None:
+                state.rereading_until = state.next
+                again[partition] = state.starts[0]
+        return again
+
+    def rereading(self) -> bool:
+        """True while a second read is under way on some partition."""
+        return any(state.rereading_until is not None for state in self.partitions.values())
+
+    def reread_done(self, partition: int) -> None:
+        """The second read reached where it was asked to end (no message there yet to say so)."""
+        state = self.partitions.get(partition)
+        if state is not None and state.rereading_until is not None:
+            state.forget_holes(before=state.rereading_until)
+            state.rereading_until = None
