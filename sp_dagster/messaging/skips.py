@@ -78,13 +78,29 @@ class _Partition:
     ends: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     writers: dict[str, _Writer] = field(default_factory=dict)
-    rereading_until: int | None = None  # a second read of the holes is under way up to here (exclusive)
+    rereading_from: int = 0  # a second read of the holes from here ...
+    rereading_until: int | None = None  # ... up to here (exclusive) is under way
     tried: set = field(default_factory=set)  # (token, counter) whose absence was already read again for
 
     def add_hole(self, start: int, end: int, now: float) -> None:
         self.starts.append(start)
         self.ends.append(end)
         self.times.append(now)
+
+    def reread(self, start: int, until: int) -> int:
+        """Begin a second read of the holes in [start, until); returns where it starts."""
+        self.rereading_from, self.rereading_until = start, until
+        return start
+
+    def reread_over(self) -> None:
+        """The second read passed its end: the holes it covered held nothing more."""
+        if self.rereading_until is None:
+            return
+        first = bisect.bisect_left(self.starts, self.rereading_from)
+        last = bisect.bisect_right(self.ends, self.rereading_until)
+        if first < last:
+            del self.starts[first:last], self.ends[first:last], self.times[first:last]
+        self.rereading_until = None
 
     def first_hole_after(self, offset: int) -> int | None:
         index = bisect.bisect_right(self.ends, offset)
@@ -104,12 +120,11 @@ class _Partition:
         self.times[index : index + 1] = [at] * len(pieces)
         return True
 
-    def forget_holes(self, before: int | None = None, older_than: float | None = None) -> None:
-        """Drop the holes ending at or before offset `before`, or (they are kept in time order) recorded before `older_than`."""
-        drop = bisect.bisect_right(self.ends, before) if before is not None else 0
-        if older_than is not None:
-            while drop < len(self.times) and self.times[drop] < older_than:
-                drop += 1
+    def forget_holes(self, older_than: float) -> None:
+        """Drop the holes recorded before `older_than` (they are kept in time order)."""
+        drop = 0
+        while drop < len(self.times) and self.times[drop] < older_than:
+            drop += 1
         if drop:
             del self.starts[:drop], self.ends[:drop], self.times[:drop]
 
@@ -142,8 +157,7 @@ class SkipGuard:
                     self._note(state, stamp, offset, now)
                     return True
                 return False
-            state.forget_holes(before=state.rereading_until)
-            state.rereading_until = None
+            state.reread_over()
         if state.next is not None:
             if offset < state.next:
                 return False
@@ -153,8 +167,7 @@ class SkipGuard:
         if stamp is not None:
             again = self._read_again_from(state, partition, stamp, offset)
             if again is not None:
-                state.rereading_until = offset
-                return again
+                return state.reread(again, offset)
         state.next = offset + 1
         self._note(state, stamp, offset, now)
         return True
@@ -202,7 +215,7 @@ class SkipGuard:
         now = self.clock()
         again = {}
         for partition, state in self.partitions.items():
-            state.forget_holes(older_than=now - HOLES_KEPT_S)
+            state.forget_holes(now - HOLES_KEPT_S)
             if state.rereading_until is not None or not state.starts or state.next is None:
                 continue
             quiet = [w for w in state.writers.values() if not w.checked and now - w.seen_at >= SILENT_S]
@@ -210,8 +223,7 @@ class SkipGuard:
             for writer in quiet:
                 writer.checked = True
             if starts:
-                state.rereading_until = state.next
-                again[partition] = min(starts)
+                again[partition] = state.reread(min(starts), state.next)
         return again
 
     def read_all_again(self) -> dict[int, int]:
@@ -219,8 +231,7 @@ class SkipGuard:
         again = {}
         for partition, state in self.partitions.items():
             if state.rereading_until is None and state.starts and state.next is not None:
-                state.rereading_until = state.next
-                again[partition] = state.starts[0]
+                again[partition] = state.reread(state.starts[0], state.next)
         return again
 
     def rereading(self) -> bool:
@@ -230,6 +241,5 @@ class SkipGuard:
     def reread_done(self, partition: int) -> None:
         """The second read reached where it was asked to end (no message there yet to say so)."""
         state = self.partitions.get(partition)
-        if state is not None and state.rereading_until is not None:
-            state.forget_holes(before=state.rereading_until)
-            state.rereading_until = None
+        if state is not None:
+            state.reread_over()

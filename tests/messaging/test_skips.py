@@ -90,6 +90,16 @@ def test_a_reader_handing_over_reads_every_hole_again():
     assert not guard.rereading() and guard.read_all_again() == {}
 
 
+def test_a_second_read_forgets_only_the_holes_it_covered():
+    guard = SkipGuard("t", clock=Clock())
+    assert admit_all(guard, 0, [(0, "w", 0), (1, "v", 0), (3, "w", 1), (5, "v", 1), (7, "w", 2)]) == [True] * 5
+    state = guard.partitions[0]
+    assert (state.starts, state.ends) == ([2, 4, 6], [3, 5, 7])
+    state.reread(4, 8)
+    state.reread_over()
+    assert (state.starts, state.ends) == ([2], [3])  # behind where it began: kept for a later jump
+
+
 def test_unstamped_messages_are_delivered_in_order_and_never_again():
     guard = SkipGuard("t", clock=Clock())
     assert admit_all(guard, 1, [(0, None, 0), (5, None, 0), (5, None, 0), (3, None, 0)]) == [True, True, False, False]
