@@ -612,7 +612,7 @@ class KafkaReader(Reader):
         return self.guard.rereading()
 
     def _seek(self, partition: int, offset: int) -> None:
-        log.info("reading %s: partition %d read again from offset %d (a fetch passed over messages there)", self.topic, partition, offset)
+        log.debug("reading %s: partition %d again from offset %d, where a fetch may have stepped over messages", self.topic, partition, offset)
         try:
             self.consumer.seek(TopicPartition(self.topic, partition, offset))
         except KafkaException as exc:
