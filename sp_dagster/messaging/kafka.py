@@ -563,7 +563,7 @@ class KafkaReader(Reader):
                 behind[partition] = max(0, high - position)
         return behind
 
-    def _fetch(self, max_events: int, timeout: float) -> list:
+    def _fetch(self, max_events: int, timeout: float, header: str = "") -> list:
         """The messages available (up to max_events), waiting at most `timeout` for the first;
         end-of-partition markers skipped, a broker outage reported once and waited out."""
         try:
@@ -579,21 +579,27 @@ class KafkaReader(Reader):
         elif self._outage and messages:
             log.info("reading %s: broker %s reachable again", self.topic, self.transport.bootstrap_servers)
             self._outage = False
-        return self._guarded(messages)
+        return self._guarded(messages, header)
 
-    def _guarded(self, messages: list) -> list:
-        """The messages to deliver, with their headers: those read again that were delivered before are
-        dropped, and a partition whose fetch passed over messages is read again from there (skips.py)."""
-        guard, admitted, rewound = self.guard, [], set()
+    def _guarded(self, messages: list, header: str = "") -> list:
+        """The messages to deliver, as (message, headers, the value of `header` or None): those read again
+        that were delivered before are dropped, and a partition whose fetch stepped over messages is read
+        again from there (skips.py)."""
+        guard, admitted, rewound, now = self.guard, [], set(), time.monotonic()
         for message in messages:
             partition = message.partition()
             if partition in rewound:
                 continue
             headers = message.headers() or ()
-            stamp = next((parse_stamp(value) for name, value in headers if name == WRITER_HEADER), None)
-            verdict = guard.admit(partition, message.offset(), stamp)
+            found = stamp = None
+            for name, value in headers:
+                if name == WRITER_HEADER:
+                    stamp = parse_stamp(value)
+                elif name == header:
+                    found = value
+            verdict = guard.admit(partition, message.offset(), stamp, now)
             if verdict is True:
-                admitted.append((message, headers))
+                admitted.append((message, headers, found))
             elif verdict is not False:
                 rewound.add(partition)
                 self._seek(partition, verdict)
@@ -637,7 +643,7 @@ class KafkaReader(Reader):
 
     def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
         batch = Batch()
-        for message, headers in self._fetch(max_events, timeout):
+        for message, headers, _found in self._fetch(max_events, timeout):
             partition, offset = message.partition(), message.offset()
             kind, stamp = message.timestamp()
             stamp = stamp if kind != 0 and stamp >= 0 else None
@@ -656,13 +662,9 @@ class KafkaReader(Reader):
     def poll_raw(self, max_events: int = 10_000, timeout: float = 1.0, header: str = "") -> list[tuple]:
         out = []
         positions = self._positions
-        for message, headers in self._fetch(max_events, timeout):
+        for message, _headers, found in self._fetch(max_events, timeout, header):
             partition, offset = message.partition(), message.offset()
             kind, stamp = message.timestamp()
-            found = None
-            for name, value in headers:
-                if name == header:
-                    found = value
             out.append((partition, offset, stamp if kind != 0 and stamp >= 0 else None, message.key(), message.value() or b"", found))
             if offset >= positions.get(partition, 0):  # a message read again lies behind
                 positions[partition] = offset + 1

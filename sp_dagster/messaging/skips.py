@@ -45,6 +45,7 @@ class WriterStamps:
 
     def __init__(self) -> None:
         self.token = uuid.uuid4().hex[:16]
+        self._prefix = f"{self.token}:".encode()
         self._next: dict[tuple[str, int], int] = {}
 
     def stamp(self, topic: str, partition: int) -> bytes:
@@ -52,14 +53,14 @@ class WriterStamps:
         place = (topic, partition)
         n = self._next.get(place, 0)
         self._next[place] = n + 1
-        return f"{self.token}:{n}".encode()
+        return self._prefix + b"%d" % n
 
 
-def parse_stamp(value: bytes | None) -> tuple[str, int] | None:
+def parse_stamp(value: bytes | None) -> tuple[bytes, int] | None:
     """(token, counter) of an `sp-writer` header value; None when absent or malformed."""
     if not value:
         return None
-    token, _, n = value.decode("ascii", "replace").rpartition(":")
+    token, _, n = value.rpartition(b":")
     return (token, int(n)) if token and n.isdigit() else None
 
 
@@ -77,7 +78,7 @@ class _Partition:
     starts: list[int] = field(default_factory=list)  # holes [starts[i], ends[i]), ascending, recorded at times[i]
     ends: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
-    writers: dict[str, _Writer] = field(default_factory=dict)
+    writers: dict[bytes, _Writer] = field(default_factory=dict)
     rereading_from: int = 0  # a second read of the holes from here ...
     rereading_until: int | None = None  # ... up to here (exclusive) is under way
     tried: set = field(default_factory=set)  # (token, counter) whose absence was already read again for
@@ -143,12 +144,12 @@ class SkipGuard:
         self.found = 0  # messages delivered from holes
         self.lost = 0  # counters never found
 
-    def admit(self, partition: int, offset: int, stamp: tuple[str, int] | None) -> bool | int:
-        """Whether to deliver a message just read (see the class docstring)."""
+    def admit(self, partition: int, offset: int, stamp: tuple[bytes, int] | None, now: float | None = None) -> bool | int:
+        """Whether to deliver a message just read (see the class docstring); `now`: the clock's time, if known."""
         state = self.partitions.get(partition)
         if state is None:
             state = self.partitions[partition] = _Partition()
-        now = self.clock()
+        now = self.clock() if now is None else now
         if state.rereading_until is not None:
             if offset < state.rereading_until:
                 if state.take_from_hole(offset):
@@ -172,7 +173,7 @@ class SkipGuard:
         self._note(state, stamp, offset, now)
         return True
 
-    def _read_again_from(self, state: _Partition, partition: int, stamp: tuple[str, int], offset: int) -> int | None:
+    def _read_again_from(self, state: _Partition, partition: int, stamp: tuple[bytes, int], offset: int) -> int | None:
         """Where to read again before delivering this message, if anywhere."""
         token, n = stamp
         writer = state.writers.get(token)
@@ -200,7 +201,7 @@ class SkipGuard:
         state.tried.add((token, writer.n + 1))
         return start
 
-    def _note(self, state: _Partition, stamp: tuple[str, int] | None, offset: int, now: float) -> None:
+    def _note(self, state: _Partition, stamp: tuple[bytes, int] | None, offset: int, now: float) -> None:
         if stamp is None:
             return
         token, n = stamp
