@@ -605,10 +605,10 @@ class KafkaReader(Reader):
                 self._seek(partition, verdict)
         for partition, offset in guard.due().items():
             self._seek(partition, offset)
-        rereading = [p for p, state in guard.partitions.items() if state.rereading_until is not None and p not in rewound]
-        if rereading:
-            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in rereading]):
-                if tp.offset >= (guard.partitions[tp.partition].rereading_until or 0):
+        ends = {p: end for p, end in guard.rereads().items() if p not in rewound}
+        if ends:
+            for tp in self.consumer.position([TopicPartition(self.topic, p) for p in ends]):
+                if tp.offset >= ends[tp.partition]:
                     guard.reread_done(tp.partition)
         return admitted
 

@@ -235,9 +235,13 @@ class SkipGuard:
                 again[partition] = state.reread(state.starts[0], state.next)
         return again
 
+    def rereads(self) -> dict[int, int]:
+        """The partitions a second read is under way on -> where it ends (exclusive)."""
+        return {p: state.rereading_until for p, state in self.partitions.items() if state.rereading_until is not None}
+
     def rereading(self) -> bool:
         """True while a second read is under way on some partition."""
-        return any(state.rereading_until is not None for state in self.partitions.values())
+        return bool(self.rereads())
 
     def reread_done(self, partition: int) -> None:
         """The second read reached where it was asked to end (no message there yet to say so)."""
