@@ -11,16 +11,18 @@ Every message one publisher sends carries, in the `sp-writer` header, the publis
 counter that grows by one per message on each partition (`WriterStamps`). A reader remembers, per
 partition, the offsets it stepped over (its *holes*: transaction markers, aborted records, or
 messages a fetch passed over) and the last counter of each writer (`SkipGuard`). It reads the
-holes again, once, from the first one that could hold what is missing, when:
+holes again from the first one that could hold what is missing, when:
 
 - a writer's counter jumps (the messages between are in a hole, or lost for good: said once);
 - a writer it has not met appears while it has holes (a new owner of an instance, after its
   predecessor's last messages may have been passed over);
 - a writer has been silent for a while after its last message, with holes behind it (the end of
-  a stream, where no later message would show a jump).
+  a stream, where no later message would show a jump): after 1 s, and again after 2, 4 and 8 s,
+  since a batch the broker has not stored yet is passed over by a second read too.
 
 Reading again delivers only the messages found in holes; what was delivered before is dropped
-by offset. A message found late is still the newest of its writer (a jump is handled before
+by offset. A second read that finds nothing forgets the holes it covered only once they are
+HOLD_S old (a reader handing over forgets them at once: what publishes to it has stopped). A message found late is still the newest of its writer (a jump is handled before
 anything after it is delivered), so the next group's duplicate check (highest sequence per
 origin) takes it.
 """
@@ -36,7 +38,9 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 WRITER_HEADER = "sp-writer"
-SILENT_S = 1.0  # a writer quiet this long after its last message has its holes read again once
+SILENT_S = 1.0  # a writer quiet this long after its last message has its holes read again ...
+SILENT_CHECKS = 4  # ... and again after twice, four and eight times as long
+HOLD_S = 10.0  # a hole a second read found empty is kept this long for later checks
 HOLES_KEPT_S = 60.0  # holes older than this are forgotten unread (what they held is lost)
 
 
@@ -69,7 +73,7 @@ class _Writer:
     n: int  # the highest counter delivered
     offset: int  # where that message was
     seen_at: float  # monotonic time of the last message (delivered or not)
-    checked: bool = False  # its holes were read again since its last message
+    checks: int = 0  # how often its holes were read again since its last message
 
 
 @dataclass
@@ -81,6 +85,7 @@ class _Partition:
     writers: dict[bytes, _Writer] = field(default_factory=dict)
     rereading_from: int = 0  # a second read of the holes from here ...
     rereading_until: int | None = None  # ... up to here (exclusive) is under way
+    rereading_all: bool = False  # that read is a hand-over's: it forgets every hole it covered
     tried: set = field(default_factory=set)  # (token, counter) whose absence was already read again for
 
     def add_hole(self, start: int, end: int, now: float) -> None:
@@ -88,19 +93,24 @@ class _Partition:
         self.ends.append(end)
         self.times.append(now)
 
-    def reread(self, start: int, until: int) -> int:
+    def reread(self, start: int, until: int, every: bool = False) -> int:
         """Begin a second read of the holes in [start, until); returns where it starts."""
-        self.rereading_from, self.rereading_until = start, until
+        self.rereading_from, self.rereading_until, self.rereading_all = start, until, every
         return start
 
-    def reread_over(self) -> None:
-        """The second read passed its end: the holes it covered held nothing more."""
+    def reread_over(self, now: float) -> None:
+        """The second read passed its end: the holes it covered held nothing more (as yet: those
+        younger than HOLD_S are kept, unless the read was a hand-over's)."""
         if self.rereading_until is None:
             return
         first = bisect.bisect_left(self.starts, self.rereading_from)
         last = bisect.bisect_right(self.ends, self.rereading_until)
         if first < last:
-            del self.starts[first:last], self.ends[first:last], self.times[first:last]
+            keep = [] if self.rereading_all else [i for i in range(first, last) if self.times[i] > now - HOLD_S]
+            kept = [(self.starts[i], self.ends[i], self.times[i]) for i in keep]
+            self.starts[first:last] = [k[0] for k in kept]
+            self.ends[first:last] = [k[1] for k in kept]
+            self.times[first:last] = [k[2] for k in kept]
         self.rereading_until = None
 
     def first_hole_after(self, offset: int) -> int | None:
@@ -158,7 +168,7 @@ class SkipGuard:
                     self._note(state, stamp, offset, now)
                     return True
                 return False
-            state.reread_over()
+            state.reread_over(now)
         if state.next is not None:
             if offset < state.next:
                 return False
@@ -209,20 +219,21 @@ class SkipGuard:
         if writer is None:
             state.writers[token] = _Writer(n, offset, now)
         elif n > writer.n:
-            writer.n, writer.offset, writer.seen_at, writer.checked = n, offset, now, False
+            writer.n, writer.offset, writer.seen_at, writer.checks = n, offset, now, 0
 
     def due(self) -> dict[int, int]:
-        """Partitions to read again now (-> from which offset): a writer silent for SILENT_S with holes behind its last message."""
+        """Partitions to read again now (-> from which offset): a writer silent for SILENT_S (and 2, 4, 8 times
+        that) with holes behind its last message."""
         now = self.clock()
         again = {}
         for partition, state in self.partitions.items():
             state.forget_holes(now - HOLES_KEPT_S)
             if state.rereading_until is not None or not state.starts or state.next is None:
                 continue
-            quiet = [w for w in state.writers.values() if not w.checked and now - w.seen_at >= SILENT_S]
+            quiet = [w for w in state.writers.values() if w.checks < SILENT_CHECKS and now - w.seen_at >= SILENT_S * 2**w.checks]
             starts = [s for s in (state.first_hole_after(w.offset) for w in quiet) if s is not None]
             for writer in quiet:
-                writer.checked = True
+                writer.checks += 1
             if starts:
                 again[partition] = state.reread(min(starts), state.next)
         return again
@@ -232,7 +243,7 @@ class SkipGuard:
         again = {}
         for partition, state in self.partitions.items():
             if state.rereading_until is None and state.starts and state.next is not None:
-                again[partition] = state.reread(state.starts[0], state.next)
+                again[partition] = state.reread(state.starts[0], state.next, every=True)
         return again
 
     def rereads(self) -> dict[int, int]:
@@ -247,4 +258,4 @@ class SkipGuard:
         """The second read reached where it was asked to end (no message there yet to say so)."""
         state = self.partitions.get(partition)
         if state is not None:
-            state.reread_over()
+            state.reread_over(self.clock())

@@ -11,7 +11,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.messaging.skips import SILENT_S, WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
+from sp_dagster.messaging.skips import HOLD_S, SILENT_CHECKS, SILENT_S, WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
 
 
 class Clock:
@@ -61,8 +61,9 @@ def test_a_new_writer_after_holes_reads_them_again_once():
     assert admit_all(guard, 0, [(0, "w", 0), (2, "w", 1)]) == [True, True]
     assert guard.admit(0, 3, ("x", 0)) == 1  # a new owner: what its predecessor left may lie in the hole [1, 2)
     assert admit_all(guard, 0, [(2, "w", 1), (3, "x", 0)]) == [False, True]  # 1 held a marker
-    assert admit_all(guard, 0, [(5, "y", 0)]) == [4]  # the hole just before a new writer counts too
-    assert admit_all(guard, 0, [(5, "y", 0), (6, "y", 1)]) == [True, True]  # nothing in it: not asked again
+    # Another new writer: the holes behind it are read again, the young one found empty just now too.
+    assert admit_all(guard, 0, [(5, "y", 0)]) == [1]
+    assert admit_all(guard, 0, [(2, "w", 1), (3, "x", 0), (5, "y", 0), (6, "y", 1)]) == [False, False, True, True]  # nothing: not asked again
     assert guard.found == 0 and guard.lost == 0
 
 
@@ -96,8 +97,42 @@ def test_a_second_read_forgets_only_the_holes_it_covered():
     state = guard.partitions[0]
     assert (state.starts, state.ends) == ([2, 4, 6], [3, 5, 7])
     state.reread(4, 8)
-    state.reread_over()
+    state.reread_over(100.0 + HOLD_S - 0.1)
+    assert (state.starts, state.ends) == ([2, 4, 6], [3, 5, 7])  # young: kept for a later check
+    state.reread(4, 8)
+    state.reread_over(100.0 + HOLD_S + 0.1)
     assert (state.starts, state.ends) == ([2], [3])  # behind where it began: kept for a later jump
+
+
+def test_a_silent_writer_is_checked_again_while_what_it_left_is_not_stored_yet():
+    clock = Clock()
+    guard = SkipGuard("t", clock=clock)
+    # w:1, at offset 2, is not stored yet when v:1 at 3 is read: the first two checks pass over it again.
+    assert admit_all(guard, 0, [(0, "w", 0), (1, "v", 0), (3, "v", 1)]) == [True, True, True]
+    for wait in (SILENT_S, SILENT_S):
+        clock.now += wait
+        assert guard.due() == {0: 2}
+        assert admit_all(guard, 0, [(3, "v", 1)]) == [False]
+        guard.reread_done(0)
+    clock.now += 2 * SILENT_S
+    assert guard.due() == {0: 2}  # the third check, four times SILENT_S after w's last message, finds it
+    assert admit_all(guard, 0, [(2, "w", 1), (3, "v", 1), (4, "v", 2)]) == [True, False, True]
+    assert guard.found == 1 and guard.lost == 0
+    clock.now += 8 * SILENT_S
+    assert guard.due() == {}  # nothing behind either writer any more
+
+
+def test_a_silent_writer_is_checked_a_bounded_number_of_times():
+    clock = Clock()
+    guard = SkipGuard("t", clock=clock)
+    assert admit_all(guard, 0, [(0, "w", 0), (1, "v", 0), (3, "v", 1)]) == [True, True, True]  # a marker at 2, say
+    checks = 0
+    for _ in range(40):
+        clock.now += SILENT_S / 2
+        if guard.due():
+            checks += 1
+            guard.reread_done(0)
+    assert checks == SILENT_CHECKS  # w's (v's own find no hole behind its last message)
 
 
 def test_unstamped_messages_are_delivered_in_order_and_never_again():
