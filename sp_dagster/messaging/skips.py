@@ -22,9 +22,9 @@ holes again from the first one that could hold what is missing, when:
 
 Reading again delivers only the messages found in holes; what was delivered before is dropped
 by offset. A second read that finds nothing forgets the holes it covered only once they are
-HOLD_S old (a reader handing over forgets them at once: what publishes to it has stopped). A message found late is still the newest of its writer (a jump is handled before
-anything after it is delivered), so the next group's duplicate check (highest sequence per
-origin) takes it.
+HOLD_S old (a reader handing over forgets them at once: what publishes to it has stopped). A
+message found late is still the newest of its writer (a jump is handled before anything after it
+is delivered), so the next group's duplicate check (highest sequence per origin) takes it.
 """
 
 from __future__ import annotations
@@ -105,12 +105,10 @@ class _Partition:
             return
         first = bisect.bisect_left(self.starts, self.rereading_from)
         last = bisect.bisect_right(self.ends, self.rereading_until)
+        if not self.rereading_all:  # the young ones, last (holes are recorded in time order), wait for later checks
+            last = bisect.bisect_right(self.times, now - HOLD_S, first, max(first, last))
         if first < last:
-            keep = [] if self.rereading_all else [i for i in range(first, last) if self.times[i] > now - HOLD_S]
-            kept = [(self.starts[i], self.ends[i], self.times[i]) for i in keep]
-            self.starts[first:last] = [k[0] for k in kept]
-            self.ends[first:last] = [k[1] for k in kept]
-            self.times[first:last] = [k[2] for k in kept]
+            del self.starts[first:last], self.ends[first:last], self.times[first:last]
         self.rereading_until = None
 
     def first_hole_after(self, offset: int) -> int | None:
