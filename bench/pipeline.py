@@ -1,19 +1,30 @@
-"""End-to-end throughput and latency of a deployed app, beside a raw passthrough on the same broker.
+"""End-to-end throughput and latency of a deployed app, beside a raw passthrough and a raw chain on the same broker.
 
 Run: python bench/pipeline.py [--events N] [--rate R] [--seconds S] [--modes continuous,microbatch] [--no-scaling]
                               [--messaging kafka|nats]
 Starts the embedded broker, then measures, in one run:
-  1. passthrough: a plain consume-and-produce loop (one process, confluent-kafka) between two
-     topics: the floor any pipeline on this broker pays;
-  2. app.<mode>: tests' two-group app (filter, parallel 2 -> partitioned length-window average,
+  1. passthrough: a plain consume-and-produce loop (one thread of this process, confluent-kafka)
+     between two topics: the floor any pipeline on this broker pays for one hop;
+  2. chain: the app's shape with nothing in it: bench.chain.in -> bench.chain.mid -> bench.chain.out,
+     2 partitions each, one process per partition per hop (4 processes, spawned before measuring),
+     each a confluent-kafka consumer assigned its one partition (no group) that forwards every
+     message's bytes untouched (value, key, partition, timestamp) to the next topic with a plain
+     producer (linger.ms 5, acks all), flushing after each poll: the floor for two hops at parallel 2;
+  3. app.<mode>: tests' two-group app (filter, parallel 2 -> partitioned length-window average,
      parallel 2) deployed on a local cluster (a manager, two Spark workers, SQLite), once per
      execution mode (continuous tasks with transactions, and without: at-least-once; micro-batch queries);
-  3. scaling.<n>w: the same app with both groups at parallel 4 (4-partition topics), on one
+  4. scaling.<n>w: the same app with both groups at parallel 4 (4-partition topics), on one
      worker and then on two (continuous mode; throughput only).
 With --messaging nats the groups are wired through an embedded nats-server (JetStream) instead
-(the passthrough stays on Kafka: the floor figure). For each: events/s with every event published at once, and latency p50/p99 (ms from an event's
-publication to the output it causes) at a paced rate; `vs_passthrough` is the app's events/s as
-a fraction of the passthrough's in the same run. One JSON line per figure.
+(the passthrough and the chain stay on Kafka: the floor figures). For each: events/s with every
+event published at once, and latency p50/p99 (ms from an event's publication to the output it
+causes) at a paced rate. Beside an app's figures, `vs_passthrough` and `vs_chain` are its events/s
+as a fraction of the passthrough's and the chain's in the same run, and `p99_vs_chain` its p99
+latency over the chain's. `cpu_us_per_event_per_hop` (chain and apps, throughput figures) is the
+CPU time (user + system, from /proc) used from just before publishing until the last output
+arrived, divided by the events and by the 2 hops: for the chain by its 4 processes, for an app by
+the cluster's worker processes and all their descendants (Spark's JVM and its Python workers; the
+manager and this process are not counted). One JSON line per figure.
 """
 
 from __future__ import annotations
@@ -21,18 +32,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
+import os
 import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, Consumer, Producer, TopicPartition  # noqa: E402
 
 from sp_dagster.deploy import load_app, plan_app  # noqa: E402
 from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
@@ -45,6 +59,8 @@ APP = ROOT / "tests" / "worker" / "apps" / "trades.siddhi"
 INPUT = [("symbol", "string"), ("price", "double"), ("volume", "long")]
 OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
 SYMBOLS = [f"SYM{i:02d}" for i in range(50)]
+HOPS = 2  # the app's (and the chain's) hops from input topic to output topic
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def rows(count: int, seed: int = 3):
@@ -129,6 +145,115 @@ def passthrough(transport, events: int, rate: float, seconds: float) -> None:
 
 
 FLOOR: dict[str, float] = {}  # the passthrough's events/s in this run
+CHAIN: dict[str, float] = {}  # the chain's events/s and p99 latency (ms) in this run
+PEERS = ("passthrough", "chain")  # the raw figures, beside which the apps' are given
+
+
+def chain_hop(config: dict, source: str, sink: str, partition: int, ready, stop) -> None:
+    """One hop of the chain, in a process of its own: forwards `source`'s `partition` to the same
+    partition of `sink`, bytes untouched, until `stop` is set; sets `ready` once connected."""
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": f"bench-chain-{source}-{partition}",  # never joined: the partition is assigned
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "fetch.wait.max.ms": 20,
+        }
+    )
+    consumer.assign([TopicPartition(source, partition, OFFSET_BEGINNING)])
+    producer = Producer({**config, "linger.ms": 5, "acks": "all"})
+    consumer.get_watermark_offsets(TopicPartition(source, partition), timeout=30)  # connected to the broker
+    producer.list_topics(sink, timeout=30)
+    ready.set()
+    while not stop.is_set():
+        # Wait for the first message only, then take what has already arrived (as the transport's reader does).
+        first = consumer.poll(0.1)
+        messages = [] if first is None else [first, *consumer.consume(num_messages=10_000, timeout=0)]
+        forwarded = 0
+        for message in messages:
+            if message.error() is not None:
+                continue
+            kind, timestamp = message.timestamp()
+            while True:
+                try:
+                    producer.produce(
+                        sink,
+                        value=message.value(),
+                        key=message.key(),
+                        partition=partition,
+                        timestamp=timestamp if kind != TIMESTAMP_NOT_AVAILABLE else 0,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            forwarded += 1
+        if forwarded and producer.flush(60):
+            raise RuntimeError(f"the broker did not acknowledge every event forwarded to {sink}")
+    consumer.close()
+    producer.flush(10)
+
+
+def chain(transport, events: int, rate: float, seconds: float) -> None:
+    """Raw consume -> produce processes with the app's hops and partitions: its floor."""
+    topics = ["bench.chain.in", "bench.chain.mid", "bench.chain.out"]
+    for topic in topics:
+        transport.ensure_topic(topic, 2)
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    hops = []
+    try:
+        for hop, (source, sink) in enumerate(zip(topics, topics[1:]), 1):
+            for partition in range(2):
+                ready = context.Event()
+                process = context.Process(
+                    target=chain_hop,
+                    args=(transport.client_config(), source, sink, partition, ready, stop),
+                    name=f"chain-hop{hop}-p{partition}",
+                    daemon=True,
+                )
+                process.start()
+                hops.append((process, ready))
+        for process, ready in hops:
+            if not ready.wait(120):
+                raise RuntimeError(f"{process.name} did not start (exit code {process.exitcode})")
+        codec = codec_for("binary", INPUT)
+        measure("chain", transport, topics[0], topics[-1], codec, codec, events, events, rate, seconds, pids=[p.pid for p, _ in hops])
+    finally:
+        stop.set()
+        for process, _ in hops:
+            process.join(15)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+
+
+def _proc_stat(pid: str) -> tuple[int, float] | None:
+    """A process's parent pid and CPU seconds (user + system, its own and its reaped children's), or None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... utime at 11
+    return int(fields[1]), sum(int(f) for f in fields[11:15]) / CLOCK_TICKS  # utime stime cutime cstime
+
+
+def tree_cpu(roots: Sequence[int]) -> float:
+    """CPU seconds used so far by the processes `roots` and all their descendants (found through
+    /proc/*/stat's parent links); a descendant that ended counts in its parent's reaped children."""
+    stats = {int(e.name): s for e in os.scandir("/proc") if e.name.isdigit() and (s := _proc_stat(e.name)) is not None}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo, seen = 0.0, list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in stats:
+            continue
+        seen.add(pid)
+        total += stats[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
 
 
 class PlainProducer:
@@ -164,19 +289,24 @@ def load_publisher(transport, topic: str, codec):
     return RowPublisher(PlainProducer(transport), transport.require_topic(topic), codec, Partitioned(0, "symbol"))
 
 
-def measure(name, transport, source, sink, in_codec, out_codec, events, expected_out, rate, seconds) -> None:
-    """Throughput (all at once) then, when `seconds`, latency (paced) from `source` to `sink`."""
+def measure(name, transport, source, sink, in_codec, out_codec, events, expected_out, rate, seconds, *, pids: Sequence[int] = ()) -> None:
+    """Throughput (all at once) then, when `seconds`, latency (paced) from `source` to `sink`;
+    with `pids`, the CPU time of those processes' trees during the throughput run too."""
     info = transport.require_topic(sink)
     publisher = load_publisher(transport, source, in_codec)
     collector = Collector(transport, sink, out_codec, info.partitions)
     collector.start()
     data = rows(events)
+    cpu_before = tree_cpu(pids) if pids else 0.0
     started = publish_all(publisher, data)
     done = collector.wait_for(expected_out, timeout=600)
+    cpu = tree_cpu(pids) - cpu_before if pids else None
     elapsed = collector.last_at - started
     per_s = round(events / elapsed) if elapsed > 0 else None
     if name == "passthrough" and per_s:
         FLOOR["events_per_s"] = per_s
+    if name == "chain" and per_s:
+        CHAIN["events_per_s"] = per_s
     figure = {
         "bench": f"pipeline.{name}.throughput",
         "events": events,
@@ -187,6 +317,10 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
     }
     if name != "passthrough" and per_s and FLOOR:
         figure["vs_passthrough"] = round(per_s / FLOOR["events_per_s"], 3)
+    if name not in PEERS and per_s and "events_per_s" in CHAIN:
+        figure["vs_chain"] = round(per_s / CHAIN["events_per_s"], 3)
+    if cpu is not None:
+        figure["cpu_us_per_event_per_hop"] = round(cpu * 1e6 / events / HOPS, 1)
     emit(figure)
     if not seconds:
         collector.stop_flag.set()
@@ -201,16 +335,20 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
     collector.join(5)
     lat = sorted(collector.latencies)
     if lat:
-        emit(
-            {
-                "bench": f"pipeline.{name}.latency",
-                "rate_per_s": rate,
-                "events": len(paced),
-                "outputs": collector.count - before,
-                "p50_ms": round(statistics.median(lat), 1),
-                "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 1),
-            }
-        )
+        p99 = round(lat[int(0.99 * (len(lat) - 1))], 1)
+        figure = {
+            "bench": f"pipeline.{name}.latency",
+            "rate_per_s": rate,
+            "events": len(paced),
+            "outputs": collector.count - before,
+            "p50_ms": round(statistics.median(lat), 1),
+            "p99_ms": p99,
+        }
+        if name == "chain":
+            CHAIN["p99_ms"] = p99
+        if name not in PEERS and CHAIN.get("p99_ms"):
+            figure["p99_vs_chain"] = round(p99 / CHAIN["p99_ms"], 2)
+        emit(figure)
 
 
 def pipeline(transport, name: str, text: str, events: int, rate: float, seconds: float, *, mode: str, workers: int = 2, address: str | None = None) -> None:
@@ -241,7 +379,8 @@ def pipeline(transport, name: str, text: str, events: int, rate: float, seconds:
             in_codec = codec_for(entry.codec, entry.attributes)
             # volume >= 10 always holds here, so every input gives one output
             out = f"{loaded.name}.Averages"
-            measure(name, transport, entry.topic, out, in_codec, codec_for("json", OUTPUT), events, events, rate, seconds)
+            workers_pids = [cluster.processes[w].pid for w in cluster.worker_ids]  # each with its JVM and Python workers below
+            measure(name, transport, entry.topic, out, in_codec, codec_for("json", OUTPUT), events, events, rate, seconds, pids=workers_pids)
         finally:
             cluster.stop()
 
@@ -263,6 +402,7 @@ def main() -> None:
     with EmbeddedBroker() as broker, contextlib.ExitStack() as stack:
         transport = KafkaTransport(broker.bootstrap_servers, timeout=30)
         passthrough(transport, args.events, args.rate, args.seconds)
+        chain(transport, args.events, args.rate, args.seconds)
         address, prefix = None, ""
         if args.messaging == "nats":
             from sp_dagster.embedded import EmbeddedNatsServer

@@ -122,6 +122,13 @@ class DeploymentConfig:
         "bootstrapURLs", None, parse=_url_list, shown="localhost:9092", doc="Kafka brokers, `host:port` separated by commas"
     )
     kafka_properties: dict[str, str] = setting("kafkaProperties", factory=dict, doc="extra librdkafka client settings (security.protocol, sasl.*, ...)")
+    broker_profile: str = setting(
+        "brokerProfile",
+        "auto",
+        choices=("auto", "kafka", "tansu"),
+        doc="`tansu`: read again what a fetch stepped over and drop outputs an open transaction let through (the embedded broker's quirks); "
+        "`kafka`: neither (Apache Kafka keeps its ordering); `auto`: `tansu` when the broker's cluster id begins with tansu",
+    )
     zoo_keeper_urls: str | None = setting("zooKeeperURLs", None, doc="ignored: topics are created with Kafka's admin API")
     zoo_keeper_config: ZooKeeperConfig | None = setting("zooKeeperConfig", None, doc="ignored")
     nats_server_url: tuple[str, ...] | None = setting(
@@ -260,6 +267,7 @@ class MessagingSettings:
     servers: tuple[str, ...]
     cluster_id: str | None = None
     properties: dict[str, str] = field(default_factory=dict)
+    broker_profile: str = "auto"  # deployment.config.brokerProfile (messaging/profiles.py)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -293,7 +301,7 @@ class Config:
         d = self.deployment
         if d.nats_server_url and (d.app_creator_class == NATS_APP_CREATOR or not d.bootstrap_urls):
             return MessagingSettings("nats", d.nats_server_url, d.cluster_id)
-        return MessagingSettings("kafka", d.bootstrap_urls or (EMBEDDED_BOOTSTRAP,), None, dict(d.kafka_properties))
+        return MessagingSettings("kafka", d.bootstrap_urls or (EMBEDDED_BOOTSTRAP,), None, dict(d.kafka_properties), d.broker_profile)
 
     @property
     def control_plane(self) -> Datasource:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from sp_dagster.messaging import batches
 from sp_dagster.messaging.errors import CodecError, EventDecodeError
 
 SIDDHI_TYPES = ("string", "int", "long", "float", "double", "bool", "object")
@@ -167,6 +168,8 @@ def _is_value_row(document: list, codec: Codec) -> bool:
 class BinaryCodec(Codec):
     """A compact binary form for inter-group topics: a null bitmap, then fixed-width values.
 
+    A message may also hold a batch of such events (`batches.py`); decode() returns them all.
+
     Layout: magic byte 0xB1, ceil(n/8) bytes of null flags, then each non-null value:
     int i32, long i64, float f32, double f64, bool u8, string/object as u32 length + UTF-8
     (objects as JSON), all little-endian.
@@ -229,6 +232,8 @@ class BinaryCodec(Codec):
         return b"".join(parts)
 
     def decode(self, data):
+        if data and data[0] == batches.MAGIC:  # a batch of events (inter-group topics): every one of them
+            return [row for value in batches.decode(data)[3] for row in self.decode(value)]
         if not data or data[0] != self.MAGIC:
             raise EventDecodeError("not a binary-encoded event (wrong codec on this topic?)")
         flags_end = 1 + self._flag_bytes

@@ -19,7 +19,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingError, ProducerFenced, TopicError
+from sp_dagster.messaging import batches
 from sp_dagster.messaging.codecs import Codec
+from sp_dagster.messaging.profiles import BrokerProfile, profile_for
 from sp_dagster.messaging.skips import WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
@@ -60,10 +62,12 @@ class KafkaTransport(Transport):
 
     kind = "kafka"
 
-    def __init__(self, bootstrap_servers: str, properties: Mapping[str, str] | None = None, timeout: float = 10.0):
+    def __init__(self, bootstrap_servers: str, properties: Mapping[str, str] | None = None, timeout: float = 10.0, profile: str = "auto"):
         self.bootstrap_servers = bootstrap_servers
         self.properties = dict(properties or {})
         self.timeout = timeout
+        self.profile_name = profile
+        self._profile: BrokerProfile | None = None
         self._admin: AdminClient | None = None
         self._probe: Consumer | None = None
         self._probe_uncommitted: Consumer | None = None
@@ -76,7 +80,20 @@ class KafkaTransport(Transport):
     @classmethod
     def from_settings(cls, settings: Any, timeout: float = 10.0) -> KafkaTransport:
         """Build from a config's MessagingSettings."""
-        return cls(settings.bootstrap_servers, settings.properties, timeout)
+        return cls(settings.bootstrap_servers, settings.properties, timeout, getattr(settings, "broker_profile", "auto"))
+
+    @property
+    def profile(self) -> BrokerProfile:
+        """The broker's profile (profiles.py): as configured, or, for `auto`, by the cluster id it reports (asked once)."""
+        if self._profile is None:
+            cluster_id = None
+            if self.profile_name == "auto":
+                try:
+                    cluster_id = self.admin.list_topics(timeout=self.timeout).cluster_id
+                except KafkaException as exc:
+                    raise self.unreachable(exc, "asking the broker which it is") from None
+            self._profile = profile_for(self.profile_name, cluster_id)
+        return self._profile
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """librdkafka settings for a new client: the servers, user properties, then extra."""
@@ -275,7 +292,7 @@ class RawPublisher(RawPublisherBase):
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = self._delivered  # per-message delivery reports (transactions report at commit)
-        self.stamps = WriterStamps()
+        self.stamps = WriterStamps() if transport.profile.reread_skips else None
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
         if error is not None:
@@ -294,13 +311,13 @@ class RawPublisher(RawPublisherBase):
                 raise self.transport.unreachable(exc, f"publishing to '{topic}'") from None
 
     def produce_all(self, records, header: str = "") -> None:
-        """Queue (topic, value, key, partition, timestamp, origin) records; the origin goes in `header`, and
-        each message to a chosen partition is stamped with this publisher's counter there (skips.py)."""
+        """Queue (topic, value, key, partition, timestamp, origin) records; the origin goes in `header`, and,
+        where the broker's profile asks, each message to a chosen partition is stamped with this publisher's counter there (skips.py)."""
         produce, report = self.producer.produce, self._report
-        topics, stamp = self._topics, self.stamps.stamp
+        topics, stamp = self._topics, self.stamps.stamp if self.stamps is not None else None
         for topic, value, key, partition, timestamp, found in records:
             headers = [(header, found)] if found is not None else []
-            if partition >= 0:
+            if stamp is not None and partition >= 0:
                 headers.append((WRITER_HEADER, stamp(topic, partition)))
             if topic not in topics:
                 topics.add(topic)
@@ -347,7 +364,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = None  # a message that fails makes its transaction's commit fail: no per-message reports
-        self.stamps = WriterStamps()
+        self.stamps = WriterStamps() if transport.profile.reread_skips else None
         self._open = False
         self.stuck = False  # a call never returned (see _bounded): nothing more is asked of the producer
         try:
@@ -479,7 +496,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
 
     def headers_since(self, marks: Mapping[tuple[str, int], int], header: str) -> dict[tuple[str, int], list[bytes]]:
         """The `header` value of every message a read_committed reader sees from `marks` to the end
-        of each partition (as it is now), per (topic, partition)."""
+        of each partition (as it is now), per (topic, partition); of a batch, those its events carry."""
         found: dict[tuple[str, int], list[bytes]] = {place: [] for place in marks}
         # To the end with the open transactions: another dead owner's, still open, hides what follows
         # it from a read_committed reader until its own next owner starts; wait for that.
@@ -498,9 +515,11 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
                         if error.code() == KafkaError._PARTITION_EOF and (message.offset() or 0) >= ends[place]:
                             behind.discard(place)
                         continue
-                    for name, value in message.headers() or ():
-                        if name == header and isinstance(value, bytes):
-                            found[place].append(value)
+                    origins = [value for name, value in message.headers() or () if name == header and isinstance(value, bytes)]
+                    value = message.value()
+                    if not origins and value is not None and batches.is_batch(value):
+                        origins = batches.origins(value)  # a batch's events carry theirs inside
+                    found[place] += origins
                 for tp in consumer.position([TopicPartition(t, p) for t, p in behind]):
                     if tp.offset >= ends[(tp.topic, tp.partition)]:
                         behind.discard((tp.topic, tp.partition))
@@ -538,7 +557,8 @@ class KafkaReader(Reader):
         self._positions = {p: o for p, o in assignments.items() if o >= 0}
         self._unknown = {p for p, o in assignments.items() if o < 0}  # EARLIEST: learnt on first read
         self._outage = False
-        self.guard = SkipGuard(topic)  # messages a fetch passed over, read again (skips.py)
+        # Messages a fetch passed over, read again (skips.py), on brokers whose profile needs it.
+        self.guard = SkipGuard(topic) if transport.profile.reread_skips else None
         self.consumer.assign(list(start.values()))
 
     def positions(self) -> dict[int, int]:
@@ -586,6 +606,11 @@ class KafkaReader(Reader):
         that were delivered before are dropped, and a partition whose fetch stepped over messages is read
         again from there (skips.py)."""
         guard, admitted, rewound, now = self.guard, [], set(), time.monotonic()
+        if guard is None:
+            for message in messages:
+                headers = message.headers() or ()
+                admitted.append((message, headers, next((value for name, value in headers if name == header), None)))
+            return admitted
         for message in messages:
             partition = message.partition()
             if partition in rewound:
@@ -613,6 +638,8 @@ class KafkaReader(Reader):
         return admitted
 
     def read_again(self) -> bool:
+        if self.guard is None:
+            return False
         for partition, offset in self.guard.read_all_again().items():
             self._seek(partition, offset)
         return self.guard.rereading()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sp_dagster.messaging.codecs import Codec
+from sp_dagster.messaging.profiles import PROFILES, BrokerProfile
 from sp_dagster.messaging.strategies import Strategy
 
 EARLIEST = -2  # start offsets: read from the first retained event
@@ -187,6 +188,11 @@ class Transport(ABC):
 
     kind = "transport"
     address = "?"  # the servers, as error messages name them
+
+    @property
+    def profile(self) -> BrokerProfile:
+        """What the broker needs beyond Kafka's guarantees (profiles.py): nothing, unless a layer says otherwise."""
+        return PROFILES["kafka"]
 
     def topic_name(self, app: str, stream: str, key: str | None = None) -> str:
         """The topic that carries a stream of an app (field-grouped topics carry the key too)."""

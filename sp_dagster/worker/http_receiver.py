@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.transport import Transport
+from sp_dagster.worker.batching import batched_outputs, pack
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import InstanceRuntime
 from sp_dagster.worker.sinks import HTTP_PREFIX
@@ -79,6 +80,7 @@ class ReceiverLoop:
         # The `Authorization` value each user's client sends (the canonical form): most requests match one.
         self._expected = [f"Basic {base64.b64encode(f'{u}:{p}'.encode()).decode('ascii')}".encode() for u, p in self.users.items()]
         self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms())
+        self._batched = batched_outputs(plan)
         # worker.count: this loop's process and the helpers beside it (receiver_processes.py), each with origins of its own
         self.processes = max((i.workers for i in plan.http_inputs), default=1)
         self.process_index = process_index
@@ -240,6 +242,7 @@ class ReceiverLoop:
         self._sequence = first + len(batch) - 1
         key = self.origin_key
         out = self.runtime.process_decoded([(topic, rows, key, first + n) for n, (topic, rows, _answer) in enumerate(batch)], _now_ms())
+        out = pack(out, self._batched)  # the requests' events in one message per partition
         publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in out), ORIGIN_HEADER)
 
     async def _shutdown(self) -> None:

@@ -31,6 +31,7 @@ from typing import Protocol
 
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.transport import EARLIEST, Reader, TransactionalPublisher, Transport
+from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
@@ -41,6 +42,7 @@ from sp_dagster.worker.spark_types import ORIGIN_HEADER
 log = logging.getLogger(__name__)
 
 _LATENCY_WINDOW = 4096
+BATCHES_PER_EVENTS = 50  # a poll takes max_events messages, or this many times fewer batches
 DRAIN_TIMEOUT_S = 20.0  # within the driver's wait for a stopping task (continuous.STOP_TIMEOUT_S)
 
 
@@ -127,6 +129,7 @@ class InstanceLoop:
         self._marks: dict[tuple[str, int], int] = {}  # where the outputs ended: kept in checkpoints (leaked_outputs.py)
         self._leaked: LeakedOutputs | None = None
         self._output_cluster = {t: (o.bootstrap, o.nats) for o in plan.outputs if o.bootstrap or o.nats for t in (o.topic, *o.topics)}
+        self._batched_in, self._batched_out = batched_inputs(plan), batched_outputs(plan)
         self.stats = _Stats()
         self.draining = False  # read the inputs to their end before the last checkpoint (a rescale)
         self._last_checkpoint = self._last_metrics = time.monotonic()
@@ -239,6 +242,8 @@ class InstanceLoop:
         """Read the outputs from the start checkpoint's marks on for what a dead owner's open transaction
         let through (leaked_outputs.py): `inputs` are this cluster's input partitions, `read` all of them."""
         assert self._txn is not None
+        if not self.transport.profile.probe_leaked:
+            return  # the broker aborts an open transaction when its next owner starts (Kafka's way)
         outputs = self._txn_outputs()
         marks = {place: mark for place, mark in self._marks.items() if place[0] in outputs}
         if not marks:
@@ -406,6 +411,8 @@ class InstanceLoop:
         return messages
 
     def _read(self, topic: str, reader: Reader, wait: float) -> list[Message]:
+        if topic in self._batched_in:  # a batch holds up to a turn of the writer's: take fewer at once
+            return expand(topic, reader.poll_raw(max(1, self.settings.max_events // BATCHES_PER_EVENTS), wait, ORIGIN_HEADER))
         return [Message(topic, *raw) for raw in reader.poll_raw(self.settings.max_events, wait, ORIGIN_HEADER)]
 
     def _publish(self, out: list[Message], now: int) -> None:
@@ -415,6 +422,7 @@ class InstanceLoop:
         if self.http_sinks is not None:
             # HTTP first: a turn's offsets are committed only once its requests ended (or went to dead letters).
             out = self.http_sinks.deliver(out, self.settings.dead_letter_topic, self.settings.flush_timeout_s)
+        out = pack(out, self._batched_out)
         if self._output_cluster:
             groups: dict = {}
             for message in out:

@@ -57,19 +57,20 @@ class Message(NamedTuple):
     key: bytes | None
     value: bytes
     origin: bytes | None = None
+    index: int = -1  # its place in the batch it came in (worker/batching.py); -1: a message of its own
 
 
 def origin_of(message: Message) -> tuple[str, tuple[int, ...]]:
     """(origin key, sequence) of an input message: its header, or the message's own place."""
     if message.origin:
         key, _, sequence = message.origin.decode("utf-8").rpartition("|")
-        return key, tuple(int(part) for part in sequence.split("."))
+        return key, tuple(map(int, sequence.split(".")))
     return f"{message.topic}:{message.partition}", (message.offset,)
 
 
 def origin_prefix(key: str, sequence: tuple[int, ...]) -> str:
     """What the sp-origin header of (key, sequence + (n,)) holds before n: one send's outputs share it."""
-    return f"{key}|{''.join(f'{part}.' for part in sequence)}"
+    return f"{key}|{'.'.join(map(str, sequence))}." if sequence else f"{key}|"
 
 
 def encode_origin(key: str, sequence: tuple[int, ...]) -> bytes:
@@ -304,7 +305,7 @@ class InstanceRuntime:
                 self.duplicates += 1
                 continue
             self.seen[place] = sequence
-            origin = self._origin(message.topic, message.partition, message.offset, key, sequence)
+            origin = self._origin(message.topic, message.partition, message.offset, key, sequence, message.index)
             stream, codec = self._inputs[message.topic]
             try:
                 rows = codec.decode(message.value)
@@ -365,10 +366,10 @@ class InstanceRuntime:
         out, self._out = self._out, []
         return out
 
-    def _origin(self, topic: str, partition: int, offset: int, key: str, sequence: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    def _origin(self, topic: str, partition: int, offset: int, key: str, sequence: tuple[int, ...], index: int = -1) -> tuple[str, tuple[int, ...]]:
         """What the outputs of one input message are named after: a stateless instance passes the
         message's origin on, behind the partition it came through; a stateful one names them after
-        the message's place.
+        the message's place (its offset, and its index when it came in a batch).
 
         The partition is part of a stateless key because instances of one group may take events of
         one origin (a topic split round robin or by key) and publish to the same partitions: one
@@ -377,7 +378,7 @@ class InstanceRuntime:
         place = f"{topic}:{partition}"
         if self.plan.stateless:  # a message without an origin header is its own place: named once
             return (f"{self.group}>{place}" if key == place else f"{self.group}>{place}>{key}", sequence)
-        return (f"{self.group}@{place}", (offset,))
+        return (f"{self.group}@{place}", (offset,) if index < 0 else (offset, index))
 
     def _send(self, run: _Run) -> None:
         """One engine call for a run of messages of one stream: each message is one send, as if sent

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.instance_loop import share_of
 from sp_dagster.worker.instance_plan import InstancePlan, InstancePlanError
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, needs_wakeups
 from sp_dagster.worker.native_kafka import kafka_source_kind, read_native
 from sp_dagster.worker.sinks import HttpSinks
+from sp_dagster.worker.spark_types import RAW_DDL, RAW_SCHEMA
 
 OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint, _origin binary"
 OUTPUT_SCHEMA = pa.schema(
@@ -47,6 +49,8 @@ OUTPUT_SCHEMA = pa.schema(
         ("_origin", pa.binary()),
     ]
 )
+EXPLODED_DDL = f"{RAW_DDL}, `_index` int"  # raw messages, one per event: batches cut (worker/batching.py)
+EXPLODED_SCHEMA = RAW_SCHEMA.append(pa.field("_index", pa.int32()))
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _CACHED_RUNTIMES = 10_000
 log = logging.getLogger(__name__)
@@ -67,9 +71,39 @@ class QuerySettings:
     cluster_id: str | None = None  # NATS: the clusterId that names the streams
 
 
-def _messages(columns) -> list[Message]:
-    """Messages from the raw columns, in RAW_COLUMNS order (topic, partition, offset, timestamp, key, value, origin)."""
-    return [Message(t, int(p), int(o), None if s is None or s != s else int(s), k, v, origin) for t, p, o, s, k, v, origin in zip(*columns[:7])]
+def _messages(columns, batched: frozenset[str] = frozenset(), *, indexed: bool = False) -> list[Message]:
+    """Messages from the raw columns, in RAW_COLUMNS order (topic, partition, offset, timestamp, key, value, origin,
+    then the index in its batch when `indexed`: cut by `_exploded`), the batches of `batched` topics cut into their events."""
+    if indexed:
+        return [Message(t, int(p), int(o), _stamp(s), k, v, origin, int(i)) for t, p, o, s, k, v, origin, i in zip(*columns[:8])]
+    messages = [Message(t, int(p), int(o), _stamp(s), k, v, origin) for t, p, o, s, k, v, origin in zip(*columns[:7])]
+    if not batched or not any(m.topic in batched for m in messages):
+        return messages
+    out: list[Message] = []
+    for m in messages:
+        out += expand(m.topic, [m[1:7]]) if m.topic in batched else [m]
+    return out
+
+
+def _stamp(value) -> int | None:
+    return None if value is None or value != value else int(value)
+
+
+def _exploded(batched: frozenset[str]):
+    """A mapInArrow function cutting the batches of `batched` topics into their events (rows of EXPLODED_DDL),
+    so that a keyed instance's events are grouped by their own keys."""
+
+    def run(frames: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for frame in frames:
+            messages = _messages([column.to_pylist() for column in frame.columns], batched)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(column, type=kind) for column, kind in zip(zip(*messages), EXPLODED_SCHEMA.types)]
+                if messages
+                else [pa.array([], type=kind) for kind in EXPLODED_SCHEMA.types],
+                schema=EXPLODED_SCHEMA,
+            )
+
+    return run
 
 
 def _output_columns(messages: list[Message]) -> dict:
@@ -150,9 +184,12 @@ def _processing_time(timer_values) -> int:
     return now if now >= 0 else int(time.time() * 1000)
 
 
-def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bool):
+def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bool, *, indexed: bool):
+    """The processor of a stateful instance's keys (`indexed`: its input rows were cut by `_exploded`)."""
     import pandas as pd
     from pyspark.sql.streaming import StatefulProcessor
+
+    batched, published = batched_inputs(plan), batched_outputs(plan)
 
     class PartialAppProcessor(StatefulProcessor):
         """Runs the instance's engine for one key; its snapshot is the key's state."""
@@ -185,9 +222,10 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
         def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
             now = _processing_time(timerValues)
             cache_key, cached = self._engine(key, now, create=True)
+            assert cached is not None  # create=True always gives one
             # Spark hands the columns over positionally (named _0, _1, ...), in the source's order.
-            messages = [m for frame in rows for m in _messages([column.tolist() for _name, column in frame.items()])]
-            out = _delivered(plan, cached.runtime.process(messages, now), dead_letters)
+            messages = [m for frame in rows for m in _messages([column.tolist() for _name, column in frame.items()], batched, indexed=indexed)]
+            out = pack(_delivered(plan, cached.runtime.process(messages, now), dead_letters), published)
             self._save(cache_key, cached, now)
             yield from _output_frames(out)
 
@@ -198,7 +236,7 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
                 return
             wakeup = cached.runtime.next_wakeup()
             due = wakeup is not None and wakeup <= now
-            out = _delivered(plan, cached.runtime.advance(now), dead_letters) if due else []
+            out = pack(_delivered(plan, cached.runtime.advance(now), dead_letters), published) if due else []
             self._save(cache_key, cached, now, changed=due)
             yield from _output_frames(out)
 
@@ -216,8 +254,10 @@ def _stateless_function(plan: InstancePlan, dead_letters: str | None):
         _keep(cache_key, cached)
         runtime = cached.runtime
         runtime.forget()  # a retried task publishes what its first attempt did (downstream drops the twice-seen)
+        batched, published = batched_inputs(plan), batched_outputs(plan)
         for batch in batches:
-            out = _delivered(plan, runtime.process(_messages([column.to_pylist() for column in batch.columns])), dead_letters)
+            out = _delivered(plan, runtime.process(_messages([column.to_pylist() for column in batch.columns], batched)), dead_letters)
+            out = pack(out, published)
             yield pa.RecordBatch.from_pydict(_output_columns(out), schema=OUTPUT_SCHEMA)
 
     return run
@@ -301,11 +341,14 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
     else:
         key = F.coalesce(F.col("_key").cast("string"), F.lit("")) if plan.partition_key else F.lit("")
         timers = needs_wakeups(plan)
+        indexed = bool(plan.partition_key and batched_inputs(plan))
+        if indexed:  # grouped by each event's own key: batches cut first
+            frame = frame.mapInArrow(_exploded(batched_inputs(plan)), EXPLODED_DDL)
         out = (
             frame.withColumn("_engine_key", key)
             .groupBy("_engine_key")
             .transformWithStateInPandas(
-                statefulProcessor=_stateful_processor(plan, settings.dead_letter_topic, timers),
+                statefulProcessor=_stateful_processor(plan, settings.dead_letter_topic, timers, indexed=indexed),
                 outputStructType=OUTPUT_DDL,
                 outputMode="Append",
                 timeMode="ProcessingTime" if timers else "None",
