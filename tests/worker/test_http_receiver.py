@@ -21,9 +21,11 @@ from sp_dagster.errors import MessagingError
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.maps import mapper_for
+from sp_dagster.worker.batching import expand
 from sp_dagster.worker.http_receiver import HostedReceiver
 from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.instance_runtime import Message
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
 from tests.worker.test_edges import free_port, start_app, wait_for
 
@@ -91,16 +93,16 @@ class Receiver:
         return self.pool.submit(self.post, data, **kwargs)
 
     def in_topic(self, at_least: int) -> list[tuple]:
-        """(row, origin) of every message in the entry topic once there are `at_least`, then a little more."""
-        got: list[tuple] = []
+        """(row, origin) of every event in the entry topic once there are `at_least`, then a little more."""
+        got: list[Message] = []
 
         def more():
-            got.extend(self.reader.poll_raw(1000, 0.2, ORIGIN_HEADER))
+            got.extend(expand(self.output.topic, self.reader.poll_raw(1000, 0.2, ORIGIN_HEADER)))
             return len(got) >= at_least
 
-        wait_for(more, what=f"{at_least} messages in the entry topic")
-        got.extend(self.reader.poll_raw(1000, 0.5, ORIGIN_HEADER))  # nothing more should come
-        return [(tuple(self.codec.decode(value)[0]), origin) for _p, _o, _t, _k, value, origin in got]
+        wait_for(more, what=f"{at_least} events in the entry topic")
+        got.extend(expand(self.output.topic, self.reader.poll_raw(1000, 0.5, ORIGIN_HEADER)))  # nothing more should come
+        return [(tuple(self.codec.decode(m.value)[0]), m.origin) for m in got]
 
     def close(self):
         self.publisher.released.set()
@@ -239,13 +241,13 @@ def test_worker_count_serves_one_url_from_several_processes_and_loses_nothing(ka
         output = plan.outputs[0]
         reader = kafka.reader(output.topic, {p: EARLIEST for p in range(kafka.require_topic(output.topic).partitions)}, RawCodec())
         codec = mapper_for(output.mapping or output.codec, output.attributes)
-        got: list[tuple] = []
-        wait_for(lambda: got.extend(reader.poll_raw(1000, 0.2, ORIGIN_HEADER)) or len(got) >= 200, what="200 events in the entry topic")
-        got.extend(reader.poll_raw(1000, 0.5, ORIGIN_HEADER))
+        got: list[Message] = []
+        wait_for(lambda: got.extend(expand(output.topic, reader.poll_raw(1000, 0.2, ORIGIN_HEADER))) or len(got) >= 200, what="200 events in the entry topic")
+        got.extend(expand(output.topic, reader.poll_raw(1000, 0.5, ORIGIN_HEADER)))
         reader.close()
-        rows = sorted(tuple(codec.decode(value)[0]) for _p, _o, _t, _k, value, _origin in got)
+        rows = sorted(tuple(codec.decode(m.value)[0]) for m in got)
         assert rows == sorted((f"d{n}", n + 1) for n in range(200))
-        keys = {origin.decode().rpartition("|")[0].rpartition(">")[2] for *_rest, origin in got}  # the receiver's key, passed on
+        keys = {(m.origin or b"").decode().rpartition("|")[0].rpartition(">")[2] for m in got}  # the receiver's key, passed on
         assert keys == {f"{plan.name}@http", f"{plan.name}@http1"}
         processes = [process for process, _connection in helpers._helpers]
     finally:
