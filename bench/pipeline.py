@@ -1,7 +1,7 @@
 """End-to-end throughput and latency of a deployed app, beside a raw passthrough and a raw chain on the same broker.
 
 Run: python bench/pipeline.py [--events N] [--rate R] [--seconds S] [--modes continuous,microbatch] [--no-scaling]
-                              [--messaging kafka|nats]
+                              [--messaging kafka|nats] [--broker-profile auto|kafka|tansu]
 Starts the embedded broker, then measures, in one run:
   1. passthrough: a plain consume-and-produce loop (one thread of this process, confluent-kafka)
      between two topics: the floor any pipeline on this broker pays for one hop;
@@ -351,7 +351,9 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
         emit(figure)
 
 
-def pipeline(transport, name: str, text: str, events: int, rate: float, seconds: float, *, mode: str, workers: int = 2, address: str | None = None) -> None:
+def pipeline(
+    transport, name: str, text: str, events: int, rate: float, seconds: float, *, mode: str, workers: int = 2, address: str | None = None, profile: str = "auto"
+) -> None:
     """An app on a local cluster of `workers` workers in `mode` over `transport`; `name` names its figures."""
     app = text.replace("Trades", f"Bench{name.replace('.', '').title()}")
     with tempfile.TemporaryDirectory() as home:
@@ -370,6 +372,7 @@ def pipeline(transport, name: str, text: str, events: int, rate: float, seconds:
             mode=mode,
             slots=slots,
             exactly_once=delivery != "at-least-once",
+            broker_profile=profile,
             **layer,
         ).start()
         try:
@@ -397,6 +400,9 @@ def main() -> None:
     )
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1 -> 2 workers figures")
     parser.add_argument("--messaging", choices=("kafka", "nats"), default="kafka", help="the layer between the app's groups")
+    parser.add_argument(
+        "--broker-profile", choices=("auto", "kafka", "tansu"), default="auto", help="the workers' deployment.config.brokerProfile (kafka: no second reads)"
+    )
     args = parser.parse_args()
     text = APP.read_text()
     with EmbeddedBroker() as broker, contextlib.ExitStack() as stack:
@@ -411,7 +417,7 @@ def main() -> None:
             server = stack.enter_context(EmbeddedNatsServer(store_dir=Path(stack.enter_context(tempfile.TemporaryDirectory()))))
             transport, address, prefix = NatsTransport(server.url, "bench", timeout=30), server.url, "nats."
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-            pipeline(transport, f"{prefix}app.{mode}", text, args.events, args.rate, args.seconds, mode=mode, address=address)
+            pipeline(transport, f"{prefix}app.{mode}", text, args.events, args.rate, args.seconds, mode=mode, address=address, profile=args.broker_profile)
         if not args.no_scaling:
             wide = text.replace("parallel = '2'", "parallel = '4'")
             for workers in (1, 2):

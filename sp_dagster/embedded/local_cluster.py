@@ -62,13 +62,13 @@ spark:
 """
 
 
-def messaging_conf(kind: str, servers: str, cluster_id: str = "sp-dagster") -> str:
-    """The deployment.config lines naming a messaging layer: Kafka's bootstrapURLs, or NATS's natsServerUrl and clusterId."""
+def messaging_conf(kind: str, servers: str, cluster_id: str = "sp-dagster", broker_profile: str = "auto") -> str:
+    """The deployment.config lines naming a messaging layer: Kafka's bootstrapURLs (and brokerProfile), or NATS's natsServerUrl and clusterId."""
     if kind == "nats":
         from sp_dagster.config.model import NATS_APP_CREATOR
 
         return f"natsServerUrl: {servers}\n  clusterId: {cluster_id}\n  appCreatorClass: {NATS_APP_CREATOR}"
-    return f"bootstrapURLs: {servers}"
+    return f"bootstrapURLs: {servers}\n  brokerProfile: {broker_profile}"
 
 
 class LocalCluster:
@@ -90,13 +90,14 @@ class LocalCluster:
         receivers: int = 0,
         receiver_users: dict[str, str] | None = None,
         database: str | None = None,
+        broker_profile: str = "auto",
     ):
         self.home = home
         self.bootstrap = bootstrap  # Kafka's bootstrap servers, or the NATS server URL(s)
         home.mkdir(parents=True, exist_ok=True)
         self.manager_conf = home / "manager.yaml"
         self.worker_conf = home / "worker.yaml"
-        layer = messaging_conf(messaging, bootstrap, cluster_id)
+        layer = messaging_conf(messaging, bootstrap, cluster_id, broker_profile)
         databases = dict(control_db=database or f"sqlite:///{home}/sp_mgt.db", persistence_db=database or f"sqlite:///{home}/persistence.db")
         self.manager_conf.write_text(MANAGER_CONF.format(messaging=layer, **databases))
         # Continuous instances hold a task slot each; micro-batch queries share one (as before).
