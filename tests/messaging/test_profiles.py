@@ -25,7 +25,7 @@ def _headers_of_a_published_message(transport: KafkaTransport, topic: str) -> se
     transport.ensure_topic(topic, 1)
     publisher = transport.raw_publisher()
     publisher.produce_all([(topic, b"v", None, 0, 1_000, b"origin")], "sp-origin")
-    publisher.flush()
+    publisher.close()
     reader = transport.reader(topic, {0: 0}, codec_for("raw", [("value", "object")]))
     try:
         (event,) = reader.poll(timeout=10).events
