@@ -80,21 +80,19 @@ class KafkaTransport(Transport):
     @classmethod
     def from_settings(cls, settings: Any, timeout: float = 10.0) -> KafkaTransport:
         """Build from a config's MessagingSettings."""
-        return cls(settings.bootstrap_servers, settings.properties, timeout, getattr(settings, "broker_profile", "auto"))
+        return cls(settings.bootstrap_servers, settings.properties, timeout, settings.broker_profile)
 
     @property
     def profile(self) -> BrokerProfile:
         """The broker's profile (profiles.py): as configured, or, for `auto`, by the cluster id it reports (asked once)."""
-        return self.profile_of(None)
-
-    def profile_of(self, client: Any) -> BrokerProfile:
-        """The broker's profile; for `auto`, asked once through `client` (a producer or consumer being set
-        up, so that no other client is made for it; None: the admin client)."""
         if self._profile is None:
             cluster_id = None
             if self.profile_name == "auto":
+                # Through the admin client, which knows every topic anyway: a producer or consumer asked
+                # for all topics would track them all, and librdkafka can crash in a client meeting a
+                # topic deleted and made again under the same name (confluentinc/librdkafka#4964).
                 try:
-                    cluster_id = (client or self.admin).list_topics(timeout=self.timeout).cluster_id
+                    cluster_id = self.admin.list_topics(timeout=self.timeout).cluster_id
                 except KafkaException as exc:
                     raise self.unreachable(exc, "asking the broker which it is") from None
             self._profile = profile_for(self.profile_name, cluster_id)
@@ -297,7 +295,7 @@ class RawPublisher(RawPublisherBase):
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = self._delivered  # per-message delivery reports (transactions report at commit)
-        self.stamps = WriterStamps() if transport.profile_of(self.producer).reread_skips else None
+        self.stamps = WriterStamps() if transport.profile.reread_skips else None
 
     def _delivered(self, error: KafkaError | None, _message: Any) -> None:
         if error is not None:
@@ -369,7 +367,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = None  # a message that fails makes its transaction's commit fail: no per-message reports
-        self.stamps = WriterStamps() if transport.profile_of(self.producer).reread_skips else None
+        self.stamps = WriterStamps() if transport.profile.reread_skips else None
         self._open = False
         self.stuck = False  # a call never returned (see _bounded): nothing more is asked of the producer
         try:
@@ -563,7 +561,7 @@ class KafkaReader(Reader):
         self._unknown = {p for p, o in assignments.items() if o < 0}  # EARLIEST: learnt on first read
         self._outage = False
         # Messages a fetch passed over, read again (skips.py), on brokers whose profile needs it.
-        self.guard = SkipGuard(topic) if transport.profile_of(self.consumer).reread_skips else None
+        self.guard = SkipGuard(topic) if transport.profile.reread_skips else None
         self.consumer.assign(list(start.values()))
 
     def positions(self) -> dict[int, int]:

@@ -21,8 +21,10 @@ holes again from the first one that could hold what is missing, when:
   since a batch the broker has not stored yet is passed over by a second read too.
 
 Reading again delivers only the messages found in holes; what was delivered before is dropped
-by offset. A second read that finds nothing forgets the holes it covered only once they are
-HOLD_S old (a reader handing over forgets them at once: what publishes to it has stopped). A
+by offset. A second read that finds nothing keeps the holes it covered until they are HOLES_KEPT_S
+old: a dead owner's open transaction shows only once its next owner starts, which can take longer
+than every silent-writer check (a reader handing over forgets them at once: what publishes to it
+has stopped). A
 message found late is still the newest of its writer (a jump is handled before anything after it
 is delivered), so the next group's duplicate check (highest sequence per origin) takes it.
 """
@@ -40,7 +42,6 @@ log = logging.getLogger(__name__)
 WRITER_HEADER = "sp-writer"
 SILENT_S = 1.0  # a writer quiet this long after its last message has its holes read again ...
 SILENT_CHECKS = 4  # ... and again after twice, four and eight times as long
-HOLD_S = 10.0  # a hole a second read found empty is kept this long for later checks
 HOLES_KEPT_S = 60.0  # holes older than this are forgotten unread (what they held is lost)
 
 
@@ -98,16 +99,14 @@ class _Partition:
         self.rereading_from, self.rereading_until, self.rereading_all = start, until, every
         return start
 
-    def reread_over(self, now: float) -> None:
-        """The second read passed its end: the holes it covered held nothing more (as yet: those
-        younger than HOLD_S are kept, unless the read was a hand-over's)."""
+    def reread_over(self) -> None:
+        """The second read passed its end: the holes it covered held nothing more as yet (kept for
+        later checks, unless the read was a hand-over's)."""
         if self.rereading_until is None:
             return
-        first = bisect.bisect_left(self.starts, self.rereading_from)
-        last = bisect.bisect_right(self.ends, self.rereading_until)
-        if not self.rereading_all:  # the young ones, last (holes are recorded in time order), wait for later checks
-            last = bisect.bisect_right(self.times, now - HOLD_S, first, max(first, last))
-        if first < last:
+        if self.rereading_all:
+            first = bisect.bisect_left(self.starts, self.rereading_from)
+            last = bisect.bisect_right(self.ends, self.rereading_until)
             del self.starts[first:last], self.ends[first:last], self.times[first:last]
         self.rereading_until = None
 
@@ -166,7 +165,7 @@ class SkipGuard:
                     self._note(state, stamp, offset, now)
                     return True
                 return False
-            state.reread_over(now)
+            state.reread_over()
         if state.next is not None:
             if offset < state.next:
                 return False
@@ -256,4 +255,4 @@ class SkipGuard:
         """The second read reached where it was asked to end (no message there yet to say so)."""
         state = self.partitions.get(partition)
         if state is not None:
-            state.reread_over(self.clock())
+            state.reread_over()

@@ -11,7 +11,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.messaging.skips import HOLD_S, SILENT_CHECKS, SILENT_S, WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
+from sp_dagster.messaging.skips import HOLES_KEPT_S, SILENT_CHECKS, SILENT_S, WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
 
 
 class Clock:
@@ -91,17 +91,34 @@ def test_a_reader_handing_over_reads_every_hole_again():
     assert not guard.rereading() and guard.read_all_again() == {}
 
 
-def test_a_second_read_forgets_only_the_holes_it_covered():
-    guard = SkipGuard("t", clock=Clock())
+def test_a_second_read_that_finds_nothing_keeps_the_holes_until_they_are_too_old():
+    clock = Clock()
+    guard = SkipGuard("t", clock=clock)
     assert admit_all(guard, 0, [(0, "w", 0), (1, "v", 0), (3, "w", 1), (5, "v", 1), (7, "w", 2)]) == [True] * 5
     state = guard.partitions[0]
     assert (state.starts, state.ends) == ([2, 4, 6], [3, 5, 7])
     state.reread(4, 8)
-    state.reread_over(100.0 + HOLD_S - 0.1)
-    assert (state.starts, state.ends) == ([2, 4, 6], [3, 5, 7])  # young: kept for a later check
-    state.reread(4, 8)
-    state.reread_over(100.0 + HOLD_S + 0.1)
-    assert (state.starts, state.ends) == ([2], [3])  # behind where it began: kept for a later jump
+    state.reread_over()
+    assert (state.starts, state.ends) == ([2, 4, 6], [3, 5, 7]) and not guard.rereading()  # kept for a later check
+    clock.now += HOLES_KEPT_S + 1
+    guard.due()
+    assert state.starts == []  # forgotten unread
+
+
+def test_a_dead_writers_open_transaction_is_found_when_its_next_owner_starts():
+    clock = Clock()
+    guard = SkipGuard("t", clock=clock)
+    # w's last two messages (2, 3) are in its open transaction when it dies: a read_committed fetch steps over them.
+    assert admit_all(guard, 0, [(0, "w", 0), (1, "v", 0), (4, "v", 1)]) == [True, True, True]
+    for _ in range(SILENT_CHECKS):  # every silent-writer check finds them still hidden
+        clock.now += 8 * SILENT_S
+        if guard.due():
+            assert admit_all(guard, 0, [(4, "v", 1)]) == [False]
+            guard.reread_done(0)
+    clock.now += 20.0  # the next owner, a writer not met before, starts long after: its start lets them through
+    assert admit_all(guard, 0, [(5, "w2", 0)]) == [2]
+    assert admit_all(guard, 0, [(2, "w", 1), (3, "w", 2), (4, "v", 1), (5, "w2", 0)]) == [True, True, False, True]
+    assert guard.found == 2 and guard.lost == 0
 
 
 def test_a_silent_writer_is_checked_again_while_what_it_left_is_not_stored_yet():
