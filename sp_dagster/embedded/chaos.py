@@ -167,12 +167,22 @@ class ChaosRun:
 
     def _read_outputs(self, timeout_s: float = 120.0) -> list[tuple]:
         """Every output the topic holds now, read afresh from its start to its end (read_committed)."""
+        from sp_dagster.errors import BrokerUnavailable
         from sp_dagster.messaging import EARLIEST, codec_for
 
         # To the end as the broker has it now, never "until quiet": a busy broker can leave a poll empty.
-        end = self.kafka.end_offsets(self.output_topic)[0]
+        # A transaction left open (its owner dead or stuck, not yet replaced) hides that end from a
+        # read_committed reader until the owner's successor starts: wait for it.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                end = self.kafka.end_offsets(self.output_topic)[0]
+                break
+            except BrokerUnavailable:
+                if time.monotonic() > deadline:
+                    raise
         reader = self.kafka.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
-        rows, deadline = [], time.monotonic() + timeout_s
+        rows = []
         try:
             while reader.fetched_to().get(0, 0) < end:
                 if time.monotonic() > deadline:

@@ -242,7 +242,10 @@ class KafkaTransport(Transport):
                         raise self.unreachable(KafkaException(error), f"reading the end offsets of '{topic}'")
             consumer.unassign()
             if len(ends) < info.partitions:
-                raise BrokerUnavailable(f"the broker at {self.bootstrap_servers} did not report the end of topic '{topic}' within {self.timeout:.0f}s")
+                raise BrokerUnavailable(
+                    f"could not read to the end of topic '{topic}' within {self.timeout:.0f}s on {self.bootstrap_servers}: the broker is "
+                    "slow, or a transaction left open there (its owner dead and not yet replaced) hides the end from committed reads"
+                )
             return dict(sorted(ends.items()))
         except KafkaException as exc:
             raise self.unreachable(exc, f"reading the end offsets of '{topic}'") from None
