@@ -170,6 +170,17 @@ assignments = Table(
     Index("ix_sp_assignments_node", "node_id"),
 )
 
+# --- version 4: dropped state ---------------------------------------------------------------
+
+# When an operator dropped an instance's state (`undeploy --drop-state`): its next deployment starts
+# it empty at its committed offsets, whatever revisions or checkpoints of before are still found.
+state_drops = Table(
+    "sp_state_drops",
+    metadata,
+    Column("instance_id", String(ID), primary_key=True),
+    Column("dropped_at", BigInteger, nullable=False),  # ms, the dropping machine's clock (as deploy --fresh's)
+)
+
 # Tables that a later migration removed: kept here so that the migrations that created them
 # still do, and a fresh database passes through the same shapes as an upgraded one.
 retired = MetaData()
@@ -206,6 +217,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _create(leader_lease, terms, managers, nodes, events),
     _create(deployments, instances, assignments, state_revisions),
     _move_state_revisions,
+    _create(state_drops),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -2,10 +2,12 @@
 
 Once the deployment is removed, its workers stop its instances, each with a last checkpoint.
 The state is dropped only after every live worker has said (in its heartbeat's `running`
-list) that it no longer runs any of them, so no last checkpoint lands after the drop. Then go:
-the instances' revisions in the persistence table, and their checkpoint directories under
-the file store's location and under `$SP_DAGSTER_HOME/worker-*/` (the workers' local ones,
-when they share this machine). A redeploy of the app then starts empty.
+list) that it no longer runs any of them, so no last checkpoint lands after the drop. Then the
+drop is recorded in the control plane (cluster.store.drops): the app's next deployment starts
+each instance empty at its committed offsets, whichever machine this runs on and whatever
+revisions or checkpoints it cannot reach. What it can reach goes too: the instances' revisions
+in the persistence table, and their checkpoint directories under the file store's location and
+under `$SP_DAGSTER_HOME/worker-*/` (the workers' local ones, when they share this machine).
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ def checkpoint_directories(config, instance_ids: list[str]) -> list[Path]:
 
 def drop_state(plane, config, instance_ids: list[str], timeout: float = 120.0) -> str:
     """Drop the state of removed instances once no worker runs them; says what went."""
+    from sp_dagster.cluster.store.drops import record_drops
     from sp_dagster.cluster.store.revisions import RevisionStore
 
     wait_until_released(plane, instance_ids, timeout)
+    record_drops(plane, instance_ids, int(time.time() * 1000))
     store = RevisionStore.from_config(config, plane)
     try:
         revisions = store.delete(instance_ids)
@@ -61,4 +65,7 @@ def drop_state(plane, config, instance_ids: list[str], timeout: float = 120.0) -
     directories = checkpoint_directories(config, instance_ids)
     for directory in directories:
         shutil.rmtree(directory, ignore_errors=True)
-    return f"dropped the state of {len(instance_ids)} instance(s): {revisions} revision(s), {len(directories)} checkpoint director{'y' if len(directories) == 1 else 'ies'}"
+    return (
+        f"dropped the state of {len(instance_ids)} instance(s): a redeploy starts them empty at their committed offsets "
+        f"({revisions} revision(s) and {len(directories)} checkpoint director{'y' if len(directories) == 1 else 'ies'} deleted here)"
+    )

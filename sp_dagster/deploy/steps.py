@@ -176,7 +176,23 @@ def record(plane, loaded: LoadedApp, topology: Topology, *, fresh: bool = False,
     # while state moves the recorded hash is not the app's: a deploy cut short is done again, not found unchanged
     moving = [] if fresh else found
     move_state(plane, topology, state_specs(specs, [], previous, fresh=False), moving, lambda i: record_specs(i, f"rescaling:{loaded.content_hash}"), timeout)
-    return record_specs(state_specs(specs, found, previous, fresh=fresh, since=int(time.time() * 1000)))
+    return record_specs(after_drops(plane, state_specs(specs, found, previous, fresh=fresh, since=int(time.time() * 1000))))
+
+
+def after_drops(plane, specs: list) -> list:
+    """The specs, each instance whose state was dropped (cluster.store.drops) starting empty since then."""
+    import dataclasses
+
+    from sp_dagster.cluster.store.drops import drop_times
+    from sp_dagster.deploy.rescale import FRESH_SINCE
+
+    dropped = drop_times(plane, [spec.instance_id for spec in specs])
+    return [
+        dataclasses.replace(spec, extra={**spec.extra, FRESH_SINCE: max(spec.extra.get(FRESH_SINCE) or 0, dropped[spec.instance_id])})
+        if spec.instance_id in dropped
+        else spec
+        for spec in specs
+    ]
 
 
 def deployment_state(plane, app: str) -> DeploymentState:

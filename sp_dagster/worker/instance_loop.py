@@ -118,6 +118,7 @@ class InstanceLoop:
         self.incarnations: dict[str, str] = {}  # input topic -> its incarnation (checkpoints.py)
         self.state_note: str | None = None  # what the user should know about the state it started with
         self._set_aside: str | None = None
+        self._fresh = False  # start empty at the committed offsets (see _resume)
         self.readers: list[tuple[str, Reader]] = []
         self._publishers: dict[object, object] = {}  # "": the cluster's own (or its transactions), else per transport
         self._publisher_of: dict[str, object] = {}  # topic -> its publisher
@@ -149,6 +150,8 @@ class InstanceLoop:
             self.runtime.close()
             self.runtime = self._new_runtime()
         self.positions, self.state_note, self._set_aside = dict(resumed.positions), resumed.note, resumed.set_aside
+        # Asked to start empty (deploy --fresh, undeploy --drop-state) and no checkpoint since: from the committed offsets on.
+        self._fresh = bool(self.plan.extras.get("fresh_since")) and not resumed.restored
         self._marks = resumed.marks
         if self.state_note:
             log.warning("%s: %s", self.plan.name, self.state_note)
@@ -191,17 +194,15 @@ class InstanceLoop:
     def _open(self) -> None:
         self._resume()
         raw = RawCodec()
-        read = []  # (input, the partitions this instance reads of it)
-        for source in self.plan.inputs:
-            transport = self._transport(source.bootstrap, source.properties, source.nats)
-            partitions = self._partitions(source)
-            first = EARLIEST if source.start is None else source.start
-            start = {p: self.positions.get((source.topic, p), first) for p in partitions}
-            self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
-            read.append((source, partitions))
+        read = [(source, self._partitions(source)) for source in self.plan.inputs]  # (input, the partitions this instance reads of it)
         if self.settings.transactions:
             cluster_inputs = [(s.topic, p) for s, partitions in read if not s.bootstrap and not s.nats for p in partitions]
             self._start_transactions(cluster_inputs, [(s.topic, p) for s, partitions in read for p in partitions])
+        for source, partitions in read:
+            transport = self._transport(source.bootstrap, source.properties, source.nats)
+            first = EARLIEST if source.start is None else source.start
+            start = {p: self.positions.get((source.topic, p), first) for p in partitions}
+            self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
         for output in self.plan.outputs:
             if output.nats is not None:  # a missing topic is made, as NATS Streaming makes a channel on first use
                 for topic in {output.topic, *output.topics}:
@@ -209,7 +210,7 @@ class InstanceLoop:
 
     def _start_transactions(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
         """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read,
-        of all those `read`); replay silently up to what the last owner committed."""
+        of all those `read`); replay silently up to what the last owner committed (start there, when fresh)."""
         from sp_dagster.errors import MessagingError
 
         try:
@@ -227,7 +228,10 @@ class InstanceLoop:
             if stamp and stamp != self._txn_stamp:
                 continue  # committed while reading other incarnations of these topics: says nothing about these
             if offset > self.positions.get(place, 0):
-                self.replay_until[place] = offset
+                if self._fresh:
+                    self.positions[place] = offset  # what came before built the state that was dropped
+                else:
+                    self.replay_until[place] = offset
             if clock.isdigit():
                 self.replay_clock = max(self.replay_clock or 0, int(clock))
         if self.replay_until:

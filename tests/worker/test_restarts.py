@@ -3,6 +3,8 @@ and the state revisions survive, the topics do not. Every key's result after the
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from sp_dagster.deploy import deployment_state, load_app, plan_app
@@ -68,3 +70,57 @@ def _undeploy_dropping_state(cluster, app, monkeypatch):
         assert all(store.revisions(i) == [] for i in instances)
         store.close()
     assert checkpoint_directories(config, instances) == []
+
+
+def test_a_redeploy_after_drop_state_from_another_machine_starts_empty_at_the_committed_offsets(tmp_path, monkeypatch):
+    # The operator's machine shares only the control plane: its own persistence file and home hold
+    # nothing of the workers', so it can delete no revision and no checkpoint of theirs itself.
+    from sp_dagster.cluster.store.revisions import RevisionStore
+    from sp_dagster.config.loader import load_config
+    from sp_dagster.deploy import undeploy
+    from sp_dagster.deploy.state import drop_state
+
+    app_path = tmp_path / "trades.siddhi"
+    app_path.write_text(APP_PATH.read_text().replace("Trades", "TradesDrop"))
+    loaded = load_app(app_path)
+    first = plan_app(loaded).group("filter").instances[0]
+    (entry,) = plan_instance(first.name, first.siddhi).inputs
+    topic = f"{loaded.name}.Averages"
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        cluster = LocalCluster(tmp_path / "cluster", broker.bootstrap_servers, workers=1, slots=4).start()
+        kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
+        try:
+            cluster.deploy(app_path, timeout=240)
+            rows, stamps = trades(3_000, seed=41)
+            expected = expected_outputs(loaded.text, rows, stamps)
+            publish(kafka, entry, rows, stamps)
+            assert len(collect(kafka, topic, expected, timeout=180)) == len(expected), cluster.logs()
+            worker_config = load_config(cluster.worker_conf, role="worker")
+            with cluster.plane() as plane:
+                instances = [i.instance for i in deployment_state(plane, loaded.name).instances]
+                store = RevisionStore.from_config(worker_config, plane)
+                deadline = time.monotonic() + 60
+                while not all(store.revisions(i) for i in instances) and time.monotonic() < deadline:
+                    time.sleep(0.5)  # every instance has saved the state a replay must not bring back
+                assert all(store.revisions(i) for i in instances)
+                store.close()
+                operator = tmp_path / "operator.yaml"
+                operator.write_text(
+                    cluster.worker_conf.read_text().replace(str(tmp_path / "cluster" / "persistence.db"), str(tmp_path / "operator-persistence.db"))
+                )
+                monkeypatch.setenv("SP_DAGSTER_HOME", str(tmp_path / "operator-home"))
+                undeploy(plane, loaded.name)
+                said = drop_state(plane, load_config(operator), instances, timeout=60)
+            assert said.startswith(f"dropped the state of {len(instances)} instance(s): a redeploy starts them empty"), said
+            assert "(0 revision(s) and 0 checkpoint directories deleted here)" in said  # nothing of the workers' is here
+            end = kafka.end_offsets(topic)[0]
+            cluster.deploy(app_path, timeout=240)
+            rows, stamps = trades(2_000, seed=42)
+            expected = expected_outputs(loaded.text, rows, [s + 10_000 for s in stamps])  # as if nothing came before
+            publish(kafka, entry, rows, [s + 10_000 for s in stamps])
+            got = collect(kafka, topic, expected, timeout=180, start=end)
+            assert by_symbol(got) == by_symbol(expected), cluster.logs()
+            assert len(got) == len(expected)
+        finally:
+            kafka.close()
+            cluster.stop()
