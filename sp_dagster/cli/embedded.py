@@ -18,7 +18,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a local Kafka-protocol broker (tansu, in memory) until Ctrl-C. The shipped conf/ files point at localhost:9092.",
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    parser.add_argument(
+        "--advertised-host",
+        metavar="ADDRESS",
+        help="address clients and workers reach the broker at, as it tells them (default: --host; needed with 0.0.0.0)",
+    )
     parser.add_argument(
         "--storage",
         default="memory://tansu/",
@@ -42,7 +47,7 @@ def run_broker(args: argparse.Namespace) -> int:
     """Start the broker, print its address, and wait for Ctrl-C or SIGTERM."""
     from sp_dagster.embedded.broker import EmbeddedBroker
 
-    broker = EmbeddedBroker(port=args.port, host=args.host, storage=args.storage)
+    broker = EmbeddedBroker(port=args.port, host=args.host, storage=args.storage, advertised_host=args.advertised_host)
     return _serve(broker, "broker", lambda: f"{broker.bootstrap_servers} (bootstrapURLs: {broker.bootstrap_servers})")
 
 

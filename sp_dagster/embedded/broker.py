@@ -141,6 +141,9 @@ class EmbeddedServer:
         self.stop()
 
 
+WILDCARDS = ("0.0.0.0", "::", "")  # bind addresses that name no one address to advertise
+
+
 class EmbeddedBroker(EmbeddedServer):
     """A local tansu broker (the Kafka protocol) on one port."""
 
@@ -153,19 +156,26 @@ class EmbeddedBroker(EmbeddedServer):
         storage: str = "memory://tansu/",
         log_path: str | Path | None = None,
         environment: Mapping[str, str] | None = None,
+        advertised_host: str | None = None,
     ):
+        if advertised_host is None and host in WILDCARDS:
+            raise SpDagsterError(
+                f"the broker would listen on every address ({host}) but needs one that clients reach it at: "
+                "name this machine's address with --advertised-host (for example --advertised-host 10.0.0.5)"
+            )
         super().__init__(port, host, log_path)
+        self.advertised_host = advertised_host or host
         self.storage = storage
         self.extra_environment = dict(environment or {})  # e.g. where its S3 storage is (embedded.s3)
 
     @property
     def bootstrap_servers(self) -> str:
-        """The address clients connect to."""
-        return f"{self.host}:{self.port}"
+        """The address clients connect to (the advertised one)."""
+        return f"{self.advertised_host}:{self.port}"
 
     def command(self) -> list[str]:
-        url = f"tcp://{self.host}:{self.port}"
-        return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", self.storage]
+        listen, advertised = f"tcp://{self.host}:{self.port}", f"tcp://{self.advertised_host}:{self.port}"
+        return [tansu_binary(), "broker", "--listener-url", listen, "--advertised-listener-url", advertised, "--storage-engine", self.storage]
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn"), **self.extra_environment}

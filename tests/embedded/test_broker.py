@@ -41,3 +41,19 @@ def test_a_crashed_owner_leaves_no_broker_behind():
     while _alive(broker_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(broker_pid)
+
+
+def test_a_broker_on_every_address_tells_clients_the_address_it_was_given():
+    from confluent_kafka.admin import AdminClient
+
+    from sp_dagster.errors import SpDagsterError
+
+    with pytest.raises(SpDagsterError, match="--advertised-host"):
+        EmbeddedBroker(host="0.0.0.0")
+    broker = EmbeddedBroker(host="0.0.0.0", advertised_host="127.0.0.2").start()  # loopback, as another address of this host
+    try:
+        assert broker.bootstrap_servers == f"127.0.0.2:{broker.port}"
+        metadata = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}", "log_level": 0}).list_topics(timeout=10)
+        assert [b.host for b in metadata.brokers.values()] == ["127.0.0.2"]
+    finally:
+        broker.stop()
