@@ -8,7 +8,8 @@ SQLite (a file shared by processes on one host), MySQL/MariaDB (pymysql) and Pos
   lock upgrade that could fail half-way), in WAL mode with a generous busy timeout;
 - MySQL/MariaDB sessions run at READ COMMITTED in UTC, PostgreSQL keeps READ COMMITTED;
 - a session that stalls inside a transaction is ended by the server (PostgreSQL,
-  MariaDB), so a frozen process cannot hold the lease row's lock for ever;
+  MariaDB), so a frozen process cannot hold the lease row's lock for ever, and a call over a
+  link gone silent fails on the client's side within seconds (LINK_TIMEOUT_S);
 - ``db_now_ms()`` is the server's clock in milliseconds: every lease and heartbeat
   timestamp comes from it, never from a host's clock.
 """
@@ -39,6 +40,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 5
+# A link that went silent (a network partition) fails a call within about this long instead of the
+# kernel's retransmission limit (~15 min): TCP keepalives and a user timeout (PostgreSQL), socket
+# read/write timeouts above the lock-wait timeout (MySQL/MariaDB).
+LINK_TIMEOUT_S = 10
+MYSQL_SOCKET_TIMEOUT_S = 30  # above innodb_lock_wait_timeout (20 s): a lock wait fails as itself
 # A transaction left open this long by a stalled client is rolled back by the server.
 IDLE_IN_TRANSACTION_TIMEOUT_S = 10
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -93,9 +99,18 @@ def create_control_plane_engine(url: str, pool_size: int | None = None) -> Engin
     kwargs.update(pool_size=pool_size or 5, max_overflow=5, pool_recycle=1800)
     if backend == "postgresql":
         options = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_S * 1000}"
-        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S, "options": options}
+        kwargs["connect_args"] = {
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "options": options,
+            "keepalives": 1,
+            "keepalives_idle": LINK_TIMEOUT_S // 2,
+            "keepalives_interval": 1,
+            "keepalives_count": LINK_TIMEOUT_S // 2,
+            "tcp_user_timeout": LINK_TIMEOUT_S * 1000,
+        }
     elif backend in ("mysql", "mariadb"):
-        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        timeouts = {"read_timeout": MYSQL_SOCKET_TIMEOUT_S, "write_timeout": MYSQL_SOCKET_TIMEOUT_S}
+        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S, **timeouts}
         kwargs["isolation_level"] = "READ COMMITTED"
     engine = create_engine(url, **kwargs)
     if backend in ("mysql", "mariadb"):

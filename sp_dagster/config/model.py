@@ -228,8 +228,9 @@ class SparkConfig:
         "taskSlots",
         None,
         minimum=1,
-        shown="the application's default parallelism",
-        doc="continuous mode: how many instances this worker runs at once (each holds one task slot); told to the managers, which place no more here",
+        shown="the cores granted to the application",
+        doc="continuous mode: how many instances this worker runs at once (each holds one task slot); told to the managers, which place no more here. "
+        "By default Spark's default parallelism, read again every poll: on a cluster manager, the cores its executors were granted (at least 2)",
     )
 
 

@@ -75,7 +75,8 @@ def _run(spec: TaskSpec) -> str:
 
 
 def slots(spark) -> int:
-    """How many tasks the worker's Spark application runs at once (its default parallelism)."""
+    """How many tasks the worker's Spark application runs at once now (its default parallelism: on a
+    cluster manager, the cores its registered executors were granted, at least 2)."""
     return max(1, int(spark.sparkContext.defaultParallelism))
 
 

@@ -110,10 +110,10 @@ class Worker:
             log.info("worker %s: starting Spark (%s)", self.config.node_id, self.config.spark.master)
             self.spark = spark_session(self.config)
         if self.mode == "continuous":
-            from sp_dagster.worker.continuous import control_server, slots
+            from sp_dagster.worker.continuous import control_server
 
             self.control = control_server(self.spark, self.session.lease_remaining_s)
-            self.slots = self.config.spark.task_slots or slots(self.spark)
+            self.refresh_slots()
             log.info("worker %s: instances run continuously, %d task slot(s)", self.config.node_id, self.slots)
         log.info("worker %s: control plane %s, messaging %s", self.config.node_id, self.plane.safe_url, self.bootstrap)
         self.beat()
@@ -145,16 +145,33 @@ class Worker:
         """Ask run() to finish."""
         self.stop_event.set()
 
+    def refresh_slots(self) -> None:
+        """Continuous mode: how many instances fit, as configured or as the cores Spark has granted now
+        (executors of a cluster manager register after the session starts, and come and go)."""
+        from sp_dagster.worker.continuous import slots
+
+        if self.mode != "continuous" or self.spark is None:
+            return
+        try:
+            now = self.config.spark.task_slots or slots(self.spark)
+        except Exception as exc:  # noqa: BLE001 - the driver busy or going: keep what was known
+            log.warning("worker %s: cannot read Spark's task slots (%s); keeping %s", self.config.node_id, exc, self.slots)
+            return
+        if self.slots is not None and now != self.slots:
+            log.info("worker %s: %d task slot(s) now (was %d)", self.config.node_id, now, self.slots)
+        self.slots = now
+
     def step(self) -> None:
         """One poll: fence or reconcile, report, save state when due (heartbeats run on their own)."""
-        with self.session_lock:
-            status = self.session.status()
+        self.refresh_slots()
+        # Read without the session lock: a heartbeat holds it across a database call that a network
+        # partition can stall, and a fenced worker must stop its instances on time regardless.
+        status = self.session.status()
         if status.fenced:
             if self.running:
                 log.warning("worker %s fenced (%s): stopping %d instance(s)", self.config.node_id, status.reason, len(self.running))
                 self.stop_all(save=False)
-            with self.session_lock:
-                self.session.acknowledge_fence()
+            self.session.acknowledge_fence()
             return
         if status.incarnation is None:
             return  # the control plane is unreachable; the heartbeat thread keeps trying

@@ -1,0 +1,110 @@
+"""A worker on a Spark standalone master (started from pip pyspark's `spark-class`) tells the managers
+as many task slots as the cores its application has been granted, following executors as they register."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sp_dagster.embedded.broker import free_port, port_open
+
+pytestmark = [pytest.mark.slow]
+
+CORES = 3  # not Spark's floor of 2 for a default parallelism, nor local[4]'s
+
+
+def _spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+def _start(log: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(log.parent / "work")}
+    with open(log, "ab") as out:
+        return subprocess.Popen([_spark_class(), *args], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    """A standalone master on loopback, and a way to add a worker offering CORES cores; all stopped after."""
+    port = free_port()
+    master = _start(
+        tmp_path / "master.log", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())
+    )
+    processes = [master]
+    url = f"spark://127.0.0.1:{port}"
+
+    def add_worker() -> None:
+        processes.append(
+            _start(
+                tmp_path / "worker.log",
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(CORES),
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(free_port()),
+                url,
+            )  # fmt: skip
+        )
+
+    try:
+        deadline = time.monotonic() + 60
+        while not port_open("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        yield url, add_worker
+    finally:
+        for process in reversed(processes):
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(standalone, tmp_path):
+    from sp_dagster.cluster.membership import read_nodes
+    from sp_dagster.config.loader import load_config
+    from sp_dagster.embedded.local_cluster import LocalCluster
+    from sp_dagster.worker.node import Worker
+
+    url, add_worker = standalone
+    cluster = LocalCluster(tmp_path / "cluster", "127.0.0.1:9", workers=1)  # its configuration only: nothing started
+    # Loopback only, for the driver too; executors small enough for the worker's 1g.
+    extra = "spark.executor.memory: 512m, spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1"
+    conf = cluster.worker_conf.read_text().replace("master: local[6]", f"master: {url}")
+    cluster.worker_conf.write_text(conf.replace("spark.driver.memory: 768m}", f"spark.driver.memory: 768m, {extra}}}"))
+    worker = Worker(load_config(cluster.worker_conf, role="worker", node_id="standalone-1"))
+    thread = threading.Thread(target=worker.run, daemon=True)
+
+    def reported() -> int | None:
+        with worker.plane.transaction() as conn:
+            return next(((n.metrics or {}).get("slots") for n in read_nodes(conn) if n.node_id == worker.config.node_id), None)
+
+    def wait_for(check, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not check() and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.5)
+
+    thread.start()
+    try:
+        wait_for(lambda: reported() is not None, 120)  # up, with no executor yet: Spark's floor
+        before = reported()
+        assert before is not None and before < CORES, f"the worker reported {before} slot(s) before any executor registered"
+        add_worker()  # an executor registers later, as on a cluster manager that grants cores as it can
+        wait_for(lambda: reported() == CORES, 120)
+        assert reported() == CORES, f"the worker reported {reported()} slot(s); its application was granted {CORES} cores"
+    finally:
+        worker.stop()
+        thread.join(60)
