@@ -162,6 +162,13 @@ def _check(config: Config, document: LocatedDict, filename: str) -> None:
         )
     if config.persistence.enabled and config.persistence.persistence_store == "database":
         need_datasource(config.persistence.config.datasource, "state.persistence", "config", "datasource")
+        persistence, control = config.persistence_datasource.url, config.datasources[d.datasource].url
+        if persistence.startswith("sqlite") and not control.startswith("sqlite"):
+            raise _ctx(document, filename, "state.persistence", "config", "datasource").error(
+                f"names SQLite on this host ({config.persistence.config.datasource}) while the control plane ({d.datasource}) is a "
+                "shared database: a worker taking an instance over would find none of its revisions. Point it at a database "
+                f"every worker reaches ({d.datasource} itself will do)"
+            )
     if d.app_creator_class == NATS_APP_CREATOR and not d.nats_server_url:
         raise _ctx(document, filename, "deployment.config", "natsServerUrl").error(
             "is required: appCreatorClass selects NATS, so expected NATS server URLs (nats://host:4222)"

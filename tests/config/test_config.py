@@ -359,6 +359,25 @@ BAD_FILES = [
         """,
         "bad.yaml:5:17: state.persistence.config.datasource: datasource 'PERSIST' is not defined; define it under datasources: (defined: SP_MGT_DB, WSO2_PERSISTENCE_DB)",
     ),
+    (
+        "per-host persistence with a shared control plane",
+        """
+        deployment.config:
+          type: distributed
+          datasource: SP_MGT_DB
+        datasources:
+          SP_MGT_DB: postgresql+psycopg://sp@db.example/sp
+          LOCAL: sqlite:///state.db
+        state.persistence:
+          enabled: true
+          persistenceStore: database
+          config:
+            datasource: LOCAL
+        """,
+        "bad.yaml:11:17: state.persistence.config.datasource: names SQLite on this host (LOCAL) while the control plane (SP_MGT_DB) is a "
+        "shared database: a worker taking an instance over would find none of its revisions. Point it at a database every worker reaches "
+        "(SP_MGT_DB itself will do)",
+    ),
 ]
 
 
