@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
+import sys
 import time
 from pathlib import Path
 
@@ -74,10 +74,9 @@ def standalone(tmp_path):
 
 
 def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(standalone, tmp_path):
+    from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.cluster.membership import read_nodes
-    from sp_dagster.config.loader import load_config
     from sp_dagster.embedded.local_cluster import LocalCluster
-    from sp_dagster.worker.node import Worker
 
     url, add_worker = standalone
     cluster = LocalCluster(tmp_path / "cluster", "127.0.0.1:9", workers=1)  # its configuration only: nothing started
@@ -85,26 +84,41 @@ def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(st
     extra = "spark.executor.memory: 512m, spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1"
     conf = cluster.worker_conf.read_text().replace("master: local[6]", f"master: {url}")
     cluster.worker_conf.write_text(conf.replace("spark.driver.memory: 768m}", f"spark.driver.memory: 768m, {extra}}}"))
-    worker = Worker(load_config(cluster.worker_conf, role="worker", node_id="standalone-1"))
-    thread = threading.Thread(target=worker.run, daemon=True)
+    # A process of its own, as `sp-dagster worker` runs: a Spark session of this test process (other
+    # tests make them) would be reused by getOrCreate() and never ask the master for anything.
+    with open(tmp_path / "sp-worker.log", "ab") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "sp_dagster.cli", "worker", "--conf", str(cluster.worker_conf), "--id", "standalone-1"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=cluster.env,
+        )
+    plane = ControlPlane(f"sqlite:///{cluster.home}/sp_mgt.db")
 
     def reported() -> int | None:
-        with worker.plane.transaction() as conn:
-            return next(((n.metrics or {}).get("slots") for n in read_nodes(conn) if n.node_id == worker.config.node_id), None)
+        try:
+            with plane.transaction() as conn:
+                return next(((n.metrics or {}).get("slots") for n in read_nodes(conn) if n.node_id == "standalone-1"), None)
+        except Exception:  # not made yet: the worker creates the control plane as it starts
+            return None
 
     def wait_for(check, seconds: float) -> None:
         deadline = time.monotonic() + seconds
-        while not check() and time.monotonic() < deadline and thread.is_alive():
+        while not check() and time.monotonic() < deadline and worker.poll() is None:
             time.sleep(0.5)
 
-    thread.start()
     try:
-        wait_for(lambda: reported() is not None, 120)  # up, with no executor yet: Spark's floor
+        wait_for(lambda: reported() is not None, 180)  # up, with no executor yet: Spark's floor
         before = reported()
         assert before is not None and before < CORES, f"the worker reported {before} slot(s) before any executor registered"
         add_worker()  # an executor registers later, as on a cluster manager that grants cores as it can
         wait_for(lambda: reported() == CORES, 120)
         assert reported() == CORES, f"the worker reported {reported()} slot(s); its application was granted {CORES} cores"
     finally:
-        worker.stop()
-        thread.join(60)
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        plane.close()
