@@ -21,12 +21,18 @@ def by_symbol(items):
     return {s: [r for r in items if r[0] == s] for s in SYMBOLS}
 
 
-def test_up_deploy_produce_down_up_produce_gives_exact_results_per_key(tmp_path, monkeypatch):
+def trades_app(tmp_path, name: str):
+    """The trades app renamed `name` in tmp_path: its path, the loaded app, and its entry input."""
     app_path = tmp_path / "trades.siddhi"
-    app_path.write_text(APP_PATH.read_text().replace("Trades", "TradesRestart"))
+    app_path.write_text(APP_PATH.read_text().replace("Trades", name))
     loaded = load_app(app_path)
     first = plan_app(loaded).group("filter").instances[0]
     (entry,) = plan_instance(first.name, first.siddhi).inputs
+    return app_path, loaded, entry
+
+
+def test_up_deploy_produce_down_up_produce_gives_exact_results_per_key(tmp_path, monkeypatch):
+    app_path, loaded, entry = trades_app(tmp_path, "TradesRestart")
     port = None
     for round_, seed in enumerate((31, 32)):
         broker = EmbeddedBroker(port=port, log_path=tmp_path / f"broker-{round_}.log").start()
@@ -80,11 +86,7 @@ def test_a_redeploy_after_drop_state_from_another_machine_starts_empty_at_the_co
     from sp_dagster.deploy import undeploy
     from sp_dagster.deploy.state import drop_state
 
-    app_path = tmp_path / "trades.siddhi"
-    app_path.write_text(APP_PATH.read_text().replace("Trades", "TradesDrop"))
-    loaded = load_app(app_path)
-    first = plan_app(loaded).group("filter").instances[0]
-    (entry,) = plan_instance(first.name, first.siddhi).inputs
+    app_path, loaded, entry = trades_app(tmp_path, "TradesDrop")
     topic = f"{loaded.name}.Averages"
     with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
         cluster = LocalCluster(tmp_path / "cluster", broker.bootstrap_servers, workers=1, slots=4).start()
