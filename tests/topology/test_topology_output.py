@@ -3,7 +3,6 @@ transport annotations, and byte-identical output for the same input."""
 
 from __future__ import annotations
 
-import ast as python_ast
 import json
 import os
 import subprocess
@@ -208,11 +207,3 @@ def test_topic_names_match_the_messaging_layer(stream, key):
     assert topic_name("App", stream, key) == KafkaTransport("localhost:1").topic_name("App", stream, key)
 
 
-def test_topology_imports_only_the_language_and_the_standard_library():
-    folder = ROOT / "sp_dagster" / "topology"
-    for path in folder.glob("*.py"):
-        for node in python_ast.walk(python_ast.parse(path.read_text())):
-            if isinstance(node, python_ast.ImportFrom) and node.module and node.module.startswith("sp_dagster"):
-                assert node.module.startswith(("sp_dagster.siddhi", "sp_dagster.topology")), (path.name, node.module)
-            if isinstance(node, python_ast.Import):
-                assert all(not alias.name.startswith("sp_dagster") or alias.name.startswith("sp_dagster.siddhi") for alias in node.names)
