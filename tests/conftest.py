@@ -8,6 +8,17 @@ import pytest
 
 pytest_plugins = ["tests.fixtures.databases"]
 
+# A test that asks for one of these runs against a real server or Spark: the integration tier.
+SERVER_FIXTURES = {"broker", "nats_server", "spark", "postgres_server", "mariadb_server", "database_server_factory"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark server-backed and slow tests `integration`, and put slow tests first so parallel workers end together."""
+    for item in items:
+        if item.get_closest_marker("slow") or SERVER_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
