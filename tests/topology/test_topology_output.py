@@ -205,5 +205,3 @@ def test_more_instances_than_partitions_is_refused():
 @pytest.mark.parametrize("stream, key", [("S", None), ("S", "symbol")])
 def test_topic_names_match_the_messaging_layer(stream, key):
     assert topic_name("App", stream, key) == KafkaTransport("localhost:1").topic_name("App", stream, key)
-
-
