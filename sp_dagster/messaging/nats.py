@@ -20,6 +20,7 @@ import concurrent.futures
 import json
 import logging
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -159,6 +160,7 @@ class NatsTransport(Transport):
         self._loop: _EventLoop | None = None
         self._nc = None
         self._js = None
+        self._publishers: weakref.WeakSet[NatsRawPublisher] = weakref.WeakSet()  # open ones, stopped by close()
 
     @classmethod
     def from_settings(cls, settings: Any, timeout: float = 10.0) -> NatsTransport:
@@ -250,6 +252,9 @@ class NatsTransport(Transport):
         return nc, js
 
     def close(self) -> None:
+        # A publisher left open keeps a subscription the drain below would wait 5 s for.
+        for publisher in list(self._publishers):
+            publisher.stop()
         with self._lock:
             nc, loop, self._nc, self._js, self._loop = self._nc, self._loop, None, None, None
         if loop is None:
@@ -433,7 +438,9 @@ class NatsRawPublisher(RawPublisherBase):
         self._inbox = self._nc.new_inbox() + "."
         self._counter = 0
         self._queue: asyncio.Queue | None = None
+        self._stopped = False
         self.transport.run(self._start(), "subscribing to publish acknowledgements")
+        transport._publishers.add(self)
 
     async def _start(self) -> None:
         self._queue = asyncio.Queue()
@@ -545,18 +552,26 @@ class NatsRawPublisher(RawPublisherBase):
         try:
             self.flush()
         finally:
+            self.stop()
 
-            async def stop():
-                self._queue.put_nowait(None)
-                sender, acks = self._tasks
-                await sender
-                acks.cancel()
-                await self._subscription.unsubscribe()
+    def stop(self) -> None:
+        """Stop the sender and the acknowledgement subscription without waiting for anything queued (once)."""
+        loop, queue = self._loop, self._queue
+        if self._stopped or loop is None or queue is None:
+            return
+        self._stopped = True
 
-            try:
-                self._loop.run(stop(), 5)
-            except Exception:  # the connection may be closed already
-                pass
+        async def stop():
+            queue.put_nowait(None)
+            sender, acks = self._tasks
+            await sender
+            acks.cancel()
+            await self._subscription.unsubscribe()
+
+        try:
+            loop.run(stop(), 5)
+        except Exception:  # the connection may be closed already
+            pass
 
 
 class NatsReader(Reader):
