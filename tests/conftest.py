@@ -8,14 +8,16 @@ import pytest
 
 pytest_plugins = ["tests.fixtures.databases"]
 
-# A test that asks for one of these runs against a real server or Spark: the integration tier.
+# A test that asks for one of these runs against a real server or Spark, as does one marked with one of the
+# markers (modules that start servers of their own, or reach one through request.getfixturevalue): the integration tier.
 SERVER_FIXTURES = {"broker", "nats_server", "spark", "postgres_server", "mariadb_server", "database_server_factory"}
+SERVER_MARKERS = ("slow", "broker", "nats")
 
 
 def pytest_collection_modifyitems(items):
     """Mark server-backed and slow tests `integration`, and put slow tests first so parallel workers end together."""
     for item in items:
-        if item.get_closest_marker("slow") or SERVER_FIXTURES & set(item.fixturenames):
+        if any(item.get_closest_marker(name) for name in SERVER_MARKERS) or SERVER_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.integration)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
