@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -74,33 +73,24 @@ def standalone(tmp_path):
 
 
 def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(standalone, tmp_path):
-    from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.cluster.membership import read_nodes
     from sp_dagster.embedded.local_cluster import LocalCluster
 
     url, add_worker = standalone
-    cluster = LocalCluster(tmp_path / "cluster", "127.0.0.1:9", workers=1)  # its configuration only: nothing started
+    cluster = LocalCluster(tmp_path / "cluster", "127.0.0.1:9", workers=1)  # its worker only: no manager, no broker
     # Loopback only, for the driver too; executors small enough for the worker's 1g.
     extra = "spark.executor.memory: 512m, spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1"
     conf = cluster.worker_conf.read_text().replace("master: local[6]", f"master: {url}")
     cluster.worker_conf.write_text(conf.replace("spark.driver.memory: 768m}", f"spark.driver.memory: 768m, {extra}}}"))
+    plane = cluster.plane()  # the schema made first, so the reads below never race the worker's start
     # A process of its own, as `sp-dagster worker` runs: a Spark session of this test process (other
     # tests make them) would be reused by getOrCreate() and never ask the master for anything.
-    with open(tmp_path / "sp-worker.log", "ab") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "sp_dagster.cli", "worker", "--conf", str(cluster.worker_conf), "--id", "standalone-1"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=cluster.env,
-        )
-    plane = ControlPlane(f"sqlite:///{cluster.home}/sp_mgt.db")
+    cluster.restart("worker-1")
+    worker = cluster.processes["worker-1"]
 
     def reported() -> int | None:
-        try:
-            with plane.transaction() as conn:
-                return next(((n.metrics or {}).get("slots") for n in read_nodes(conn) if n.node_id == "standalone-1"), None)
-        except Exception:  # not made yet: the worker creates the control plane as it starts
-            return None
+        with plane.transaction() as conn:
+            return next(((n.metrics or {}).get("slots") for n in read_nodes(conn) if n.node_id == "worker-1"), None)
 
     def wait_for(check, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -115,10 +105,5 @@ def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(st
         wait_for(lambda: reported() == CORES, 120)
         assert reported() == CORES, f"the worker reported {reported()} slot(s); its application was granted {CORES} cores"
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        cluster.stop()
         plane.close()
