@@ -184,6 +184,9 @@ class Manager:
                 moved,
                 len(result.unassigned),
             )
+        for instance, source, target in result.moving:
+            log.info("term %d: moving %s from %s to %s: %s stops it with a last checkpoint first", result.term, instance, source, target, source)
+            self.journal.write("move", node=self.node_id, term=result.term, seq=result.seq, instance=instance, to=target, previous=source)
         for app, status, reason in result.status_changes:
             log.info("app %s is %s%s", app, status, f": {reason}" if reason else "")
 

@@ -1,7 +1,8 @@
 """One pass of the leader: declare silent nodes dead, place instances, record why apps wait.
 
 Everything happens in one fenced transaction, so what the pass reads and what it writes
-belong to one moment of one term; it writes only what changed.
+belong to one moment of one term; it writes only what changed. An instance leaves a live node
+by a graceful move (cluster.store.moves); a dead node's instances are placed again at once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from sp_dagster.cluster.membership import declare_dead_nodes, read_nodes
 from sp_dagster.cluster.schema import deployments, instances
 from sp_dagster.cluster.store.assignments import assign, read_placements, unassign
 from sp_dagster.cluster.store.deployments import HOLD, PARTIAL, PLACED, WAITING
+from sp_dagster.cluster.store.events import record_event
+from sp_dagster.cluster.store.moves import MOVE_TIMEOUT_MS, Move, ask_release, end_move, plan_move, read_moves
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class ReconcileResult:
     assigned: tuple[tuple[str, str, str | None], ...] = ()  # (instance, node, previous node)
     unassigned: tuple[tuple[str, str], ...] = ()  # (instance, reason)
     unplaced: dict[str, str] = field(default_factory=dict)  # instance -> reason
+    moving: tuple[tuple[str, str, str], ...] = ()  # (instance, from node, to node): its owner was asked to let go now
     alive: tuple[str, ...] = ()
     status_changes: tuple[tuple[str, str, str | None], ...] = ()  # (app, status, waiting reason)
 
@@ -72,10 +76,13 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
         # An instance held for a rescale with state stays where it is while its node lives: its
         # worker drains it (or keeps it stopped); a move would stop it without draining.
         pinned = {r.instance_id: current[r.instance_id] for r in rows if r.instance_id in current and HOLD in json.loads(r.extra or "{}")}
+        moves = read_moves(conn)
+        # A planned move counts as done for the algorithm, so that a pass without rebalance keeps it.
+        heading = {i: m.to_node for i, m in moves.items() if i in current and m.to_node in alive and i not in pinned}
         request = AllocationRequest(
             nodes=tuple(NodeInfo(n.node_id, n.receiver, n.metrics) for n in alive.values()),
             instances=wanted,
-            current=current,
+            current={**current, **heading},
             min_resource_count=min_resource_count,
             rebalance=rebalance,
         )
@@ -91,16 +98,27 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
             node = pinned.get(instance.instance_id) or allocation.placement.get(instance.instance_id)
             old = placements.get(instance.instance_id)
             if node is None:
+                if instance.instance_id in moves:
+                    end_move(conn, instance.instance_id)
                 if old is not None:
                     reason = allocation.unplaced[instance.instance_id]
                     unassign(fence, instance.instance_id, reason)
                     unassigned.append((instance.instance_id, reason))
                 continue
+            owner = alive.get(old.node_id) if old is not None else None
+            if old is not None and owner is not None and owner.incarnation == old.node_incarnation and node != old.node_id:
+                if not _moved(fence, instance.instance_id, moves.get(instance.instance_id), old, owner, node):
+                    continue  # it stays with its owner until that one has let go
+            elif instance.instance_id in moves:
+                end_move(conn, instance.instance_id)  # its owner died, or it stays where it is after all
             incarnation = alive[node].incarnation
             # A node restarted under the same id is a new incarnation: it is given its work afresh.
             if old is None or old.node_id != node or old.node_incarnation != incarnation:
                 assign(fence, instance.instance_id, node, incarnation, old.node_id if old else None)
                 assigned.append((instance.instance_id, node, old.node_id if old else None))
+        for instance_id in sorted(set(moves) - wanted_ids):
+            end_move(conn, instance_id)
+        asked = _ask_next(fence, {i.instance_id: i for i in wanted})
         changes = _update_statuses(conn, wanted, allocation.unplaced, fence.now_ms)
         return ReconcileResult(
             term=fence.term,
@@ -111,7 +129,57 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
             unplaced=dict(allocation.unplaced),
             alive=tuple(sorted(alive)),
             status_changes=tuple(changes),
+            moving=tuple(asked),
         )
+
+
+def _moved(fence, instance_id: str, move: Move | None, old, owner, node: str) -> bool:
+    """An instance of a live owner that goes to `node`: True when it may go now (its owner let go of it, or
+    took too long); otherwise its move is planned (or retargeted) and it stays."""
+    if move is None or (move.to_node, move.from_node, move.from_incarnation) != (node, old.node_id, old.node_incarnation):
+        plan_move(fence.conn, instance_id, old.node_id, old.node_incarnation, node, fence.now_ms)
+        record_event(
+            fence.conn,
+            "move-planned",
+            term=fence.term,
+            seq=fence.bump(),
+            actor=fence.leadership.node_id,
+            subject=instance_id,
+            detail={"from": old.node_id, "to": node},
+        )
+        return False
+    if move.asked_at is None:
+        return False
+    running = owner.metrics.get("running") if isinstance(owner.metrics, dict) else None
+    let_go = running is None or (instance_id not in running and owner.last_heartbeat >= move.asked_at)
+    if not let_go and fence.now_ms - move.asked_at < MOVE_TIMEOUT_MS:
+        return False
+    end_move(fence.conn, instance_id)
+    return True
+
+
+def _ask_next(fence, wanted: dict) -> list[tuple[str, str, str]]:
+    """Ask the owner of the oldest planned move of each execution group to let go, when none of the group is asked yet."""
+    asked = []
+    pending = sorted(read_moves(fence.conn).values(), key=lambda m: (m.planned_at, m.instance_id))
+    group_of = lambda m: wanted[m.instance_id].group_key  # noqa: E731 - every move left is of a wanted instance
+    busy = {group_of(m) for m in pending if m.asked_at is not None}
+    for move in pending:
+        group = group_of(move)
+        if move.asked_at is None and group not in busy:
+            busy.add(group)
+            ask_release(fence.conn, move.instance_id, fence.now_ms)
+            record_event(
+                fence.conn,
+                "release-asked",
+                term=fence.term,
+                seq=fence.bump(),
+                actor=fence.leadership.node_id,
+                subject=move.instance_id,
+                detail={"from": move.from_node, "to": move.to_node},
+            )
+            asked.append((move.instance_id, move.from_node, move.to_node))
+    return asked
 
 
 def _update_statuses(conn, wanted: tuple[InstanceInfo, ...], unplaced: dict[str, str], now_ms: int) -> list[tuple[str, str, str | None]]:

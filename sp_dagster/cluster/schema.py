@@ -181,6 +181,21 @@ state_drops = Table(
     Column("dropped_at", BigInteger, nullable=False),  # ms, the dropping machine's clock (as deploy --fresh's)
 )
 
+# --- version 5: graceful moves --------------------------------------------------------------
+
+# An instance the leader moves off a live node: it stays assigned there until that node has stopped
+# it with a last checkpoint (`asked_at` set: its turn came), then goes to `to_node` (cluster.store.moves).
+moves = Table(
+    "sp_moves",
+    metadata,
+    Column("instance_id", String(ID), primary_key=True),
+    Column("from_node", String(ID), nullable=False),
+    Column("from_incarnation", Integer, nullable=False),
+    Column("to_node", String(ID), nullable=False),
+    Column("planned_at", BigInteger, nullable=False),
+    Column("asked_at", BigInteger),  # when the owner was asked to stop it (None: waiting for its group's turn)
+)
+
 # Tables that a later migration removed: kept here so that the migrations that created them
 # still do, and a fresh database passes through the same shapes as an upgraded one.
 retired = MetaData()
@@ -218,6 +233,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _create(deployments, instances, assignments, state_revisions),
     _move_state_revisions,
     _create(state_drops),
+    _create(moves),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

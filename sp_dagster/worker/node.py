@@ -2,7 +2,8 @@
 
 Every poll it heartbeats (registering first), and reconciles its instances with the
 assignments of the current leader term: it stops removed or changed instances first, then
-starts new ones, so two copies of an instance never run at once. Each instance runs as a
+starts new ones, so two copies of an instance never run at once; one being moved to another node
+(`releasing`) it stops with a last checkpoint, which its new owner starts from. Each instance runs as a
 long-running Spark task (`continuous.py`, the default) or a Structured Streaming query
 (`spark_query.py`, `spark.executionMode: microbatch`; there the driver hosts HTTP receivers itself). When the control plane says it is
 fenced it stops everything and registers again as a new incarnation; continuous tasks also
@@ -182,12 +183,17 @@ class Worker:
             log.warning("worker %s: cannot read assignments: %s", self.config.node_id, exc)
             return
         held = {a.instance_id: a.extra[HOLD] for a in assigned.instances if a.extra.get(HOLD)}
-        desired = {a.instance_id: a for a in assigned.instances if a.instance_id not in held}
-        for instance_id in [i for i, r in self.running.items() if i not in desired or desired[i].spec_hash != r.spec_hash]:
+        releasing = {a.instance_id for a in assigned.instances if a.releasing}
+        desired = {a.instance_id: a for a in assigned.instances if a.instance_id not in held and a.instance_id not in releasing}
+        stopping = [i for i, r in self.running.items() if i not in desired or desired[i].spec_hash != r.spec_hash]
+        for instance_id in stopping:
             drain = getattr(self.running[instance_id].handle, "drain", None)  # continuous instances drain
             if held.get(instance_id) == DRAIN and drain is not None:
                 drain()
             self.stop_instance(instance_id, save=True)
+        if releasing & set(stopping):
+            log.info("worker %s: let go of %s (moving to another node)", self.config.node_id, ", ".join(sorted(releasing & set(stopping))))
+            self.beat()  # at once: the leader hands them on when a heartbeat no longer lists them
         now = time.monotonic()
         for instance_id, assignment in desired.items():
             if instance_id not in self.running and self.failures.get(instance_id, (0, 0.0))[1] <= now:

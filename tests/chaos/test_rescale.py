@@ -19,5 +19,6 @@ def test_per_key_results_are_exact_across_a_rescale_down_and_up_under_load(broke
     for line in report.lines():
         print(json.dumps(line))
     assert report.events_in > 0 and report.outputs > 0
-    assert (report.lost, report.duplicated) == (0, 0), run.cluster.logs()
+    verdict = "\n".join(json.dumps(line) for line in report.lines())
+    assert (report.lost, report.duplicated) == (0, 0), f"{verdict}\n{run.final_status}\n{run.cluster.logs()}"
     assert report.exact_per_key and report.outputs == report.expected

@@ -18,8 +18,8 @@ from sp_dagster.cluster.election import current_leader
 from sp_dagster.cluster.schema import terms
 from sp_dagster.cluster.store.events import recent_events
 
-WRITE_KINDS = ("assigned", "unassigned", "node-dead")
-JOURNAL_WRITES = {"assign": "assigned", "unassign": "unassigned", "node-dead": "node-dead"}
+WRITE_KINDS = ("assigned", "unassigned", "node-dead", "move-planned", "release-asked")
+JOURNAL_WRITES = {"assign": "assigned", "unassign": "unassigned", "node-dead": "node-dead", "move": "release-asked"}
 
 
 class Observer(threading.Thread):

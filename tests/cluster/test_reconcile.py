@@ -153,13 +153,61 @@ def test_orphaned_assignments_are_removed(plane):
     assert result.unassigned == (("gone-g-1", "its deployment was removed"),)
 
 
-def test_rebalance_when_asked_moves_the_fewest(plane):
-    register_node(plane, "w1")
+def test_rebalance_when_asked_moves_the_fewest_each_after_its_owner_let_go(plane):
+    register_node(plane, "w1", metrics={"running": ["app-a-1", "app-a-2", "app-b-1", "app-b-2"]})
     leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
     record(plane, "app", {"a": (2, False), "b": (2, False)})
     run(plane, leader)
     register_node(plane, "w2")
     assert run(plane, leader).assigned == ()  # joining alone moves nothing
     result = run(plane, leader, rebalance=True)
-    assert len(result.assigned) == 2 and all(previous == "w1" for _, _, previous in result.assigned)
+    # Two moves planned, one per group: each stays with w1, which is asked to let go of it.
+    assert result.assigned == () and len(result.moving) == 2 and {m[1:] for m in result.moving} == {("w1", "w2")}
+    moving = sorted(m[0] for m in result.moving)
+    assert [i.split("-")[1] for i in moving] == ["a", "b"]
+    assert {i.instance_id for i in assignments_for(plane, "w1", 1).instances if i.releasing} == set(moving)
+    assert run(plane, leader).assigned == ()  # w1 still says it runs them
+    heartbeat(plane, "w1", 1, metrics={"running": sorted({"app-a-1", "app-a-2", "app-b-1", "app-b-2"} - set(moving))})
+    result = run(plane, leader)
+    assert sorted(result.assigned) == [(i, "w2", "w1") for i in moving]
     assert sorted(placement(plane).values()) == ["w1", "w1", "w2", "w2"]
+    assert not any(i.releasing for i in assignments_for(plane, "w1", 1).instances)
+    kinds = [e.kind for e in recent_events(plane)]
+    assert kinds.count("move-planned") == 2 and kinds.count("release-asked") == 2
+
+
+def test_moves_of_one_group_go_one_at_a_time(plane):
+    everything = ["app-g-1", "app-g-2", "app-g-3", "app-g-4"]
+    register_node(plane, "w1", metrics={"running": everything})
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (4, False)})
+    run(plane, leader)
+    register_node(plane, "w2")
+    first = run(plane, leader, rebalance=True).moving
+    assert len(first) == 1  # two of the group's instances move, but only one at a time
+    heartbeat(plane, "w1", 1, metrics={"running": [i for i in everything if i != first[0][0]]})
+    second = run(plane, leader)
+    assert [a[0] for a in second.assigned] == [first[0][0]] and len(second.moving) == 1 and second.moving[0][0] != first[0][0]
+
+
+def test_a_move_whose_owner_stalls_goes_after_the_timeout_and_a_dead_owners_at_once(plane, monkeypatch):
+    from sp_dagster.cluster import reconcile as reconcile_module
+    from sp_dagster.cluster.store.moves import read_moves
+
+    everything = ["app-g-1", "app-g-2", "app-g-3", "app-g-4"]
+    register_node(plane, "w1", metrics={"running": everything})
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (4, False)})
+    run(plane, leader)
+    register_node(plane, "w2")
+    (first,) = run(plane, leader, rebalance=True).moving
+    monkeypatch.setattr(reconcile_module, "MOVE_TIMEOUT_MS", 0)  # w1 never lets go: it goes anyway
+    result = run(plane, leader)
+    assert [a[:2] for a in result.assigned] == [(first[0], "w2")] and len(result.moving) == 1
+    monkeypatch.setattr(reconcile_module, "MOVE_TIMEOUT_MS", 60_000)
+    time.sleep(0.35)
+    heartbeat(plane, "w2", 1)
+    result = run(plane, leader, max_age_ms=300)  # w1 went silent: dead, its instances placed at once
+    assert result.dead == ("w1",) and sorted(placement(plane).values()) == ["w2"] * 4
+    with plane.transaction() as conn:
+        assert read_moves(conn) == {}

@@ -19,6 +19,7 @@ from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.worker.instance_plan import plan_instance
+from tests.cluster.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -156,6 +157,63 @@ def test_a_worker_killed_mid_stream_loses_no_output(deployed):
     assert not unexpected, f"{len(unexpected)} outputs that the engine never produced"
     if history.exactly_once:
         assert duplicates == 0, f"{duplicates} outputs published twice"
+
+
+def test_a_worker_back_takes_its_share_from_a_last_checkpoint_without_replay(deployed):
+    """A rejoined worker gets instances by graceful moves while events flow: the owner stops each with a
+    last checkpoint first, so the new owner replays nothing, and no output is lost or repeated."""
+    import threading
+
+    from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.cluster.store.events import recent_events
+
+    cluster, loaded, entry, history, kafka = deployed
+    pool, pool_stamps = trades(200_000, seed=13)
+    first = (history.stamps[-1] if history.stamps else 1_700_000_000_000) + 1
+    pool_stamps = [first + i for i in range(len(pool))]
+    start_offset = kafka.end_offsets(f"{loaded.name}.Averages")[0]
+    plane = cluster.plane()
+    placed = lambda: {i.instance_id: (i.node_id, i.status, i.metrics) for i in list_instances(plane, loaded.name)}  # noqa: E731
+    if cluster.processes["worker-2"].poll() is None:  # this test alone: take worker-2 away first
+        cluster.kill("worker-2")
+    wait_until(lambda: all(node == "worker-1" and status == "running" for node, status, _m in placed().values()), 120, 0.5, "every instance on worker-1")
+    sent, stop = [0], threading.Event()
+
+    def stream():  # ~1,000 events/s until told to stop: the moves happen under load
+        while not stop.is_set() and sent[0] < len(pool):
+            publish(kafka, entry, pool[sent[0] : sent[0] + 250], pool_stamps[sent[0] : sent[0] + 250])
+            sent[0] += 250
+            stop.wait(0.25)
+
+    streaming = threading.Thread(target=stream, daemon=True)
+    streaming.start()
+    try:
+        cluster.restart("worker-2")
+        wait_until(lambda: any(node == "worker-2" and status == "running" for node, status, _m in placed().values()), 180, 0.5, "worker-2 running its share")
+        time.sleep(3)
+    finally:
+        stop.set()
+        streaming.join(60)
+    rows, stamps = pool[: sent[0]], pool_stamps[: sent[0]]
+    everything = expected_outputs(loaded.text, history.rows + rows, history.stamps + stamps)
+    before = len(expected_outputs(loaded.text, history.rows, history.stamps)) if history.rows else 0
+    expected = everything[before:]
+    got = collect(kafka, f"{loaded.name}.Averages", expected, timeout=300, start=start_offset)
+    history.rows, history.stamps = history.rows + rows, history.stamps + stamps
+    now = placed()
+    moved = sorted(i for i, (node, _s, _m) in now.items() if node == "worker-2")
+    asked = {e.subject for e in recent_events(plane, limit=None, kinds=("release-asked",))}
+    plane.close()
+    counts, wanted = collections.Counter(got), collections.Counter(expected)
+    assert not wanted - counts, f"{sum((wanted - counts).values())} outputs missing\n{cluster.logs()}"
+    assert not set(counts) - set(wanted), "outputs that the engine never produced"
+    if history.exactly_once:
+        assert sum(counts.values()) == sum(wanted.values()), "outputs published twice"
+    assert moved and set(moved) <= asked, (moved, asked)
+    for instance in moved:
+        metrics = now[instance][2]
+        if "replayed" in metrics:  # continuous instances count what they read again below their committed offsets
+            assert metrics["replayed"] == 0, f"{instance} replayed {metrics['replayed']} message(s) after its move\n{cluster.logs()}"
 
 
 ECHO_APP = """@App:name('Echo')

@@ -1,5 +1,8 @@
 """Assignments: which node (incarnation) runs which instance, and the leader term that said so.
 
+An instance on its way to another node stays assigned to its owner, marked `releasing`, until the
+owner has stopped it with a last checkpoint (cluster.store.moves).
+
 Only the leader writes them, inside a fenced transaction (`assign`, `unassign`); the deploy
 step removes them with their deployment. A worker reads its own with `assignments_for`, which
 returns only those of its incarnation and of the current term.
@@ -16,6 +19,7 @@ from sp_dagster.cluster.election import Fence, read_lease
 from sp_dagster.cluster.schema import assignments, instances
 from sp_dagster.cluster.store.deployments import ASSIGNED, PENDING, InstanceDefinition, definition_fields
 from sp_dagster.cluster.store.events import record_event
+from sp_dagster.cluster.store.moves import releasing
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class AssignedInstance(InstanceDefinition):
 
     term: int
     assigned_at: int
+    releasing: bool = False  # to move: stop it with a last checkpoint, do not start it (cluster.store.moves)
 
 
 @dataclass(frozen=True)
@@ -62,13 +67,16 @@ def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None =
         if incarnation is not None:
             query = query.where(a.node_incarnation == incarnation)
         rows = conn.execute(query).all()
+        letting_go = releasing(conn, node_id)
     return NodeAssignments(
         node_id=node_id,
         incarnation=incarnation,
         term=term,
         leader=lease.holder if lease else None,
         leader_alive=bool(lease and lease.alive),
-        instances=tuple(AssignedInstance(**definition_fields(r), term=int(r.term), assigned_at=int(r.assigned_at)) for r in rows),
+        instances=tuple(
+            AssignedInstance(**definition_fields(r), term=int(r.term), assigned_at=int(r.assigned_at), releasing=r.instance_id in letting_go) for r in rows
+        ),
     )
 
 

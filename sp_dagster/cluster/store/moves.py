@@ -1,0 +1,64 @@
+"""Graceful moves: an instance leaves a live node only after that node stopped it with a last checkpoint.
+
+When the leader moves an instance off a node that is alive (a node joined, a rebalance was asked,
+a rejoined node takes work back), the instance stays assigned to its owner and a move is planned.
+One move per execution group is asked at a time (`asked_at`), so a group never stalls as a whole;
+the owner's worker sees the instance as `releasing`, stops it, saves its state (it still owns it,
+so the save is accepted) and says in its next heartbeat that it no longer runs it. Only then does
+the leader assign the instance to the new node, which starts from that last revision: no replay
+from an older one. A move whose owner does not let go within MOVE_TIMEOUT_MS happens anyway. A
+dead owner's instances are not moved this way: they restore from the last revision there is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from sp_dagster.cluster.schema import moves
+
+MOVE_TIMEOUT_MS = 60_000  # an owner that has not let go by then loses the instance without a last checkpoint
+
+
+@dataclass(frozen=True)
+class Move:
+    """A planned move: from which node incarnation to which node, and when its owner was asked to let go."""
+
+    instance_id: str
+    from_node: str
+    from_incarnation: int
+    to_node: str
+    planned_at: int
+    asked_at: int | None
+
+
+def read_moves(conn: Connection) -> dict[str, Move]:
+    """Every planned move, by instance id."""
+    m = moves.c
+    rows = conn.execute(select(m.instance_id, m.from_node, m.from_incarnation, m.to_node, m.planned_at, m.asked_at))
+    return {r.instance_id: Move(r.instance_id, r.from_node, int(r.from_incarnation), r.to_node, int(r.planned_at), r.asked_at) for r in rows}
+
+
+def plan_move(conn: Connection, instance_id: str, from_node: str, from_incarnation: int, to_node: str, now_ms: int) -> None:
+    """Record (or retarget) the move of an instance off its live owner."""
+    conn.execute(delete(moves).where(moves.c.instance_id == instance_id))
+    conn.execute(
+        insert(moves).values(instance_id=instance_id, from_node=from_node, from_incarnation=from_incarnation, to_node=to_node, planned_at=now_ms, asked_at=None)
+    )
+
+
+def ask_release(conn: Connection, instance_id: str, now_ms: int) -> None:
+    """The owner's turn: it stops the instance with a last checkpoint."""
+    conn.execute(update(moves).where(moves.c.instance_id == instance_id).values(asked_at=now_ms))
+
+
+def end_move(conn: Connection, instance_id: str) -> None:
+    """The move is done, or no longer wanted."""
+    conn.execute(delete(moves).where(moves.c.instance_id == instance_id))
+
+
+def releasing(conn: Connection, node_id: str) -> set[str]:
+    """The instances `node_id` is asked to stop (with a last checkpoint) so that they can move."""
+    m = moves.c
+    return set(conn.execute(select(m.instance_id).where(m.from_node == node_id, m.asked_at.is_not(None))).scalars())
