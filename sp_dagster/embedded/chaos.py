@@ -311,9 +311,20 @@ class ChaosRun:
 
         try:
             with self.cluster.plane() as plane:
-                return render_status(cluster_status(plane))
+                text = render_status(cluster_status(plane))
+            return text + "\n" + self._open_transactions()
         except Exception as exc:  # noqa: BLE001 - only for a failure message
             return f"(no status: {exc})"
+
+    def _open_transactions(self) -> str:
+        """Where the app's topics end for a read_committed reader and with open transactions: a
+        difference is a transaction left open, which hides everything after it from every reader."""
+        lines = []
+        for topic in sorted(t for t in self.kafka.list_topics() if t.startswith(f"{self.loaded.name}.")):
+            committed, written = self.kafka.end_offsets(topic), self.kafka.end_offsets_with_open_transactions(topic)
+            held = {p: (committed[p], end) for p, end in written.items() if committed.get(p) != end}
+            lines.append(f"{topic}: ends {written}" + (f"; open transactions from {held} (committed end, written end)" if held else ""))
+        return "\n".join(lines)
 
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
         rows = self.final
