@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from sp_dagster.worker.http_receiver import HostedReceiver
 
 log = logging.getLogger(__name__)
+
+FORGET_EVERY_S = 10.0  # how often a worker looks for checkpoint folders of dropped state
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Worker:
         self.session_lock = threading.Lock()
         self._beats = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         self._last_save = time.monotonic()
+        self._last_forget = 0.0
         self.bootstrap = config.messaging.bootstrap_servers
         self.kafka_properties = tuple(sorted(config.messaging.properties.items()))
         self.mode = config.spark.execution_mode
@@ -199,6 +203,9 @@ class Worker:
             if instance_id not in self.running and self.failures.get(instance_id, (0, 0.0))[1] <= now:
                 self.start_instance(assignment)
         self.report()
+        if now - self._last_forget >= FORGET_EVERY_S:
+            self._last_forget = now
+            self.forget_dropped()
         interval = self.config.persistence.interval_in_min * 60
         if self.config.persistence.enabled and time.monotonic() - self._last_save >= interval:
             self.save_all()
@@ -308,6 +315,26 @@ class Worker:
         """Stop every instance."""
         for instance_id in list(self.running):
             self.stop_instance(instance_id, save=save)
+
+    def forget_dropped(self) -> None:
+        """Delete the checkpoint folders this worker holds of instances whose state an operator dropped
+        (`undeploy --drop-state`, recorded in the control plane) after their last checkpoint."""
+        from sp_dagster.cluster.store.drops import drop_times
+
+        if not self.checkpoints.is_dir():
+            return
+        held = {p.name: p for p in self.checkpoints.iterdir() if p.is_dir() and p.name not in self.running}
+        try:
+            dropped = drop_times(self.plane, held)
+        except Exception as exc:  # an outage: the next poll looks again
+            log.debug("worker %s: cannot read dropped state: %s", self.config.node_id, exc)
+            return
+        for instance_id, at in sorted(dropped.items()):
+            folder = held[instance_id]
+            newest = max((f.stat().st_mtime for f in folder.rglob("*")), default=folder.stat().st_mtime)
+            if newest * 1000 < at:
+                shutil.rmtree(folder, ignore_errors=True)
+                log.info("worker %s: deleted the checkpoints of %s (its state was dropped)", self.config.node_id, instance_id)
 
     def save_all(self) -> None:
         """Save a state revision of every running instance."""

@@ -12,6 +12,7 @@ from sp_dagster.embedded import EmbeddedBroker
 from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.messaging.kafka import KafkaTransport
 from sp_dagster.worker.instance_plan import plan_instance
+from tests.cluster.helpers import wait_until
 from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, collect, expected_outputs, publish, trades
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
@@ -115,6 +116,10 @@ def test_a_redeploy_after_drop_state_from_another_machine_starts_empty_at_the_co
                 said = drop_state(plane, load_config(operator), instances, timeout=60)
             assert said.startswith(f"dropped the state of {len(instances)} instance(s): a redeploy starts them empty"), said
             assert "(0 revision(s) and 0 checkpoint directories deleted here)" in said  # nothing of the workers' is here
+            # The worker deletes the checkpoint folders it holds, on the control plane's word.
+            held = lambda: [p for i in instances for p in (tmp_path / "cluster").glob(f"worker-*/checkpoints/{i}")]  # noqa: E731
+            assert held(), "the worker kept no checkpoint folder: their deletion would prove nothing"
+            wait_until(lambda: not held(), 60, 0.5, "the worker deleting the checkpoint folders of the dropped state")
             end = kafka.end_offsets(topic)[0]
             cluster.deploy(app_path, timeout=240)
             rows, stamps = trades(2_000, seed=42)
