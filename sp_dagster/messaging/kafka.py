@@ -36,6 +36,7 @@ _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 _PROBE = {"enable.partition.eof": True, "auto.offset.reset": "latest", "fetch.wait.max.ms": 10}
 _OFFSETS_TIMEOUT_S = 10.0  # at most this for sending a transaction's offsets (then a retriable timeout, tried again)
 _STUCK_GRACE_S = 5.0  # a call still running this long past its own timeout counts as stuck
+_SHORTEST_WAIT_S = 0.5  # what a call may still wait once its owner's lease ran out
 _ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 
@@ -383,6 +384,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         self.stamps = WriterStamps() if transport.profile.reread_skips else None
         self._open = False
         self.stuck = False  # a call never returned (see _bounded): nothing more is asked of the producer
+        self._partitions: dict[str, int] = {}  # output topic -> its partition count (marks)
         try:
             self.producer.init_transactions(timeout)
         except KafkaException as exc:
@@ -418,10 +420,17 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
             if offsets:
                 positions = [TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(offsets.items())]
                 metadata_of_group = self._group.consumer_group_metadata()
-                wait = min(self.timeout, _OFFSETS_TIMEOUT_S)
-                send = lambda: self.producer.send_offsets_to_transaction(positions, metadata_of_group, wait)  # noqa: E731
-                self._retrying(lambda: self._bounded(send, wait, "sending the input offsets to the transaction"), retry_while)
-            self._retrying(lambda: self.producer.commit_transaction(self.timeout), retry_while)
+
+                def send() -> None:
+                    wait = self._wait(min(self.timeout, _OFFSETS_TIMEOUT_S))
+                    self._bounded(
+                        lambda: self.producer.send_offsets_to_transaction(positions, metadata_of_group, wait),
+                        wait,
+                        "sending the input offsets to the transaction",
+                    )
+
+                self._retrying(send, retry_while)
+            self._retrying(lambda: self.producer.commit_transaction(self._wait(self.timeout)), retry_while)
         except KafkaException as exc:
             error = _error(exc)
             if error is not None and error.code() in _FENCED:
@@ -439,6 +448,13 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         failures, self._failures = self._failures, []
         if failures:
             raise MessagingError(f"{len(failures)} event(s) could not be published: {failures[0]}")
+
+    def _wait(self, longest: float) -> float:
+        """How long one call may wait: `longest`, or less when the owner's lease ends sooner (a
+        partitioned owner gives up within its lease, and its successor resolves what it left open)."""
+        if self.time_left is None:
+            return longest
+        return max(_SHORTEST_WAIT_S, min(longest, self.time_left()))
 
     def _bounded(self, call: Callable[[], None], timeout: float, what: str) -> None:
         """Make a call that may not keep its own `timeout`, and give up on it a little past that.
@@ -503,8 +519,10 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         marks = {}
         try:
             for topic in topics:
-                for partition in range(self.transport.require_topic(topic).partitions):
-                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout, cached=False)
+                if topic not in self._partitions:  # asked once: a metadata request waits its whole timeout in a partition
+                    self._partitions[topic] = self.transport.require_topic(topic).partitions
+                for partition in range(self._partitions[topic]):
+                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self._wait(self.timeout), cached=False)
                     marks[(topic, partition)] = max(high, 0)
         except KafkaException as exc:
             raise self.transport.unreachable(exc, "listing where the output topics end") from None

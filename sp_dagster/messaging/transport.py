@@ -101,6 +101,8 @@ class RawPublisher(ABC):
 class TransactionalPublisher(RawPublisher):
     """A RawPublisher whose messages are published atomically with the input offsets they follow from."""
 
+    time_left: Callable[[], float] | None = None  # set by its owner: seconds its claim still runs, no call waits (much) past it
+
     @abstractmethod
     def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "", *, retry_while: Callable[[], bool] | None = None) -> None:
         """Publish what is queued and record the input offsets (next to read, per (topic, partition)), atomically."""

@@ -195,6 +195,11 @@ class DriverControl:
         pending, self._pending = self._pending, []
         return pending
 
+    def lease_left(self) -> float:
+        """Seconds the lease still runs (0 once it ran out or the driver is gone)."""
+        self._drain()
+        return 0.0 if self.lost else max(0.0, self._deadline - time.monotonic())
+
     def lease_ok(self) -> bool:
         """False once the lease ran out or the driver is gone."""
         self._drain()

@@ -359,6 +359,10 @@ class LocalControl:
         """True while the node may run its instances."""
         return self._lease() > 0
 
+    def lease_left(self) -> float:
+        """Seconds the node may still run its instances."""
+        return self._lease()
+
     def metrics(self, values: dict) -> None:
         """Keep the loop's newest metrics."""
         self.newest = values

@@ -38,6 +38,7 @@ from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
 from sp_dagster.worker.leaked_outputs import LeakedOutputs, own_prefixes
 from sp_dagster.worker.sinks import HttpSinks
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
+from sp_dagster.worker.stuck import StuckWatch
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ class Control(Protocol):
 
     def lease_ok(self) -> bool:
         """False once the worker's claim on this instance may have lapsed: stop now."""
+
+    def lease_left(self) -> float:
+        """Seconds the claim still runs: no broker call waits much past it."""
+        ...
 
     def checkpoint(self, data: bytes) -> None:
         """Keep this checkpoint (it supersedes earlier ones)."""
@@ -220,6 +225,7 @@ class InstanceLoop:
             return
         if self._txn is None:
             return
+        self._txn.time_left = self.control.lease_left
         self._publishers[""] = self._txn
         self._txn_topics = {topic for topic, _p in inputs}
         self._txn_stamp = incarnation_digest({t: i for t, i in self.incarnations.items() if t in self._txn_topics})
@@ -295,8 +301,10 @@ class InstanceLoop:
         self.control.metrics(self.metrics())  # at once: a state reset is told before the first turn
         if self._txn is not None and not self._marks:
             self._checkpoint()  # output marks from the start: a successor finds what a first open transaction let through
+        watch = StuckWatch(self.plan.name)
         try:
             while True:
+                watch.beat()
                 save, asked = None, False
                 for command in self.control.commands():
                     if command[0] == "stop":
@@ -321,6 +329,7 @@ class InstanceLoop:
                 if now - self._last_metrics >= self.settings.metrics_interval_s:
                     self.control.metrics(self.metrics())
         finally:
+            watch.stop()
             self.close()
 
     def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
@@ -437,7 +446,7 @@ class InstanceLoop:
             publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
         for publisher in self._publishers.values():  # other layers first: the transaction commits the inputs as done
             if publisher is not self._txn and publisher in groups:
-                publisher.flush(self.settings.flush_timeout_s)
+                publisher.flush(max(1.0, min(self.settings.flush_timeout_s, self.control.lease_left())))
         if self._txn is not None:
             offsets = {place: o for place, o in self.positions.items() if place[0] in self._txn_topics}
             self._txn.commit(offsets, f"{now}:{self._txn_stamp}", retry_while=self.control.lease_ok)

@@ -31,6 +31,7 @@ from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.native_kafka import kafka_source_kind
 from sp_dagster.worker.persistence import store_for
 from sp_dagster.worker.spark_query import ROCKSDB, MicroBatchInstance, QuerySettings, start_query
+from sp_dagster.worker.stuck import StuckWatch
 
 if TYPE_CHECKING:
     from sp_dagster.worker.continuous import ContinuousInstance
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REPORT_LOCK_WAIT_S = 1.0  # the main loop waits no longer for a heartbeat in progress (it may be stuck)
 FORGET_EVERY_S = 10.0  # how often a worker looks for checkpoint folders of dropped state
 
 
@@ -123,11 +125,15 @@ class Worker:
         log.info("worker %s: control plane %s, messaging %s", self.config.node_id, self.plane.safe_url, self.bootstrap)
         self.beat()
         self._beats.start()
+        watch = StuckWatch(f"worker {self.config.node_id}")
         try:
             while not self.stop_event.is_set():
+                watch.beat()
                 self.step()
+                watch.beat()
                 self.stop_event.wait(self.session.heartbeat_interval_s)
         finally:
+            watch.stop()
             self.shutdown()
 
     def _heartbeat_loop(self) -> None:
@@ -180,12 +186,15 @@ class Worker:
             return
         if status.incarnation is None:
             return  # the control plane is unreachable; the heartbeat thread keeps trying
+        if not self.session_lock.acquire(timeout=REPORT_LOCK_WAIT_S):
+            return  # a heartbeat stuck on the database: the next poll looks at the fence again first
         try:
-            with self.session_lock:
-                assigned = self.session.assignments()
+            assigned = self.session.assignments()
         except Exception as exc:  # an outage between beat and read: try again next poll
             log.warning("worker %s: cannot read assignments: %s", self.config.node_id, exc)
             return
+        finally:
+            self.session_lock.release()
         held = {a.instance_id: a.extra[HOLD] for a in assigned.instances if a.extra.get(HOLD)}
         releasing = {a.instance_id for a in assigned.instances if a.releasing}
         desired = {a.instance_id: a for a in assigned.instances if a.instance_id not in held and a.instance_id not in releasing}
@@ -376,11 +385,15 @@ class Worker:
         self._report(instance_id, status, detail=f"{detail[:450]} (failure {count}; retrying in {pause:.0f} s)")
 
     def _report(self, instance_id: str, status: str, **details) -> None:
+        # Never held up by a heartbeat stuck on an unreachable database: a fence must be acted on at once.
+        if self.session.fenced or not self.session_lock.acquire(timeout=REPORT_LOCK_WAIT_S):
+            return  # the next poll reports again
         try:
-            with self.session_lock:
-                self.session.report(instance_id, status, **details)
+            self.session.report(instance_id, status, **details)
         except Exception as exc:  # an outage: the next poll reports again
             log.debug("worker %s: cannot report %s: %s", self.config.node_id, instance_id, exc)
+        finally:
+            self.session_lock.release()
 
     def shutdown(self) -> None:
         """Stop the queries, save their state, deregister, stop Spark."""

@@ -50,6 +50,10 @@ class _PipeControl:
         """The receiver stops its helpers when its own lease runs out."""
         return True
 
+    def lease_left(self) -> float:
+        """No lease of its own (see lease_ok): calls wait as long as they are allowed."""
+        return float("inf")
+
     def metrics(self, values: dict) -> None:
         """Hand the newest metrics to the receiver."""
         try:

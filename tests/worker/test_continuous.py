@@ -44,6 +44,9 @@ class Line:
     def lease_ok(self):
         return self.lease
 
+    def lease_left(self):
+        return 60.0 if self.lease else 0.0
+
     def checkpoint(self, data):
         self.checkpoints.append(data)
 

@@ -1,0 +1,179 @@
+"""Several machines for real: broker, PostgreSQL, a manager, two workers and an operator's machine,
+each a network namespace with its own address and disk (tests/hosts/netns.py), driven only through
+the `sp-dagster` command line as an operator would. A worker's host is cut off mid-stream and
+plugged back in: no output is lost or repeated, the cut worker stops its instances within the
+fence window, and it takes its share back by graceful moves."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import sys
+import threading
+import time
+from datetime import datetime
+
+import pytest
+
+from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, messaging_conf
+from tests.hosts.netns import HostedPostgres, Network, available
+from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, expected_outputs, trades
+
+pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available() is not None, reason=str(available()))]
+
+FENCE_WINDOW_S = 2.0 * 4  # WORKER_CONF: heartbeatInterval 2000 ms x heartbeatMaxRetry 4
+TASK_STOPPED = re.compile(r"^(\S+ \S+) .*\[(\S+)\] .*lease on this instance ran out")  # an instance's own loop
+STARTED = re.compile(r"^(\S+ \S+) .*: started (\S+) ")  # an instance started by a worker
+WORKER_STOPPING = re.compile(r"^(\S+ \S+) .*fenced .*stopping")  # the worker's main loop catching up (a figure)
+
+
+class Cluster:
+    """The machines and the `sp-dagster` processes on them."""
+
+    def __init__(self, root):
+        self.network = Network(root)
+        self.hosts = {name: self.network.host(name) for name in ("db", "broker", "manager", "w1", "w2", "operator")}
+        self.database = None
+
+    def start(self) -> None:
+        db, broker = self.hosts["db"], self.hosts["broker"]
+        self.database = HostedPostgres(db).start()
+        url = self.database.create_database("sp")
+        layer = messaging_conf("kafka", f"{broker.address}:9092")
+        self.manager_conf = MANAGER_CONF.format(messaging=layer, control_db=url)
+        worker_conf = WORKER_CONF.format(
+            messaging=layer, control_db=url, persistence_db=url, interval=0.05, mode="continuous", slots=4, exactly_once="true", receiver=""
+        )
+        broker.start("broker", sys.executable, "-m", "sp_dagster.cli", "broker", "--host", broker.address, "--port", "9092", env=self.env(broker))
+        for name in ("manager", "operator"):
+            (self.hosts[name].home / "deployment.yaml").write_text(self.manager_conf)
+        self.hosts["manager"].start("manager", *self.cli("manager"), env=self.env(self.hosts["manager"]))
+        for index, name in enumerate(("w1", "w2"), 1):
+            (self.hosts[name].home / "deployment.yaml").write_text(worker_conf)
+            self.start_worker(name, index)
+
+    def start_worker(self, name: str, index: int) -> None:
+        host = self.hosts[name]
+        host.start("worker", *self.cli("worker", "--id", f"worker-{index}"), env=self.env(host))
+
+    @staticmethod
+    def cli(*args: str) -> list[str]:
+        return [sys.executable, "-m", "sp_dagster.cli", *args, "--conf", "deployment.yaml"]
+
+    @staticmethod
+    def env(host) -> dict:
+        import os
+
+        return {**os.environ, "SP_DAGSTER_HOME": str(host.home), "PYTHONUNBUFFERED": "1"}
+
+    def operator(self, *args: str, stdin: str | None = None, timeout: float = 300):
+        """Run `sp-dagster ARGS` on the operator's machine."""
+        host = self.hosts["operator"]
+        return host.run(*self.cli(*args), env=self.env(host), stdin=stdin, timeout=timeout)
+
+    def logs(self) -> str:
+        parts = []
+        for host in self.hosts.values():
+            for log in sorted(host.home.glob("*.log")):
+                parts.append(f"--- {host.name}/{log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
+        return "\n".join(parts)
+
+    def remove(self) -> None:
+        self.network.remove()
+        if self.database is not None:
+            self.database.remove()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = Cluster(tmp_path)
+    try:
+        made.start()
+        yield made
+    finally:
+        made.remove()
+
+
+def event_lines(rows, stamps) -> str:
+    return "".join(json.dumps({"data": {"symbol": s, "price": p, "volume": v}, "timestamp": t}) + "\n" for (s, p, v), t in zip(rows, stamps, strict=True))
+
+
+def status_of(cluster: Cluster, node: str) -> list[str]:
+    """The instances `sp-dagster status --json` shows running on `node`."""
+    shown = cluster.operator("status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    return sorted(
+        i["instance"] for app in json.loads(shown.stdout)["deployments"] for i in app["instances"] if i.get("node") == node and i.get("status") == "running"
+    )
+
+
+def log_times(log: str, pattern: re.Pattern, since: float) -> dict[str, float]:
+    """When (s after `since`) each line of `log` matching `pattern` was written, by its second group (or the line)."""
+    found = {}
+    for line in log.splitlines():
+        match = pattern.match(line)
+        if match:
+            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if at >= since:
+                found.setdefault(match.group(2) if pattern.groups > 1 else line, round(at - since, 2))
+    return found
+
+
+def test_a_worker_cut_off_mid_stream_stops_in_time_and_nothing_is_lost_or_repeated(cluster, tmp_path):
+    app = cluster.hosts["operator"].home / "trades.siddhi"
+    app.write_text(APP_PATH.read_text())
+    deployed = cluster.operator("deploy", app.name, "--timeout", "300")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr + cluster.logs()
+    rows, stamps = trades(12_000, seed=21)
+    chunks = [(rows[i : i + 1000], stamps[i : i + 1000]) for i in range(0, len(rows), 1000)]
+    errors: list[str] = []
+
+    def stream() -> None:
+        for chunk_rows, chunk_stamps in chunks:
+            sent = cluster.operator("produce", "Trades:TradeStream", "--key", "symbol", stdin=event_lines(chunk_rows, chunk_stamps))
+            if sent.returncode != 0:
+                errors.append(sent.stderr)
+            time.sleep(1.0)
+
+    streaming = threading.Thread(target=stream, daemon=True)
+    streaming.start()
+    time.sleep(6)
+    w2 = cluster.hosts["w2"]
+    ran = status_of(cluster, "worker-2")
+    assert ran, "worker-2 runs nothing: cutting it off would prove nothing"
+    cut_at = time.time()
+    cluster.network.cut(w2)
+    time.sleep(25)
+    cluster.network.heal(w2)
+    streaming.join(300)
+    assert not errors, errors
+
+    expected = expected_outputs(APP_PATH.read_text(), rows, stamps)
+    got: list[tuple] = []
+    deadline = time.monotonic() + 300
+    while len(got) < len(expected) and time.monotonic() < deadline:
+        read = cluster.operator("consume", "Trades:AverageStream", "--from-beginning", "--timeout", "10")
+        got = [(*line["data"], line["timestamp"]) for line in map(json.loads, read.stdout.splitlines())]
+    counts, wanted = collections.Counter(got), collections.Counter(expected)
+    log = (w2.home / "worker.log").read_text(errors="replace")
+    tasks, worker = log_times(log, TASK_STOPPED, cut_at), log_times(log, WORKER_STOPPING, cut_at)
+    elsewhere = {i: at for i, at in log_times((cluster.hosts["w1"].home / "worker.log").read_text(errors="replace"), STARTED, cut_at).items() if i in ran}
+    print(
+        json.dumps(
+            {
+                "figure": "hosts-cut",
+                "outputs": len(got),
+                "expected": len(expected),
+                "tasks_stopped_s": tasks,
+                "running_elsewhere_s": elsewhere,
+                "worker_acted_on_fence_s": list(worker.values()),
+            }
+        )
+    )
+    assert not wanted - counts, f"{sum((wanted - counts).values())} outputs lost\n{cluster.logs()}"
+    assert sum(counts.values()) == sum(wanted.values()), f"{sum(counts.values()) - sum(wanted.values())} outputs repeated or wrong"
+    by_symbol = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
+    assert by_symbol(got) == by_symbol(expected)
+    limit = FENCE_WINDOW_S + 2
+    assert len(tasks) == len(ran) and max(tasks.values()) <= limit, f"the cut worker's instances {ran} stopped at {tasks} s (limit {limit} s)\n{cluster.logs()}"
