@@ -276,8 +276,9 @@ class ReportConfig(dg.Config):
 
 @dg.op(description="Watch the placements after the request and report which instances moved where.")
 def report_rebalance(context: dg.OpExecutionContext, before: dict | None, config: ReportConfig, control_plane: ControlPlaneResource) -> None:
-    """Compare placements before and after the leader's rebalancing pass."""
+    """Compare placements before and after the leader's rebalancing pass, and name the moves still under way."""
     from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.cluster.store.moves import read_moves
 
     if before is None:
         return
@@ -289,6 +290,12 @@ def report_rebalance(context: dg.OpExecutionContext, before: dict | None, config
             after = {i.instance_id: i.node_id for i in list_instances(control_plane.plane)}
             moved = {i: (before[i], node) for i, node in after.items() if i in before and node != before[i]}
             time.sleep(0.5)
+        with control_plane.plane.transaction() as conn:  # graceful moves still waiting for their owner's last checkpoint
+            moving = {i: (m.from_node, m.to_node) for i, m in read_moves(conn).items()}
     lines = [f"{i}: {old or '-'} -> {new or '-'}" for i, (old, new) in sorted(moved.items())]
-    context.log.info(f"{len(moved)} instance(s) moved" + (":\n" + "\n".join(lines) if lines else " (placements were balanced)"))
-    context.add_output_metadata({"moved": len(moved), "moves": dg.MetadataValue.json(dict(sorted(moved.items())))})
+    lines += [f"{i}: {old} -> {new} (moving: its owner stops it with a last checkpoint first)" for i, (old, new) in sorted(moving.items())]
+    said = f"{len(moved)} instance(s) moved" + (f", {len(moving)} moving" if moving else "")
+    context.log.info(said + (":\n" + "\n".join(lines) if lines else " (placements were balanced)"))
+    context.add_output_metadata(
+        {"moved": len(moved), "moving": len(moving), "moves": dg.MetadataValue.json({**dict(sorted(moved.items())), **dict(sorted(moving.items()))})}
+    )
