@@ -26,7 +26,6 @@ from sp_dagster.cluster.membership import declare_dead_nodes, read_nodes
 from sp_dagster.cluster.schema import deployments, instances
 from sp_dagster.cluster.store.assignments import assign, read_placements, unassign
 from sp_dagster.cluster.store.deployments import HOLD, PARTIAL, PLACED, WAITING
-from sp_dagster.cluster.store.events import record_event
 from sp_dagster.cluster.store.moves import MOVE_TIMEOUT_MS, Move, ask_release, end_move, plan_move, read_moves
 
 
@@ -137,16 +136,7 @@ def _moved(fence, instance_id: str, move: Move | None, old, owner, node: str) ->
     """An instance of a live owner that goes to `node`: True when it may go now (its owner let go of it, or
     took too long); otherwise its move is planned (or retargeted) and it stays."""
     if move is None or (move.to_node, move.from_node, move.from_incarnation) != (node, old.node_id, old.node_incarnation):
-        plan_move(fence.conn, instance_id, old.node_id, old.node_incarnation, node, fence.now_ms)
-        record_event(
-            fence.conn,
-            "move-planned",
-            term=fence.term,
-            seq=fence.bump(),
-            actor=fence.leadership.node_id,
-            subject=instance_id,
-            detail={"from": old.node_id, "to": node},
-        )
+        plan_move(fence, instance_id, old.node_id, old.node_incarnation, node)
         return False
     if move.asked_at is None:
         return False
@@ -168,16 +158,7 @@ def _ask_next(fence, wanted: dict) -> list[tuple[str, str, str]]:
         group = group_of(move)
         if move.asked_at is None and group not in busy:
             busy.add(group)
-            ask_release(fence.conn, move.instance_id, fence.now_ms)
-            record_event(
-                fence.conn,
-                "release-asked",
-                term=fence.term,
-                seq=fence.bump(),
-                actor=fence.leadership.node_id,
-                subject=move.instance_id,
-                detail={"from": move.from_node, "to": move.to_node},
-            )
+            ask_release(fence, move)
             asked.append((move.instance_id, move.from_node, move.to_node))
     return asked
 

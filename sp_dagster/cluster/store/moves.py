@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete, insert, select, update
 
+from sp_dagster.cluster.election import Fence
 from sp_dagster.cluster.schema import moves
+from sp_dagster.cluster.store.events import record_event
 
 MOVE_TIMEOUT_MS = 60_000  # an owner that has not let go by then loses the instance without a last checkpoint
 
@@ -40,17 +42,26 @@ def read_moves(conn: Connection) -> dict[str, Move]:
     return {r.instance_id: Move(r.instance_id, r.from_node, int(r.from_incarnation), r.to_node, int(r.planned_at), r.asked_at) for r in rows}
 
 
-def plan_move(conn: Connection, instance_id: str, from_node: str, from_incarnation: int, to_node: str, now_ms: int) -> None:
-    """Record (or retarget) the move of an instance off its live owner."""
-    conn.execute(delete(moves).where(moves.c.instance_id == instance_id))
-    conn.execute(
-        insert(moves).values(instance_id=instance_id, from_node=from_node, from_incarnation=from_incarnation, to_node=to_node, planned_at=now_ms, asked_at=None)
+def plan_move(fence: Fence, instance_id: str, from_node: str, from_incarnation: int, to_node: str) -> None:
+    """Leader only: record (or retarget) the move of an instance off its live owner, in the fence's term."""
+    fence.conn.execute(delete(moves).where(moves.c.instance_id == instance_id))
+    fence.conn.execute(
+        insert(moves).values(
+            instance_id=instance_id, from_node=from_node, from_incarnation=from_incarnation, to_node=to_node, planned_at=fence.now_ms, asked_at=None
+        )
     )
+    _record(fence, "move-planned", instance_id, from_node, to_node)
 
 
-def ask_release(conn: Connection, instance_id: str, now_ms: int) -> None:
-    """The owner's turn: it stops the instance with a last checkpoint."""
-    conn.execute(update(moves).where(moves.c.instance_id == instance_id).values(asked_at=now_ms))
+def ask_release(fence: Fence, move: Move) -> None:
+    """Leader only: the owner's turn, it stops the instance with a last checkpoint."""
+    fence.conn.execute(update(moves).where(moves.c.instance_id == move.instance_id).values(asked_at=fence.now_ms))
+    _record(fence, "release-asked", move.instance_id, move.from_node, move.to_node)
+
+
+def _record(fence: Fence, kind: str, instance_id: str, from_node: str, to_node: str) -> None:
+    detail = {"from": from_node, "to": to_node}
+    record_event(fence.conn, kind, term=fence.term, seq=fence.bump(), actor=fence.leadership.node_id, subject=instance_id, detail=detail)
 
 
 def end_move(conn: Connection, instance_id: str) -> None:
