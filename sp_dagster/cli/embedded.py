@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 
 from sp_dagster.embedded.broker import DEFAULT_PORT
 from sp_dagster.embedded.nats_server import DEFAULT_PORT as NATS_PORT
+from sp_dagster.subprocesses import on_stop_signal
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,8 +62,7 @@ def run_nats(args: argparse.Namespace) -> int:
 def _serve(server, name: str, where) -> int:
     """Run an embedded server in the foreground until Ctrl-C or SIGTERM."""
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    on_stop_signal(stop.set)
     with server:
         print(f"{name} ready at {where()}; Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):

@@ -22,14 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run a worker until SIGINT/SIGTERM."""
-    import signal
-
+    from sp_dagster.subprocesses import on_stop_signal
     from sp_dagster.worker.node import Worker
 
     config = load_role_config(args, "worker", node=True)
     worker = Worker(config)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: worker.stop())
+    on_stop_signal(worker.stop)
     print(
         f"worker {config.node_id} starting (control plane {config.control_plane.safe_url}, messaging {config.messaging.bootstrap_servers}); Ctrl-C to stop",
         flush=True,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from sp_dagster.cluster.election import Elector, Leadership, LeadershipLost, reb
 from sp_dagster.cluster.reconcile import ReconcileResult, reconcile
 from sp_dagster.cluster.store.events import prune_events
 from sp_dagster.errors import DatabaseUnavailable
+from sp_dagster.subprocesses import on_stop_signal
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +209,5 @@ class Manager:
 def run_until_signalled(manager: Manager) -> None:
     """Run a manager in the foreground until SIGINT or SIGTERM."""
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    on_stop_signal(stop.set)
     manager.run(stop)

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from sp_dagster.subprocesses import die_with_parent
@@ -133,7 +134,7 @@ class ManagerProcess:
             self.process.wait(10)
 
     def stop(self, timeout: float = 15) -> int | None:
-        """SIGTERM and wait (SIGKILL after `timeout`); returns the exit code."""
+        """SIGTERM and wait (SIGKILL after `timeout`, its threads' stacks logged first); returns the exit code."""
         if self.process is None:
             return None
         if self.alive:
@@ -142,6 +143,8 @@ class ManagerProcess:
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
+                self.process.send_signal(signal.SIGUSR1)  # where it hangs, into its log
+                time.sleep(0.5)
                 self.process.kill()
                 self.process.wait(10)
         return self.process.returncode

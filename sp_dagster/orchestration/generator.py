@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
 import sys
 import threading
 import time
+
+from sp_dagster.subprocesses import on_stop_signal
 
 SYMBOLS = ("IBM", "WSO2", "ORCL", "MSFT", "GOOG")
 
@@ -77,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=5.0, help="events per second (default 5)")
     args = parser.parse_args(argv)
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    on_stop_signal(stop.set)
     from sp_dagster.errors import SpDagsterError
 
     try:

@@ -60,9 +60,11 @@ def test_the_ui_shows_partial_apps_with_their_lineage(live, plane, browser):
     assert "StockAlerts.LargeTradeStream.symbol" in catalog
 
     # A partial app's page: its metadata (parallelism, strategies, placement, SiddhiQL) and its lineage.
-    overview = page_text(browser, f"{url}/assets/StockAlerts/filter", "Partial app StockAlerts-filter of StockAlerts", "Upstream assets", "Downstream assets")
-    for shown in ("parallelism", "round_robin <- StockAlerts.TradeStream", "field_grouping(symbol)", "placement", "volume > 100"):
-        assert shown in overview
+    # The page draws its parts as their queries answer, the metadata table last at times: wait for it all.
+    metadata = ("parallelism", "round_robin <- StockAlerts.TradeStream", "field_grouping(symbol)", "placement", "volume > 100")
+    overview = page_text(
+        browser, f"{url}/assets/StockAlerts/filter", "Partial app StockAlerts-filter of StockAlerts", "Upstream assets", "Downstream assets", *metadata
+    )
     upstream, downstream = overview.split("Upstream assets", 1)[1].split("Downstream assets", 1)
     assert "topics / StockAlerts.TradeStream" in upstream and "topics / StockAlerts.LargeTradeStream.symbol" in downstream.split("Definition")[0]
     # The lineage graph around the next group: topic -> partial app -> topic.
