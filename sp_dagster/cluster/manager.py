@@ -94,6 +94,7 @@ class Manager:
         self._rebalance_seen: int | None = None
         self._rebalance_due = False
         self._last_prune = time.monotonic()
+        self._cut_off: set[str] = set()
 
     def describe(self) -> str:
         """One line: who this manager is and the timing it runs with."""
@@ -187,6 +188,11 @@ class Manager:
         for instance, source, target in result.moving:
             log.info("term %d: moving %s from %s to %s: %s stops it with a last checkpoint first", result.term, instance, source, target, source)
             self.journal.write("move", node=self.node_id, term=result.term, seq=result.seq, instance=instance, to=target, previous=source)
+        for node in sorted(set(result.cut_off) - self._cut_off):
+            log.warning("term %d: node %s cannot reach the messaging layer (other nodes can): its instances run elsewhere", result.term, node)
+        for node in sorted(self._cut_off - set(result.cut_off)):
+            log.info("term %d: node %s reaches the messaging layer again", result.term, node)
+        self._cut_off = set(result.cut_off)
         for app, status, reason in result.status_changes:
             log.info("app %s is %s%s", app, status, f": {reason}" if reason else "")
 

@@ -168,6 +168,13 @@ def read_nodes(conn: Connection, *, alive_only: bool = False) -> list[NodeRecord
     return [_row_to_node(row) for row in conn.execute(query)]
 
 
+def reaching_broker(alive: dict[str, NodeRecord]) -> dict[str, NodeRecord]:
+    """The alive nodes instances may run on: those whose heartbeat does not say the messaging layer is
+    unreachable (worker.broker_watch), unless none reaches it: then the broker is down, not their links."""
+    reaching = {node_id: node for node_id, node in alive.items() if node.metrics.get("broker") != "unreachable"}
+    return reaching or alive
+
+
 def declare_dead_nodes(fence: Fence, max_age_ms: int) -> list[str]:
     """Leader only: mark alive nodes silent for longer than `max_age_ms` as dead; returns their ids."""
     conn, cutoff = fence.conn, fence.now_ms - max_age_ms

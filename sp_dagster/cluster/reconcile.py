@@ -2,7 +2,8 @@
 
 Everything happens in one fenced transaction, so what the pass reads and what it writes
 belong to one moment of one term; it writes only what changed. An instance leaves a live node
-by a graceful move (cluster.store.moves); a dead node's instances are placed again at once.
+by a graceful move (cluster.store.moves); the instances of a dead node, or of one that cannot reach
+the messaging layer while others can, are placed again at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sp_dagster.cluster.allocation import (
 )
 from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import Leadership, fenced
-from sp_dagster.cluster.membership import declare_dead_nodes, read_nodes
+from sp_dagster.cluster.membership import declare_dead_nodes, reaching_broker, read_nodes
 from sp_dagster.cluster.schema import deployments, instances
 from sp_dagster.cluster.store.assignments import assign, read_placements, unassign
 from sp_dagster.cluster.store.deployments import HOLD, PARTIAL, PLACED, WAITING
@@ -40,7 +41,8 @@ class ReconcileResult:
     unassigned: tuple[tuple[str, str], ...] = ()  # (instance, reason)
     unplaced: dict[str, str] = field(default_factory=dict)  # instance -> reason
     moving: tuple[tuple[str, str, str], ...] = ()  # (instance, from node, to node): its owner was asked to let go now
-    alive: tuple[str, ...] = ()
+    alive: tuple[str, ...] = ()  # the nodes instances may run on
+    cut_off: tuple[str, ...] = ()  # alive, but they say they cannot reach the messaging layer (others can)
     status_changes: tuple[tuple[str, str, str | None], ...] = ()  # (app, status, waiting reason)
 
 
@@ -65,7 +67,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
         # outage all heartbeats look old, and that is no reason to declare the nodes dead.
         if fence.now_ms - leadership.acquired_at >= node_max_age_ms:
             dead = declare_dead_nodes(fence, node_max_age_ms)
-        alive = {n.node_id: n for n in read_nodes(conn, alive_only=True)}
+        alive = reaching_broker(living := {n.node_id: n for n in read_nodes(conn, alive_only=True)})
         rows = conn.execute(
             select(instances.c.instance_id, instances.c.app, instances.c.group_name, instances.c.parallel_index, instances.c.receiver, instances.c.extra)
         ).all()
@@ -127,6 +129,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
             unassigned=tuple(unassigned),
             unplaced=dict(allocation.unplaced),
             alive=tuple(sorted(alive)),
+            cut_off=tuple(sorted(set(living) - set(alive))),
             status_changes=tuple(changes),
             moving=tuple(asked),
         )

@@ -115,6 +115,12 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
 
 
+def _state(node: dict) -> str:
+    """The node's state, and that it cannot reach the messaging layer when it says so."""
+    cut_off = node["state"] == "alive" and (node.get("metrics") or {}).get("broker") == "unreachable"
+    return f"{node['state']} (broker unreachable)" if cut_off else node["state"]
+
+
 def _load(node: dict) -> str:
     """Instances, out of the node's task slots when it has a limit."""
     slots = (node.get("metrics") or {}).get("slots")
@@ -160,7 +166,7 @@ def render_status(status: dict[str, Any]) -> str:
     if status["nodes"]:
         lines += _table(
             ["NODE", "ROLE", "STATE", "INCARNATION", "LAST HEARTBEAT", "INSTANCES", "ADDRESS"],
-            [[n["node"], n["role"], n["state"], n["incarnation"], _ago(n["last_heartbeat_ago_ms"]), _load(n), n["address"]] for n in status["nodes"]],
+            [[n["node"], n["role"], _state(n), n["incarnation"], _ago(n["last_heartbeat_ago_ms"]), _load(n), n["address"]] for n in status["nodes"]],
         )
     else:
         lines.append("no resource nodes have registered")

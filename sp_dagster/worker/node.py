@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
+from sp_dagster.worker.broker_watch import BrokerWatch
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.native_kafka import kafka_source_kind
 from sp_dagster.worker.persistence import store_for
@@ -108,6 +109,7 @@ class Worker:
         self.mode = config.spark.execution_mode
         self.control = None  # the continuous tasks' control line, opened with Spark
         self.slots: int | None = None
+        self.broker = BrokerWatch(config.messaging, config.node_id, lambda: self.session.heartbeat_interval_s, lambda: self.session.fence_after_s)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -123,6 +125,7 @@ class Worker:
             self.refresh_slots()
             log.info("worker %s: instances run continuously, %d task slot(s)", self.config.node_id, self.slots)
         log.info("worker %s: control plane %s, messaging %s", self.config.node_id, self.plane.safe_url, self.bootstrap)
+        self.broker.start()
         self.beat()
         self._beats.start()
         watch = StuckWatch(f"worker {self.config.node_id}")
@@ -147,7 +150,7 @@ class Worker:
 
     def node_metrics(self) -> dict:
         """What the worker tells the control plane with each heartbeat (its capacity among it)."""
-        metrics = {"instances": len(self.running), "mode": self.mode, "running": sorted(self.running)}
+        metrics = {"instances": len(self.running), "mode": self.mode, "running": sorted(self.running), "broker": self.broker.state}
         if self.slots is not None:
             metrics["slots"] = self.slots
         return metrics
@@ -399,6 +402,7 @@ class Worker:
         """Stop the queries, save their state, deregister, stop Spark."""
         log.info("worker %s: shutting down", self.config.node_id)
         self.stop_event.set()
+        self.broker.stop()
         self.stop_all(save=True)
         try:
             with self.session_lock:

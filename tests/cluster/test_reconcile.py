@@ -211,3 +211,28 @@ def test_a_move_whose_owner_stalls_goes_after_the_timeout_and_a_dead_owners_at_o
     assert result.dead == ("w1",) and sorted(placement(plane).values()) == ["w2"] * 4
     with plane.transaction() as conn:
         assert read_moves(conn) == {}
+
+
+def test_a_node_that_cannot_reach_the_broker_hands_its_instances_over_unless_none_can(plane):
+    everything = ["app-g-1", "app-g-2", "app-g-3", "app-g-4"]
+    register_node(plane, "w1", metrics={"running": everything, "broker": "reachable"})
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (4, False)})
+    run(plane, leader)
+    register_node(plane, "w2", metrics={"broker": "unreachable"})
+    run(plane, leader, rebalance=True)  # w2 cannot reach the broker: nothing goes there, not even by a move
+    assert sorted(placement(plane).values()) == ["w1"] * 4
+    # The broker is down for everyone (both say so): both count as usual, nothing is taken off.
+    heartbeat(plane, "w1", 1, metrics={"running": everything, "broker": "unreachable"})
+    result = run(plane, leader, rebalance=True)
+    assert result.cut_off == () and result.alive == ("w1", "w2") and result.assigned == () and result.unassigned == ()
+    assert sorted(placement(plane).values()) == ["w1"] * 4 and len(result.moving) == 1  # a graceful move, as any rebalance
+    # Only w1 is cut off from it: its instances go to w2 at once, without waiting for w1 to let go.
+    heartbeat(plane, "w2", 1, metrics={"broker": "reachable"})
+    result = run(plane, leader)
+    assert result.cut_off == ("w1",) and result.alive == ("w2",)
+    assert sorted(a[:3] for a in result.assigned) == [(i, "w2", "w1") for i in everything] and result.moving == ()
+    # Back in reach: w1 counts again (the manager then rebalances, by graceful moves).
+    heartbeat(plane, "w1", 1, metrics={"running": [], "broker": "reachable"})
+    result = run(plane, leader, rebalance=True)
+    assert result.cut_off == () and result.alive == ("w1", "w2") and len(result.moving) == 1
