@@ -1,9 +1,10 @@
-"""Several machines for real: broker, PostgreSQL, a manager, two workers and an operator's machine,
+"""Several machines for real: broker, PostgreSQL, two managers, two workers and an operator's machine,
 each a network namespace with its own address and disk (tests/hosts/netns.py), driven only through
 the `sp-dagster` command line as an operator would. A worker's host is cut off mid-stream and
 plugged back in: no output is lost or repeated, the cut worker stops its instances within the
-fence window, and it takes its share back by graceful moves. A worker cut off from the broker
-alone hands its instances over, as its heartbeats say, with the same guarantees."""
+fence window, and it takes its share back by graceful moves. Cut off from the database alone it
+stops the same way; cut off from the broker alone it hands its instances over, as its heartbeats
+say. With the leader manager cut off, the other manager leads and no instance moves."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 import pytest
 
 from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, messaging_conf
+from tests.cluster.helpers import wait_until
 from tests.hosts.netns import HostedPostgres, Network, available
 from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, expected_outputs, trades
 
@@ -27,6 +30,7 @@ FENCE_WINDOW_S = 2.0 * 4  # WORKER_CONF: heartbeatInterval 2000 ms x heartbeatMa
 TASK_STOPPED = re.compile(r"^(\S+ \S+) .*\[(\S+)\] .*lease on this instance ran out")  # an instance's own loop
 STARTED = re.compile(r"^(\S+ \S+) .*: started (\S+) ")  # an instance started by a worker
 WORKER_STOPPING = re.compile(r"^(\S+ \S+) .*fenced .*stopping")  # the worker's main loop catching up (a figure)
+MANAGER_LEASE_S = 0.5 * 3  # MANAGER_CONF: strategyConfig heartbeatInterval 500 ms x heartbeatMaxRetry 3
 BROKER_UNREACHABLE = re.compile(r"^(\S+ \S+) .*the messaging layer .* has not answered")
 
 
@@ -35,7 +39,7 @@ class Cluster:
 
     def __init__(self, root):
         self.network = Network(root)
-        self.hosts = {name: self.network.host(name) for name in ("db", "broker", "manager", "w1", "w2", "operator")}
+        self.hosts = {name: self.network.host(name) for name in ("db", "broker", "m1", "m2", "w1", "w2", "operator")}
         self.database = None
 
     def start(self) -> None:
@@ -48,9 +52,10 @@ class Cluster:
             messaging=layer, control_db=url, persistence_db=url, interval=0.05, mode="continuous", slots=4, exactly_once="true", receiver=""
         )
         broker.start("broker", sys.executable, "-m", "sp_dagster.cli", "broker", "--host", broker.address, "--port", "9092", env=self.env(broker))
-        for name in ("manager", "operator"):
+        for name in ("m1", "m2", "operator"):
             (self.hosts[name].home / "deployment.yaml").write_text(self.manager_conf)
-        self.hosts["manager"].start("manager", *self.cli("manager"), env=self.env(self.hosts["manager"]))
+        for name in ("m1", "m2"):
+            self.hosts[name].start("manager", *self.cli("manager", "--id", f"manager-{name[1:]}"), env=self.env(self.hosts[name]))
         for index, name in enumerate(("w1", "w2"), 1):
             (self.hosts[name].home / "deployment.yaml").write_text(worker_conf)
             self.start_worker(name, index)
@@ -164,22 +169,31 @@ def worker_log(cluster: Cluster, name: str) -> str:
     return (cluster.hosts[name].home / "worker.log").read_text(errors="replace")
 
 
-def test_a_worker_cut_off_mid_stream_stops_in_time_and_nothing_is_lost_or_repeated(cluster):
-    w2, seen = cluster.hosts["w2"], {}
+def cut_off(cluster: Cluster, seen: dict, cut, heal, seconds: float = 25) -> Callable[[], None]:
+    """A fault for stream_with_fault(): note what worker-2 runs, `cut()`, wait, `heal()`."""
 
-    def cut_w2_for_25_s() -> None:
+    def fault() -> None:
         seen["ran"] = status_of(cluster, "worker-2")
         assert seen["ran"], "worker-2 runs nothing: cutting it off would prove nothing"
         seen["at"] = time.time()
-        cluster.network.cut(w2)
-        time.sleep(25)
-        cluster.network.heal(w2)
+        cut()
+        time.sleep(seconds)
+        heal()
 
-    counts, _, _ = stream_with_fault(cluster, cut_w2_for_25_s)
-    ran, cut_at = seen["ran"], seen["at"]
+    return fault
+
+
+def moved_to_worker_1(cluster: Cluster, seen: dict) -> dict[str, float]:
+    """When (s after the cut) each instance worker-2 ran started on worker-1."""
+    return {i: at for i, at in log_times(worker_log(cluster, "w1"), STARTED, seen["at"]).items() if i in seen["ran"]}
+
+
+def test_a_worker_cut_off_mid_stream_stops_in_time_and_nothing_is_lost_or_repeated(cluster):
+    w2, seen = cluster.hosts["w2"], {}
+    counts, _, _ = stream_with_fault(cluster, cut_off(cluster, seen, lambda: cluster.network.cut(w2), lambda: cluster.network.heal(w2)))
     log = worker_log(cluster, "w2")
-    tasks, worker = log_times(log, TASK_STOPPED, cut_at), log_times(log, WORKER_STOPPING, cut_at)
-    elsewhere = {i: at for i, at in log_times(worker_log(cluster, "w1"), STARTED, cut_at).items() if i in ran}
+    tasks, worker = log_times(log, TASK_STOPPED, seen["at"]), log_times(log, WORKER_STOPPING, seen["at"])
+    elsewhere = moved_to_worker_1(cluster, seen)
     print(
         json.dumps(
             {
@@ -192,31 +206,74 @@ def test_a_worker_cut_off_mid_stream_stops_in_time_and_nothing_is_lost_or_repeat
         )
     )
     limit = FENCE_WINDOW_S + 2
-    assert len(tasks) == len(ran) and max(tasks.values()) <= limit, f"the cut worker's instances {ran} stopped at {tasks} s (limit {limit} s)\n{cluster.logs()}"
+    assert len(tasks) == len(seen["ran"]) and max(tasks.values()) <= limit, (
+        f"the cut worker's instances {seen['ran']} stopped at {tasks} s (limit {limit} s)\n{cluster.logs()}"
+    )
+
+
+def test_a_worker_cut_off_from_the_database_alone_stops_in_time(cluster):
+    """Its heartbeats fail, so its lease runs out and its instances stop by themselves, broker calls and all."""
+    w2, db, seen = cluster.hosts["w2"], cluster.hosts["db"], {}
+    network = cluster.network
+    fault = cut_off(cluster, seen, lambda: (network.block(w2, db), network.block(db, w2)), lambda: (network.unblock(w2, db), network.unblock(db, w2)))
+    counts, _, _ = stream_with_fault(cluster, fault)
+    tasks, elsewhere = log_times(worker_log(cluster, "w2"), TASK_STOPPED, seen["at"]), moved_to_worker_1(cluster, seen)
+    print(json.dumps({"figure": "hosts-db-cut", "outputs": sum(counts.values()), "tasks_stopped_s": tasks, "running_elsewhere_s": elsewhere}))
+    limit = FENCE_WINDOW_S + 2
+    assert len(tasks) == len(seen["ran"]) and max(tasks.values()) <= limit, f"{seen['ran']} stopped at {tasks} s (limit {limit} s)\n{cluster.logs()}"
+    assert set(elsewhere) == set(seen["ran"]) and max(elsewhere.values()) <= limit + 2, f"{seen['ran']} ran on worker-1 at {elsewhere} s\n{cluster.logs()}"
 
 
 def test_a_worker_cut_off_from_the_broker_alone_hands_its_instances_over_in_time(cluster):
     """The worker still heartbeats (the database is in reach), so only its own word that the broker
     is not can move its instances; their open transactions are aborted by their new owner's start."""
     w2, broker, seen = cluster.hosts["w2"], cluster.hosts["broker"], {}
-
-    def cut_w2_from_the_broker_for_25_s() -> None:
-        seen["ran"] = status_of(cluster, "worker-2")
-        assert seen["ran"], "worker-2 runs nothing: cutting it off would prove nothing"
-        seen["at"] = time.time()
-        cluster.network.block(w2, broker)
-        cluster.network.block(broker, w2)
-        time.sleep(25)
-        cluster.network.unblock(w2, broker)
-        cluster.network.unblock(broker, w2)
-
-    counts, _, _ = stream_with_fault(cluster, cut_w2_from_the_broker_for_25_s)
-    ran, cut_at = seen["ran"], seen["at"]
-    elsewhere = {i: at for i, at in log_times(worker_log(cluster, "w1"), STARTED, cut_at).items() if i in ran}
-    said = log_times(worker_log(cluster, "w2"), BROKER_UNREACHABLE, cut_at)
+    network = cluster.network
+    fault = cut_off(
+        cluster, seen, lambda: (network.block(w2, broker), network.block(broker, w2)), lambda: (network.unblock(w2, broker), network.unblock(broker, w2))
+    )
+    counts, _, _ = stream_with_fault(cluster, fault)
+    elsewhere = moved_to_worker_1(cluster, seen)
+    said = log_times(worker_log(cluster, "w2"), BROKER_UNREACHABLE, seen["at"])
     print(
         json.dumps({"figure": "hosts-broker-cut", "outputs": sum(counts.values()), "said_unreachable_s": list(said.values()), "running_elsewhere_s": elsewhere})
     )
     # Noticed after the fence window without an answer, then the leader's next pass and a task start.
     limit = FENCE_WINDOW_S + 4
-    assert set(elsewhere) == set(ran) and max(elsewhere.values()) <= limit, f"{ran} ran on worker-1 at {elsewhere} s (limit {limit} s)\n{cluster.logs()}"
+    assert set(elsewhere) == set(seen["ran"]) and max(elsewhere.values()) <= limit, (
+        f"{seen['ran']} ran on worker-1 at {elsewhere} s (limit {limit} s)\n{cluster.logs()}"
+    )
+
+
+def test_the_leader_manager_cut_off_another_leads_and_no_instance_moves(cluster):
+    """Workers heartbeat to the database, not to a manager: losing the leader moves nothing; the
+    other manager leads within the managers' lease and the cut one, back, writes nothing."""
+    seen: dict = {}
+
+    def leader() -> dict:
+        shown = cluster.operator("status", "--json")
+        assert shown.returncode == 0, shown.stderr
+        return json.loads(shown.stdout)["leader"]
+
+    def cut_the_leader() -> None:
+        before = leader()
+        host = cluster.hosts[f"m{before['node'].rsplit('-', 1)[1]}"]
+        seen["at"] = time.time()
+        cluster.network.cut(host)
+        after = wait_until(
+            lambda: (lambda now: now if now and now["alive"] and now["term"] > before["term"] else None)(leader()), timeout=30, what="another leader"
+        )
+        seen["took_over_s"] = round(time.time() - seen["at"], 2)
+        seen["terms"] = (before["node"], before["term"], after["node"], after["term"])
+        time.sleep(20)
+        cluster.network.heal(host)
+
+    counts, _, _ = stream_with_fault(cluster, cut_the_leader)
+    restarted = {name: log_times(worker_log(cluster, name), STARTED, seen["at"]) for name in ("w1", "w2")}
+    print(
+        json.dumps(
+            {"figure": "hosts-leader-cut", "outputs": sum(counts.values()), "took_over_s": seen["took_over_s"], "terms": seen["terms"], "restarted": restarted}
+        )
+    )
+    assert seen["terms"][0] != seen["terms"][2] and seen["took_over_s"] <= MANAGER_LEASE_S + 5, seen
+    assert restarted == {"w1": {}, "w2": {}}, f"instances restarted while only the leader was cut off: {restarted}\n{cluster.logs()}"
