@@ -37,9 +37,12 @@ BROKER_UNREACHABLE = re.compile(r"^(\S+ \S+) .*the messaging layer .* has not an
 class Cluster:
     """The machines and the `sp-dagster` processes on them."""
 
+    MANAGERS, WORKERS, OTHERS = ("m1", "m2"), ("w1", "w2"), ()
+
     def __init__(self, root):
         self.network = Network(root)
-        self.hosts = {name: self.network.host(name) for name in ("db", "broker", "m1", "m2", "w1", "w2", "operator")}
+        names = ("db", "broker", *self.MANAGERS, *self.OTHERS, *self.WORKERS, "operator")
+        self.hosts = {name: self.network.host(name) for name in names}
         self.database = None
 
     def start(self) -> None:
@@ -48,21 +51,22 @@ class Cluster:
         url = self.database.create_database("sp")
         layer = messaging_conf("kafka", f"{broker.address}:9092")
         self.manager_conf = MANAGER_CONF.format(messaging=layer, control_db=url)
-        worker_conf = WORKER_CONF.format(
+        self.worker_conf = WORKER_CONF.format(
             messaging=layer, control_db=url, persistence_db=url, interval=0.05, mode="continuous", slots=4, exactly_once="true", receiver=""
         )
         broker.start("broker", sys.executable, "-m", "sp_dagster.cli", "broker", "--host", broker.address, "--port", "9092", env=self.env(broker))
-        for name in ("m1", "m2", "operator"):
+        for name in (*self.MANAGERS, "operator"):
             (self.hosts[name].home / "deployment.yaml").write_text(self.manager_conf)
-        for name in ("m1", "m2"):
+        for name in self.MANAGERS:
             self.hosts[name].start("manager", *self.cli("manager", "--id", f"manager-{name[1:]}"), env=self.env(self.hosts[name]))
-        for index, name in enumerate(("w1", "w2"), 1):
-            (self.hosts[name].home / "deployment.yaml").write_text(worker_conf)
-            self.start_worker(name, index)
+        for name in self.WORKERS:
+            host = self.hosts[name]
+            (host.home / "deployment.yaml").write_text(self.worker_conf_for(host))
+            host.start("worker", *self.cli("worker", "--id", f"worker-{name[1:]}"), env=self.env(host))
 
-    def start_worker(self, name: str, index: int) -> None:
-        host = self.hosts[name]
-        host.start("worker", *self.cli("worker", "--id", f"worker-{index}"), env=self.env(host))
+    def worker_conf_for(self, host) -> str:
+        """The deployment.yaml of the worker on `host`."""
+        return self.worker_conf
 
     @staticmethod
     def cli(*args: str) -> list[str]:

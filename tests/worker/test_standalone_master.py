@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.slow]
 CORES = 3  # not Spark's floor of 2 for a default parallelism, nor local[4]'s
 
 
-def _spark_class() -> str:
+def spark_class() -> str:
+    """pip pyspark's `spark-class` script."""
     import pyspark
 
     return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
@@ -27,7 +28,7 @@ def _spark_class() -> str:
 def _start(log: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(log.parent / "work")}
     with open(log, "ab") as out:
-        return subprocess.Popen([_spark_class(), *args], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen([spark_class(), *args], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 @pytest.fixture
