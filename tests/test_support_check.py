@@ -54,7 +54,6 @@ REFUSED = [
         "receiver.url must be an http:// or https:// URL with a host, not 'ftp://x/y'.",
         "receiver.url",
     ),
-    ("@source(type='http')\n" + S + OUT, "@source(type='http') needs receiver.url.", "@source"),
     (
         "@source(type='http', receiver.url='http://0.0.0.0:8280/in', basic.auth.enabled='maybe')\n" + S + OUT,
         "basic.auth.enabled must be 'true' or 'false'",

@@ -11,28 +11,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate",
         help="check SiddhiQL apps",
-        description="Parse and validate each app; print OK, or every error with file:line:column. Exit 1 if any file is invalid.",
+        description="Parse, validate and plan each app (the checks of `plan` and `deploy`); print OK, or every error with file:line:column. "
+        "Exit 1 if any file is invalid.",
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help=".siddhi files")
     parser.set_defaults(handler=validate_files)
 
 
 def validate_files(args: argparse.Namespace) -> int:
-    """Print OK or the errors for each file; 1 when any is invalid."""
-    from sp_dagster.siddhi.errors import SiddhiQLError
-    from sp_dagster.siddhi.validate import load_file
+    """Print OK or the errors for each file (the checks `plan` and `deploy` make); 1 when any is invalid."""
+    from sp_dagster.cli.topology import print_notes
+    from sp_dagster.deploy.steps import load_app
+    from sp_dagster.errors import SpDagsterError
 
     failed = 0
     for path in args.files:
         try:
-            app = load_file(path)
-        except OSError as exc:
-            failed += 1
-            print(f"{path}: cannot be read: {exc.strerror or exc}", file=sys.stderr)
-        except SiddhiQLError as exc:
+            loaded = load_app(path)
+        except SpDagsterError as exc:
             failed += 1
             print(exc, file=sys.stderr)
         else:
-            queries = sum(1 for _ in app.queries())
-            print(f"OK   {path} ({len(app.definitions)} definitions, {queries} queries)")
+            queries = sum(1 for _ in loaded.app.queries())
+            print(f"OK   {path} ({len(loaded.app.definitions)} definitions, {queries} queries)")
+            print_notes(loaded)
     return 1 if failed else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+import sys
 
 from sp_dagster.errors import SpDagsterError
 
@@ -26,24 +26,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def plan_command(args: argparse.Namespace) -> int:
     """Print the plan of one app; an invalid app prints its error (as JSON with --format json)."""
-    from sp_dagster.siddhi import SiddhiQLError, parse
-    from sp_dagster.topology import output, plan
+    from sp_dagster.deploy.steps import load_app
+    from sp_dagster.siddhi import SiddhiQLError
+    from sp_dagster.topology import output
 
-    path = Path(args.app)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        if args.format == "json":
-            print(json.dumps({"error": {"line": 0, "column": 0, "message": f"cannot read {path}: {exc.strerror}"}}))
-            return 1
-        raise SpDagsterError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        topology = plan(parse(text, source=str(path)), name=path.stem)
-    except SiddhiQLError as exc:
-        if args.format == "json":
-            print(json.dumps(output.error_dict(exc), indent=2))
-            return 1
-        raise exc.attach(text, str(path)) from None
+        loaded = load_app(args.app)
+    except SpDagsterError as exc:
+        if args.format != "json":
+            raise
+        error = output.error_dict(exc) if isinstance(exc, SiddhiQLError) else {"error": {"line": 0, "column": 0, "message": str(exc)}}
+        print(json.dumps(error, indent=2))
+        return 1
     renderers = {"text": output.render_text, "json": output.render_json, "mermaid": output.render_mermaid}
-    print(renderers[args.format](topology), end="" if args.format != "json" else "\n")
+    print(renderers[args.format](loaded.topology), end="" if args.format != "json" else "\n")
+    print_notes(loaded)
     return 0
+
+
+def print_notes(loaded) -> None:
+    """One line on standard error per stream users cannot consume (a warning: the app still deploys)."""
+    from sp_dagster.topology.analysis import unconsumed_note, unconsumed_streams
+
+    for write in unconsumed_streams(loaded.app):
+        print(f"{loaded.source}:{write.node.line}:{write.node.column}: note: {unconsumed_note(loaded.name, write.name)}", file=sys.stderr)

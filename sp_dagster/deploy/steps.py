@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.deploy.errors import DeployError
-from sp_dagster.siddhi import ast, load
+from sp_dagster.siddhi import SiddhiQLError, ast, load
+from sp_dagster.siddhi.validate import read_text
 from sp_dagster.topology import Topology, plan
 
 log = logging.getLogger(__name__)
@@ -24,13 +25,14 @@ RUNNING = "running"
 
 @dataclass(frozen=True)
 class LoadedApp:
-    """A parsed, validated app with its source and content hash."""
+    """A parsed, validated and planned app with its source and content hash."""
 
     name: str
     text: str
     source: str
     content_hash: str
     app: ast.App
+    topology: Topology
 
 
 @dataclass(frozen=True)
@@ -77,23 +79,28 @@ def content_hash(text: str) -> str:
 
 
 def load_app(path: str | Path | None = None, *, text: str | None = None, source: str | None = None) -> LoadedApp:
-    """Read, parse and validate an app (SiddhiQLError with line and column when it is wrong)."""
+    """Read, parse, validate and plan an app: the one support check of validate, plan, deploy and the
+    Dagster runs (SiddhiQLError naming the file, line and column when the app cannot be deployed)."""
     if text is None:
         if path is None:
             raise ValueError("load_app needs a path or text")
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = read_text(path)
         except OSError as exc:
             raise DeployError(f"{path}: cannot be read: {exc.strerror}") from None
     source = source or (str(path) if path is not None else "<app>")
     app = load(text, source)
     name = app.name or (Path(path).stem if path is not None else "SiddhiApp")
-    return LoadedApp(name, text, source, content_hash(text), app)
+    try:
+        topology = plan(app, name)
+    except SiddhiQLError as exc:
+        raise exc.attach(text, source) from None
+    return LoadedApp(name, text, source, content_hash(text), app, topology)
 
 
 def plan_app(loaded: LoadedApp) -> Topology:
-    """Split the app into execution groups, partial apps and topics."""
-    return plan(loaded.app, loaded.name)
+    """The app's execution groups, partial apps and topics (planned when it was loaded)."""
+    return loaded.topology
 
 
 def dead_letter_topic(app: str) -> str:

@@ -46,4 +46,15 @@ def stream_topic(plane, app: str, stream: str, *, writing: bool) -> StreamTopic:
                     return StreamTopic(app, stream, end.topic, end.codec, end.attributes)
     verb = "read from a topic" if writing else "on a topic"
     known = ", ".join(sorted(streams)) or "none"
-    raise DeployError(f"stream '{stream}' of '{app}' is not {verb} of the cluster's messaging layer; streams that are: {known}")
+    hint = "" if writing else _unconsumed(record, stream)
+    raise DeployError(f"stream '{stream}' of '{app}' is not {verb} of the cluster's messaging layer; streams that are: {known}{hint}")
+
+
+def _unconsumed(record, stream: str) -> str:
+    """`; <what to add>` when `stream` is one the app writes but nothing reads or publishes, else ''."""
+    from sp_dagster.siddhi import parse
+    from sp_dagster.topology.analysis import unconsumed_note, unconsumed_streams
+
+    if any(write.name == stream for write in unconsumed_streams(parse(record.source))):
+        return f"; {unconsumed_note(record.app, stream)}"
+    return ""

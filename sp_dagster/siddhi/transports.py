@@ -44,7 +44,7 @@ SOURCES = {
         ("topic.list",),
         ("group.id", "threading.option", "partition.no.list", "seq.enabled", "bootstrap.servers", "optional.configuration", INSTANCE_SHARE),
     ),
-    "http": TransportSpec(("receiver.url",), ("basic.auth.enabled", "worker.count")),
+    "http": TransportSpec((), ("receiver.url", "basic.auth.enabled", "worker.count")),
     "nats": TransportSpec(
         ("destination",),
         ("bootstrap.servers", "cluster.id", "client.id", "queue.group.name", "durable.name", "subscription.sequence", INSTANCE_SHARE),
@@ -231,6 +231,11 @@ def _http_source(annotation: ast.Annotation, destinations, report: Report) -> No
     workers = annotation.element("worker.count")
     if workers is not None and not (workers.value.strip().isdigit() and int(workers.value) >= 1):
         report(f"worker.count must be a number of processes of at least 1, as in '2', not '{workers.value}'.", workers)
+
+
+def default_receiver_url(app: str, stream: str) -> str:
+    """siddhi-io-http's receiver.url for an http @source of `stream` in `app` that names none."""
+    return f"http://0.0.0.0:9763/{app}/{stream}"
 
 
 def _http_sink(annotation: ast.Annotation, destinations, report: Report) -> None:

@@ -1,4 +1,7 @@
-"""Validation: every mistake of an app at once, each a SiddhiQLError with line and column."""
+"""Validation: every mistake of an app at once, each a SiddhiQLError with line and column.
+
+`read_text`, `check(transports=True)` and the planner make the one support check that
+`sp-dagster validate`, `plan`, `deploy` and the Dagster runs share (`deploy.steps.load_app`)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from sp_dagster.siddhi.errors import SiddhiQLError
 from sp_dagster.siddhi.parser import parse
 from sp_dagster.siddhi.transports import check_transports
 
+EMPTY_APP = "The app defines no stream and runs no query, so there is nothing to deploy; write its definitions and queries."
+
 
 def validate(app: ast.App, *, transports: bool = False) -> list[SiddhiQLError]:
     """Every semantic error of a parsed app, in source order (empty when it is valid)."""
@@ -21,7 +26,7 @@ def check(app: ast.App, *, transports: bool = False) -> tuple[Analysis, list[Sid
     """The app's Analysis and all its semantic errors (names, types, annotations), in order.
 
     With `transports`, also every @source, @sink and @map that workers cannot run (the support
-    check that validate, plan, deploy and the workers share)."""
+    check that validate, plan, deploy and the workers share) and an app with nothing in it."""
     analysis = analyze(app)
     errors = list(analysis.errors)
     seen = {(e.line, e.column, e.message) for e in errors}
@@ -34,6 +39,8 @@ def check(app: ast.App, *, transports: bool = False) -> tuple[Analysis, list[Sid
     check_annotations(app, report)
     if transports:
         check_transports(app, report)
+        if not app.elements:
+            errors.append(SiddhiQLError(EMPTY_APP, 1, 1))
     errors.sort(key=lambda e: (e.line, e.column))
     return analysis, errors
 
@@ -52,7 +59,18 @@ def load_with_analysis(text: str, source: str | None = None, *, transports: bool
     return app, analysis
 
 
+def read_text(path: str | Path) -> str:
+    """A `.siddhi` file's text; SiddhiQLError at the first byte that is not UTF-8 (OSError when unreadable)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        line, column = data.count(b"\n", 0, exc.start) + 1, len(data[start : exc.start].decode("utf-8")) + 1
+        message = f"The file is not UTF-8 text (byte 0x{data[exc.start]:02x} cannot be read); save it as UTF-8."
+        raise SiddhiQLError(message, line, column).attach(data.decode("utf-8", "replace"), str(path)) from None
+
+
 def load_file(path: str | Path) -> ast.App:
     """Read, parse and validate a `.siddhi` file; errors name the file."""
-    path = Path(path)
-    return load(path.read_text(encoding="utf-8"), str(path))
+    return load(read_text(path), str(path))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.analysis import Analysis
 from sp_dagster.siddhi.types import is_aggregate
+from sp_dagster.topology.topics import topic_name
 
 # Kinds of names.
 STREAM = "stream"
@@ -167,6 +168,28 @@ def _describe_executable(element: ast.Query | ast.Partition, index: int) -> Elem
             if isinstance(node, ast.In):
                 tables.append(Read(node.table, node, query))
     return ElementInfo(element, index, tuple(reads), tuple(writes), tuple(tables), _functions(element))
+
+
+def unconsumed_streams(app: ast.App) -> list[Write]:
+    """The first write of each stream that no element reads and no @sink publishes: nobody can consume its events."""
+    infos = describe(app)
+    read = {item.name for info in infos for item in (*info.reads, *info.tables)}
+    found: dict[str, Write] = {}
+    for write in (write for info in infos for write in info.writes):
+        definition = app.definition(write.name)
+        sinkless = definition is None or (isinstance(definition, ast.StreamDefinition) and not definition.annotations_named("sink"))
+        if sinkless and write.name not in read:
+            found.setdefault(write.name, write)
+    return list(found.values())
+
+
+def unconsumed_note(app_name: str, stream: str) -> str:
+    """What to add so users can consume a stream `unconsumed_streams` found."""
+    return (
+        f"stream '{stream}' is read by no query and has no @sink, so nothing can consume its events; add "
+        f"@sink(type='kafka', @map(type='json')) above its `define stream {stream} (...)` (write one if there is none) to publish them "
+        f"to topic '{topic_name(app_name, stream)}'."
+    )
 
 
 def _partition_key(partition: ast.Partition | None, stream: str) -> tuple[str | None, ast.Node | None]:

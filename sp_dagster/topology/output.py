@@ -59,7 +59,7 @@ def _strategy(strategy: str, key: str | None) -> str:
 
 
 def render_text(topology: Topology) -> str:
-    """A readable summary: each group with its inputs, outputs and instances, then the topics."""
+    """A readable summary: each group with its inputs, outputs and instances (each with its SiddhiQL), then the topics."""
     lines = [f"app {topology.app}: {len(topology.groups)} execution groups, {len(topology.topics)} topics"]
     if not topology.create_topics:
         lines.append("topic creation disabled (@App:transportChannelCreationEnabled('false')): the topics must exist")
@@ -74,6 +74,7 @@ def render_text(topology: Topology) -> str:
         for instance in group.instances:
             reads = "; ".join(f"{topic} [{','.join(map(str, parts))}]" for topic, parts in instance.assignments)
             lines.append(f"  app  {instance.name}" + (f"  reads {reads}" if reads else ""))
+            lines += [f"       | {line}" if line else "       |" for line in instance.siddhi.rstrip().splitlines()]
     if topology.topics:
         lines += ["", "topics"]
         width = max(len(topic.name) for topic in topology.topics)

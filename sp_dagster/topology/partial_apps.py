@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.render import render
-from sp_dagster.siddhi.transports import INSTANCE_SHARE
+from sp_dagster.siddhi.transports import INSTANCE_SHARE, default_receiver_url
 from sp_dagster.topology.analysis import AGGREGATION, FUNCTION, TABLE, TRIGGER, WINDOW, Catalog, is_persisted
 from sp_dagster.topology.errors import TopologyError
 from sp_dagster.topology.flows import Flows, is_cluster_kafka
@@ -286,7 +286,10 @@ def _kafka_sink(publication: Publication) -> ast.Annotation:
 
 
 def _on_cluster(annotation: ast.Annotation, app_name: str, stream: str) -> ast.Annotation:
-    """A user kafka @source/@sink without bootstrap.servers pointed at the cluster's own Kafka."""
+    """A user kafka @source/@sink without bootstrap.servers pointed at the cluster's own Kafka; an http
+    @source without receiver.url given siddhi-io-http's default."""
+    if annotation.name.lower() == "source" and (annotation.get("type") or "").lower() == "http" and annotation.get("receiver.url") is None:
+        return dataclasses.replace(annotation, elements=(*annotation.elements, _element("receiver.url", default_receiver_url(app_name, stream))))
     if not is_cluster_kafka(annotation):
         return annotation
     elements = list(annotation.elements)

@@ -61,6 +61,10 @@ def _in_memory_state(groups: list[GroupSpec], catalog: Catalog) -> Iterator[Topo
                     yield error_at(item.node, _SHARED_STATE[kind].format(name=item.name, group=group.name, first=first))
 
 
+# WSO2's sentence, then what to do about it.
+_PARALLEL_FIX = "; put the query inside a partition (partition with (key of Stream) begin ... end;) or set parallel='1'"
+
+
 def _parallel_query(group: GroupSpec, info: ElementInfo, catalog: Catalog, choices: dict[str, Choice]) -> Iterator[TopologyError]:
     """A plain query with parallel > 1 sees only its instance's share of the events: stateless only."""
     query = info.element
@@ -69,21 +73,21 @@ def _parallel_query(group: GroupSpec, info: ElementInfo, catalog: Catalog, choic
     if isinstance(source, ast.JoinInput):
         sides = (source.left.stream.stream, source.right.stream.stream)
         if not any(catalog.kind(side) == AGGREGATION for side in sides):
-            yield error_at(source, f"{name}Join queries used with parallel greater than 1 outside partitioned stream")
+            yield error_at(source, f"{name}Join queries used with parallel greater than 1 outside partitioned stream{_PARALLEL_FIX}")
             return
     if isinstance(source, ast.StateInput):
-        yield error_at(source, f"{name}{source.kind.upper()} queries used with parallel greater than 1 outside partitioned stream")
+        yield error_at(source, f"{name}{source.kind.upper()} queries used with parallel greater than 1 outside partitioned stream{_PARALLEL_FIX}")
         return
     for stream_input in query.input_streams():
         if stream_input.window is not None:
-            yield error_at(stream_input.window, f"{name} Window queries used with parallel greater than 1 outside partitioned stream")
+            yield error_at(stream_input.window, f"{name} Window queries used with parallel greater than 1 outside partitioned stream{_PARALLEL_FIX}")
             return
     # The original let these through: each instance then keeps its own partial sums and counts.
     stateful = _stateful_node(query.selector)
     if stateful is not None and not _exact_by_key(query, choices):
         yield error_at(
             stateful,
-            f"{name} Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)",
+            f"{name} Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result){_PARALLEL_FIX}",
         )
 
 

@@ -12,6 +12,7 @@ import pytest
 from test_topology_cases import CASES as WSO2_CASES
 from test_topology_cases import ERRORS as WSO2_ERRORS
 from test_topology_rules import CASES as RULES
+from test_topology_rules import PARALLEL_FIX
 from topology_support import ROOT, plan_text
 
 from sp_dagster.messaging.kafka import KafkaTransport
@@ -69,6 +70,16 @@ def test_the_same_app_gives_the_same_bytes(name):
     assert render_text(first) == render_text(second) and render_mermaid(first) == render_mermaid(second)
 
 
+def test_the_text_shows_every_partial_apps_siddhiql_under_its_name():
+    topology = plan_text(SAMPLE.read_text(encoding="utf-8"))
+    text = render_text(topology)
+    for instance in topology.partial_apps:
+        block = "\n".join(f"       | {line}".rstrip() for line in instance.siddhi.rstrip().splitlines())
+        assert f"  app  {instance.name}" in text and block in text, instance.name
+        assert text.index(block) > text.index(f"  app  {instance.name}")
+    assert len(topology.partial_apps) == 5
+
+
 def test_the_cli_output_does_not_depend_on_hash_seeds():
     outputs = {run_cli("plan", str(SAMPLE), "--format", "json", seed=seed).stdout for seed in ("1", "2", "3")}
     assert len(outputs) == 1
@@ -93,7 +104,7 @@ def test_cli_invalid_app_as_json_and_as_text(tmp_path):
     result = run_cli("plan", str(app), "--format", "json")
     assert result.returncode == 1
     assert json.loads(result.stdout) == {
-        "error": {"line": 3, "column": 15, "message": "bad-w Window queries used with parallel greater than 1 outside partitioned stream"}
+        "error": {"line": 3, "column": 15, "message": "bad-w Window queries used with parallel greater than 1 outside partitioned stream" + PARALLEL_FIX}
     }
     result = run_cli("plan", str(app))
     assert result.returncode == 1 and result.stdout == ""
@@ -107,7 +118,7 @@ def test_cli_reports_language_errors_the_same_way(tmp_path):
     error = json.loads(result.stdout)["error"]
     assert result.returncode == 1 and (error["line"], error["column"]) == (2, 6) and "Nope" in error["message"]
     missing = run_cli("plan", str(tmp_path / "absent.siddhi"), "--format", "json")
-    assert missing.returncode == 1 and json.loads(missing.stdout)["error"]["message"].startswith("cannot read")
+    assert missing.returncode == 1 and json.loads(missing.stdout)["error"]["message"].startswith(f"{tmp_path / 'absent.siddhi'}: cannot be read")
 
 
 def test_a_language_error_is_not_a_topology_error():

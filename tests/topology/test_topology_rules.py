@@ -10,6 +10,9 @@ from topology_support import ROOT, check_partial_apps, plan_text, text_at
 
 from sp_dagster.topology import TopologyError
 
+#: What a parallel stateful query outside a partition is told to do, after WSO2's sentence.
+PARALLEL_FIX = "; put the query inside a partition (partition with (key of Stream) begin ... end;) or set parallel='1'"
+
 STOCK_ALERTS = (ROOT / "apps" / "stock-alerts.siddhi").read_text(encoding="utf-8")
 
 # The seeds' examples (002: an aggregation in an active-active cluster; 004: a distributed
@@ -195,15 +198,15 @@ end;
     ),
     "parallel > 1: a window outside a partition": Case(
         "@App:name('Bad')\ndefine stream S (k string, v int);\n@dist(execGroup='w', parallel='2') from S#window.length(5) select k, v insert into O;\n",
-        error=("length(5)", "Bad-w Window queries used with parallel greater than 1 outside partitioned stream"),
+        error=("length(5)", "Bad-w Window queries used with parallel greater than 1 outside partitioned stream" + PARALLEL_FIX),
     ),
     "parallel > 1: a pattern outside a partition": Case(
         "@App:name('Bad')\ndefine stream S (k string, v int);\n@dist(execGroup='w', parallel='2') from every e1=S -> e2=S[v > e1.v] select e1.k, e2.v insert into O;\n",
-        error=("every e1=S", "Bad-wPATTERN queries used with parallel greater than 1 outside partitioned stream"),
+        error=("every e1=S", "Bad-wPATTERN queries used with parallel greater than 1 outside partitioned stream" + PARALLEL_FIX),
     ),
     "parallel > 1: a sequence outside a partition": Case(
         "@App:name('Bad')\ndefine stream S (k string, v int);\n@dist(execGroup='w', parallel='2') from e1=S, e2=S[v > e1.v] select e1.k, e2.v insert into O;\n",
-        error=("e1=S, e2=S", "Bad-wSEQUENCE queries used with parallel greater than 1 outside partitioned stream"),
+        error=("e1=S, e2=S", "Bad-wSEQUENCE queries used with parallel greater than 1 outside partitioned stream" + PARALLEL_FIX),
     ),
     "parallel > 1: a stream join outside a partition": Case(
         """@App:name('Bad')
@@ -211,20 +214,22 @@ define stream S (k string, v int);
 define stream R (k string, w int);
 @dist(execGroup='w', parallel='2') from S#window.length(1) join R#window.length(1) on S.k == R.k select S.k, R.w insert into O;
 """,
-        error=("S#window.length(1) join", "Bad-wJoin queries used with parallel greater than 1 outside partitioned stream"),
+        error=("S#window.length(1) join", "Bad-wJoin queries used with parallel greater than 1 outside partitioned stream" + PARALLEL_FIX),
     ),
     "parallel > 1: a running sum under round robin (the original let it through)": Case(
         "@App:name('Bad')\ndefine stream S (k string, v int);\n@dist(execGroup='w', parallel='2') from S select k, sum(v) as total insert into O;\n",
         error=(
             "sum(v)",
-            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)",
+            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)"
+            + PARALLEL_FIX,
         ),
     ),
     "parallel > 1: group by under round robin": Case(
         "@App:name('Bad')\ndefine stream S (k string, v int);\n@dist(execGroup='w', parallel='2') from S select k, v group by k insert into O;\n",
         error=(
             "k insert into O",
-            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)",
+            "Bad-w Aggregate or group by queries used with parallel greater than 1 outside partitioned stream (each instance would compute a partial result)"
+            + PARALLEL_FIX,
         ),
     ),
     "parallel > 1: grouping by the key the stream is routed by is exact": Case(
@@ -248,7 +253,7 @@ define stream R (k string, w int);
         error=(
             "sum(v)",
             "Keyed-agg Aggregate or group by queries used with parallel greater than 1 outside partitioned stream "
-            "(each instance would compute a partial result)",
+            "(each instance would compute a partial result)" + PARALLEL_FIX,
         ),
     ),
     "parallel > 1: an in-memory table": Case(
