@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -85,6 +86,8 @@ def test_a_bad_argument_file_or_connection_is_one_line(name, tmp_path, sp_home, 
         sp_home.mkdir(parents=True, exist_ok=True)
         (sp_home / "up.json").write_text("{not json")
     env = {"SP_KAFKA_BOOTSTRAP": f"localhost:{free_port()}"}
+    if name == "produce":  # a broker accepts connections (produce checks that first): the app is what is missing
+        env["SP_KAFKA_BOOTSTRAP"] = f"localhost:{taken_port}"
     if name == "config":  # `config where` never fails; `config check` reports each file on stdout
         result = cli(tmp_path, "config", "check", "bad.yaml")
         assert result.returncode == 1 and result.stdout.startswith("FAIL bad.yaml:3:3") and not result.stderr
@@ -93,11 +96,29 @@ def test_a_bad_argument_file_or_connection_is_one_line(name, tmp_path, sp_home, 
     assert expected.format(taken=taken_port) in line
 
 
-@pytest.mark.broker
-def test_produce_with_an_unknown_key_is_one_line(tmp_path, broker, sp_home):
+def deploy_keyed(tmp_path: Path, broker) -> dict:
+    """Deploy APP on the broker; the environment that names it."""
     env = {"SP_KAFKA_BOOTSTRAP": broker.bootstrap_servers}
     (tmp_path / "app.siddhi").write_text(APP)
     deployed = cli(tmp_path, "deploy", "app.siddhi", "--no-wait", env=env)
     assert deployed.returncode == 0, deployed.stderr
+    return env
+
+
+@pytest.mark.broker
+def test_produce_with_an_unknown_key_is_one_line(tmp_path, broker, sp_home):
+    env = deploy_keyed(tmp_path, broker)
     line = one_line(cli(tmp_path, "produce", "Keyed:In", "--key", "typo", stdin='{"data": ["IBM", 1.0]}\n', env=env))
     assert "'typo'" in line and "symbol, price" in line
+
+
+@pytest.mark.broker
+def test_produce_names_the_line_over_the_message_limit_and_what_was_sent(tmp_path, broker, sp_home):
+    env = deploy_keyed(tmp_path, broker)
+    huge = '{"data": ["' + "x" * 2_000_000 + '", 3.0]}\n'
+    lines = '{"data": ["IBM", 1.0]}\n{"data": ["ACME", 2.0]}\n' + huge + '{"data": ["LATE", 4.0]}\n'
+    line = one_line(cli(tmp_path, "produce", "Keyed:In", stdin=lines, env=env))
+    assert line.startswith("error: <stdin>:3: ") and f"this line is {len(huge)} bytes" in line, line
+    assert "1000000-byte limit" in line and "message.max.bytes" in line and "the 2 events before it were" in line and "resume from line 3" in line, line
+    consumed = cli(tmp_path, "consume", "Keyed:In", "--from-beginning", "--timeout", "3", env=env)
+    assert [json.loads(e)["data"][0] for e in consumed.stdout.splitlines()] == ["IBM", "ACME"], consumed.stderr

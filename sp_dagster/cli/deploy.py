@@ -121,6 +121,7 @@ def run_produce(args: argparse.Namespace) -> int:
     from sp_dagster.errors import EventDecodeError, SpDagsterError
     from sp_dagster.messaging import RoundRobin, codec_for, strategy_for
     from sp_dagster.messaging.eventlines import decode_event_line
+    from sp_dagster.messaging.kafka import MessageTooLarge
 
     stream, target, transport = _stream_target(args, writing=True)
     names = [a.name for a in target.attributes]
@@ -132,13 +133,16 @@ def run_produce(args: argparse.Namespace) -> int:
             continue
         try:
             name, row, stamp = decode_event_line(line, lambda s: target.attributes if s == stream else _wrong_stream(s, stream), stream)
-        except EventDecodeError as exc:
-            publisher.flush()  # the events before the bad line are sent, as the message says
-            raise SpDagsterError(f"<stdin>:{number}: {exc} (nothing after this line was sent; {sent} events before it were)") from None
-        publisher.send([row], [stamp])
+            publisher.send([row], [stamp])
+        except (EventDecodeError, MessageTooLarge) as exc:
+            publisher.flush()  # the events before the line are sent, as the message says
+            raise SpDagsterError(
+                f"<stdin>:{number}: {exc} (this line is {len(line.encode())} bytes; nothing from it on was sent, "
+                f"{'the 1 event before it was' if sent == 1 else f'the {sent} events before it were'}: resume from line {number})"
+            ) from None
         sent += 1
     publisher.flush()
-    print(f"sent {sent} events to {target.topic}", file=sys.stderr)
+    print(f"sent {sent} event{'' if sent == 1 else 's'} to {target.topic}", file=sys.stderr)
     return 0
 
 

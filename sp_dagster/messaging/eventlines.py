@@ -2,7 +2,8 @@
 
 The one form events take in files and on the command line (`sp-dagster run`, `produce`,
 `consume`). On input `data` may also be an object keyed by attribute name; values are checked
-against the stream's attribute types.
+against the stream's attribute types. JSON has no infinities or NaN: a float or double that is
+one is written as Siddhi prints it, the text "Infinity", "-Infinity" or "NaN", and read back.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from sp_dagster.errors import EventDecodeError
+from sp_dagster.javatext import java_str
 from sp_dagster.messaging.codecs import Attribute, check_value, schema_of
 
 
@@ -48,13 +50,22 @@ def decode_event_line(
     timestamp = item.get("timestamp")
     if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
         raise EventDecodeError(f"timestamp must be an integer number of milliseconds, got {timestamp!r}")
-    return stream, tuple(check_value(a, v) for a, v in zip(attributes, data)), timestamp
+    return stream, tuple(check_value(a, _non_finite(v) if a.type in _FLOATING else v) for a, v in zip(attributes, data)), timestamp
+
+
+_FLOATING = ("float", "double")
+_NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _non_finite(value: Any) -> Any:
+    """A float attribute's value as read: the text json_value writes for a non-finite one turned back into it."""
+    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
 
 
 def json_value(value: Any, kind: str | None) -> Any:
-    """A value as it goes into a JSON line (floats in their own precision, non-finite ones as text)."""
+    """A value as it goes into a JSON line (floats in their own precision, non-finite ones as Siddhi's text: "Infinity")."""
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # every line stays valid JSON
+        return java_str(value, kind)  # every line stays valid JSON
     if kind == "float" and isinstance(value, float):
         return float(str(np.float32(value)))  # the float's shortest form, not its double expansion
     return value

@@ -39,6 +39,18 @@ _STUCK_GRACE_S = 5.0  # a call still running this long past its own timeout coun
 _SHORTEST_WAIT_S = 0.5  # what a call may still wait once its owner's lease ran out
 _ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
+_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
+
+
+class MessageTooLarge(MessagingError):
+    """A message over the client's size limit (message.max.bytes): sending it again can never succeed."""
+
+    def __init__(self, size: int, limit: int, topic: str):
+        self.size, self.limit = size, limit
+        super().__init__(
+            f"an event of {size} bytes for '{topic}' is over the {limit}-byte limit of a Kafka message (message.max.bytes); "
+            "send smaller events, or raise message.max.bytes in deployment.config.kafkaProperties (and the broker's own limit)"
+        )
 
 
 def _error(exc: BaseException) -> KafkaError | None:
@@ -117,7 +129,7 @@ class KafkaTransport(Transport):
         if _code(exc) in _UNREACHABLE:
             return BrokerUnavailable(
                 f"cannot reach the Kafka broker at {self.bootstrap_servers} while {doing} ({_reason(exc)}); "
-                "is it running? Start the embedded one with `sp-dagster broker`, or fix deployment.config.bootstrapURLs"
+                "is it running? Start the local stack with `sp-dagster up` (or the broker alone with `sp-dagster broker`), or fix deployment.config.bootstrapURLs"
             )
         return MessagingError(f"Kafka at {self.bootstrap_servers} failed while {doing}: {_reason(exc)}")
 
@@ -315,6 +327,11 @@ class RawPublisher(RawPublisherBase):
         if error is not None:
             self._failures.append(error.str())
 
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest message this client sends (message.max.bytes)."""
+        return int(self.transport.properties.get("message.max.bytes", _MESSAGE_MAX_BYTES))
+
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
         """Queue one message (timestamp in ms; None: the broker's time)."""
         self._topics.add(topic)
@@ -325,6 +342,8 @@ class RawPublisher(RawPublisherBase):
             except BufferError:  # the local queue is full: let deliveries drain
                 self.producer.poll(0.1)
             except KafkaException as exc:
+                if _code(exc) == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise MessageTooLarge(len(value) + len(key or b""), self.max_message_bytes, topic) from None
                 raise self.transport.unreachable(exc, f"publishing to '{topic}'") from None
 
     def produce_all(self, records, header: str = "") -> None:

@@ -13,6 +13,7 @@ location: the `sp_dagster/control_plane` asset then says why the graph is empty.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import time
@@ -69,8 +70,28 @@ def declared_receiver_urls(group: dict) -> list[str]:
     return list(receiver_urls(plan_instance(first["name"], first["siddhi"])))
 
 
+def counted(count: int, noun: str) -> str:
+    """A count with its noun in the right number: `1 partition`, `2 partitions`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _code(text: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"```\n{text.rstrip()}\n```")
+
+
+def _instances_siddhi(instances: list[dict]) -> dict[str, dg.MetadataValue]:
+    """The first instance's SiddhiQL and, when there are others, how theirs differs (a diff: a few lines only)."""
+    if not instances:
+        return {"siddhi": _code("")}
+    first = instances[0]
+    lines = first["siddhi"].rstrip().splitlines()
+    diffs = [
+        "\n".join(difflib.unified_diff(lines, other["siddhi"].rstrip().splitlines(), first["name"], other["name"], n=0, lineterm="")) for other in instances[1:]
+    ]
+    shown = {"siddhi": _code(first["siddhi"])}  # short enough for the UI to show it at once, as users look for it
+    if any(diffs):
+        shown["siddhi_of_other_instances"] = dg.MetadataValue.md("```diff\n" + "\n".join(d for d in diffs if d) + "\n```")
+    return shown
 
 
 def _strategy(end: dict) -> str:
@@ -143,16 +164,16 @@ class SpDagsterTranslator:
 def _partial_app_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
     """One execution group's partial app, depending on the topics it reads."""
     deployment, group, app = props.deployment, props.group, props.app
+    assert group is not None, "a partial app's props carry its group"
     instances = [i["name"] for i in group["instances"]]
     placement = {name: deployment["placement"].get(name) or "not placed" for name in instances}
     inputs = {stream: _strategy(s) + (f" <- {s['topic']}" if s.get("topic") else " (no topic)") for stream, s in group["inputs"].items()}
     outputs = {f"{stream} -> {p['topic']}": _strategy(p) for stream, pubs in group["outputs"].items() for p in pubs}
-    siddhi = group["instances"][0]["siddhi"] if group["instances"] else ""
     return dg.AssetSpec(
         key=props.default_key,
         deps=sorted({topic_key(s["topic"]) for s in group["inputs"].values() if s.get("topic")}, key=lambda k: k.path),
         group_name=group_name(app),
-        description=f"Partial app `{group['name']}` of {app}: {group['parallelism']} parallel instance(s)"
+        description=f"Partial app `{group['name']}` of {app}: {counted(group['parallelism'], 'parallel instance')}"
         + (", receiver (passthrough)" if group.get("receiver") else "")
         + ".",
         kinds={"siddhi", "spark"},
@@ -166,7 +187,7 @@ def _partial_app_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
             "instances": instances,
             "strategies": dg.MetadataValue.json({"in": inputs, "out": outputs}),
             "placement": dg.MetadataValue.json(placement),
-            "siddhi": _code(siddhi),
+            **_instances_siddhi(group["instances"]),
             "deployment": dg.MetadataValue.json({k: deployment[k] for k in ("generation", "status", "content_hash")}),
         },
         tags={"sp-dagster/app": group_name(app)},
@@ -202,11 +223,12 @@ def _aggregation_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
 def _topic_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
     """One topic, depending on the partial apps that publish to it."""
     topic = props.topic
+    assert topic is not None, "a topic's props carry the topic"
     return dg.AssetSpec(
         key=props.default_key,
         deps=sorted(set(props.producers), key=lambda k: k.path),
         group_name=group_name(props.app),
-        description=f"Topic `{topic['name']}` ({topic['partitions']} partition(s))"
+        description=f"Topic `{topic['name']}` ({counted(topic['partitions'], 'partition')})"
         + ("" if props.producers else ": an entry topic, fed from outside the app")
         + ".",
         kinds={"kafka"},
@@ -285,7 +307,7 @@ def control_plane_spec(snapshot: dict) -> dg.AssetSpec:
     elif not apps:
         text = "No app is deployed yet: drop a .siddhi file into the app repository, or run `sp-dagster deploy APP.siddhi`."
     else:
-        text = f"The partial-app graph shows {len(apps)} deployment(s): {', '.join(apps)}."
+        text = f"The partial-app graph shows {counted(len(apps), 'deployment')}: {', '.join(apps)}."
     return dg.AssetSpec(
         key=CONTROL_PLANE_KEY,
         group_name="sp_dagster",

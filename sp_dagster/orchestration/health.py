@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 
 from sp_dagster.cluster.status import receiver_urls
+from sp_dagster.orchestration.assets import counted
 from sp_dagster.orchestration.ops import user_errors
 from sp_dagster.orchestration.resources import ControlPlaneResource
 
@@ -162,7 +163,7 @@ def live_worker_result(key, app: str, instances: list[dict], nodes: dict, max_ag
         asset_key=key,
         check_name=LIVE_WORKER,
         passed=not problems,
-        description="; ".join(problems) if problems else f"{len(instances)} instance(s) on live workers",
+        description="; ".join(problems) if problems else f"{counted(len(instances), 'instance')} on live workers",
         metadata={"without_live_worker": len(problems), "workers": sorted({i["node"] for i in instances if i["node"]})},
     )
 

@@ -8,6 +8,7 @@ each request:
     401  basic.auth.enabled and no valid `Authorization: Basic` for a user of deployment.yaml
     400  the body does not decode with the source's @map; the reason is the answer's text
     200  only once the request's events are in the instance's output topics (the broker acknowledged)
+    413  an event is larger than the messaging layer takes (or the body than MAX_BODY): retrying cannot help
     503  publishing failed; the client should retry
 
 Group commit. The handler checks the credentials, decodes the body (once: the engine gets the
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from sp_dagster.errors import EventDecodeError
+from sp_dagster.messaging.kafka import MessageTooLarge
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.transport import Transport
 from sp_dagster.worker.batching import batched_outputs, pack
@@ -99,6 +101,7 @@ class ReceiverLoop:
         self._closing = False
         self._flusher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"http-flush-{plan.name}")
         self._sequence = 0
+        self._alone = 0  # how many of the next batches hold one request only (after an event too large, to find its request)
         self.accepted = self.refused = self.batches = 0
         self.publisher = None
 
@@ -168,7 +171,11 @@ class ReceiverLoop:
             if source.basic_auth and not self._authorized(request.headers.get("Authorization")):
                 self.refused += 1
                 return web.Response(status=401, text="valid basic authentication is required", headers={"WWW-Authenticate": 'Basic realm="sp-dagster"'})
-            body = await request.read()
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                self.refused += 1
+                return web.Response(status=413, text=f"the body is over the receiver's limit of {MAX_BODY} bytes; send fewer events per request")
             try:
                 rows = codec.decode(body)
             except EventDecodeError as exc:
@@ -180,6 +187,9 @@ class ReceiverLoop:
             self._waiting.append((topic, rows, answer))
             self._arrived.set()
             error = await answer
+            if isinstance(error, MessageTooLarge):
+                self.refused += 1
+                return web.Response(status=413, text=f"the request can never be stored: {error}")
             if error:
                 return web.Response(status=503, text=f"the event could not be stored: {error}; retry")
             self.accepted += 1
@@ -216,6 +226,13 @@ class ReceiverLoop:
                 try:
                     self._publish(batch, publisher)
                     await loop.run_in_executor(self._flusher, publisher.flush, self.settings.flush_timeout_s)
+                except MessageTooLarge as exc:
+                    # _publish finds it before queuing any: publish the requests one by one, so only the one at fault is refused
+                    if len(batch) > 1:
+                        self._waiting[:0] = batch
+                        self._alone = len(batch)
+                        continue
+                    error = exc
                 except Exception as exc:  # the broker is away: the clients retry
                     log.warning("%s: publishing %d request(s) failed: %s", self.plan.name, len(batch), exc)
                     error = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
@@ -227,6 +244,9 @@ class ReceiverLoop:
     def _take(self) -> list[tuple[str, list, asyncio.Future]]:
         """The waiting requests, oldest first, up to about `max_events` events (at least one request)."""
         waiting, limit = self._waiting, self.settings.max_events
+        if self._alone:
+            self._alone -= 1
+            limit = 1
         events, count = 0, 0
         for _topic, rows, _answer in waiting:
             events += len(rows)
@@ -243,6 +263,10 @@ class ReceiverLoop:
         key = self.origin_key
         out = self.runtime.process_decoded([(topic, rows, key, first + n) for n, (topic, rows, _answer) in enumerate(batch)], _now_ms())
         out = pack(out, self._batched)  # the requests' events in one message per partition
+        largest = getattr(publisher, "max_message_bytes", None)  # checked before any is queued, so a batch refused is refused whole
+        too_large = [m for m in out if len(m.value) > largest] if largest is not None else []
+        if too_large:
+            raise MessageTooLarge(len(too_large[0].value), int(largest or 0), too_large[0].topic)
         publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in out), ORIGIN_HEADER)
 
     async def _shutdown(self) -> None:

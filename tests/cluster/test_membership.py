@@ -68,3 +68,20 @@ def test_a_node_that_leaves_is_no_longer_alive(plane):
     assert not deregister_node(plane, "w1", 1)
     assert heartbeat(plane, "w1", 1).reason == "node 'w1' is left"
     assert heartbeat(plane, "nobody", 1).reason == "node 'nobody' is not registered"
+
+
+def test_a_node_registers_the_address_of_its_https_interface_and_status_shows_it(plane):
+    from pathlib import Path
+
+    from sp_dagster.cluster.fencing import NodeSession
+    from sp_dagster.cluster.status import cluster_status, render_status
+    from sp_dagster.config.loader import parse_config
+
+    template = (Path(__file__).parents[2] / "conf" / "worker" / "deployment.yaml").read_text()
+    assert "host: localhost\n    port: 9090" in template  # what the two nodes below change
+    for node_id, host, port in (("w1", "worker-1.lan", 9443), ("w2", "10.0.0.12", 9544)):
+        config = parse_config(template.replace("host: localhost", f"host: {host}").replace("port: 9090", f"port: {port}"), "deployment.yaml", node_id=node_id)
+        NodeSession.from_config(config, plane).beat()
+    assert {n["node"]: n["address"] for n in cluster_status(plane)["nodes"]} == {"w1": "worker-1.lan:9443", "w2": "10.0.0.12:9544"}
+    table = render_status(cluster_status(plane))
+    assert "worker-1.lan:9443" in table and "10.0.0.12:9544" in table and "localhost:9090" not in table

@@ -163,3 +163,18 @@ def test_dagster_definitions_validate_passes_on_the_code_location(cluster, plane
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Validation successful for code location sp-dagster" in result.stdout + result.stderr
+
+
+def test_counts_in_descriptions_take_the_right_number_and_siddhi_shows_how_the_instances_differ():
+    from sp_dagster.orchestration.app_assets import build_partial_app_specs
+
+    specs = {spec.key: spec for spec in build_partial_app_specs(REPO / "apps" / "stock-alerts.siddhi")}
+    assert specs[AVERAGES].description.startswith("Topic `StockAlerts.AveragePriceStream` (1 partition).")
+    assert specs[TRADES].description.startswith("Topic `StockAlerts.TradeStream` (2 partitions)")
+    assert "1 parallel instance." in specs[ALERT].description and "2 parallel instances." in specs[FILTER].description
+
+    single, first = specs[ALERT].metadata["siddhi"].value, specs[FILTER].metadata["siddhi"].value
+    assert "@App:name('StockAlerts-alert-1')" in single and "siddhi_of_other_instances" not in specs[ALERT].metadata
+    assert "@App:name('StockAlerts-filter-1')" in first and "partition.no.list = '0'" in first and "volume > 100" in first
+    diff = specs[FILTER].metadata["siddhi_of_other_instances"].value
+    assert "+@App:name('StockAlerts-filter-2')" in diff and "partition.no.list = '1'" in diff and "volume > 100" not in diff

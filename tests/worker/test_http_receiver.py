@@ -22,7 +22,7 @@ from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.worker.batching import expand
-from sp_dagster.worker.http_receiver import HostedReceiver
+from sp_dagster.worker.http_receiver import MAX_BODY, HostedReceiver
 from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import Message
@@ -54,6 +54,10 @@ class HeldPublisher:
         records = list(records)
         self.produced += len(records)
         self.publisher.produce_all(records, header)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.publisher.max_message_bytes
 
     def flush(self, timeout: float = 30.0) -> None:
         self.flushing.set()
@@ -165,6 +169,31 @@ def test_a_failed_flush_answers_503_and_the_next_batch_is_published(receiver):
     assert receiver.post(event("kept", 2)).status_code == 200
     rows = [row for row, _origin in receiver.in_topic(1)]
     assert ("kept", 2) in rows
+
+
+def test_an_event_over_the_message_limit_is_refused_413_with_the_limit_and_the_rest_of_its_batch_stored(receiver):
+    held = receiver.publisher
+    held.released.clear()
+    blocked = receiver.post_later(event("first", 1))
+    assert held.flushing.wait(30), "the first request's batch is being flushed"
+    # The next batch holds the huge event between small ones: only its request is refused.
+    later = []
+    for n, device in enumerate(["s0", "x" * 1_500_000, "s1", "s2"]):
+        later.append(receiver.post_later(event(device, n + 1)))
+        wait_for(lambda: len(receiver.loop._waiting) == n + 1, what=f"{n + 1} requests waiting")
+    held.released.set()
+    answers = [f.result(60) for f in later]
+    assert [a.status_code for a in answers] == [200, 413, 200, 200], [a.text[:200] for a in answers]
+    assert "1000000-byte limit" in answers[1].text and "never" in answers[1].text and "retry" not in answers[1].text, answers[1].text
+    assert blocked.result(60).status_code == 200
+    assert sorted(row for row, _origin in receiver.in_topic(4)) == [("first", 1), ("s0", 1), ("s1", 3), ("s2", 4)]
+    assert receiver.loop.metrics()["refused_total"] == 1
+
+
+def test_a_body_over_max_body_is_refused_413_with_the_limit(receiver):
+    answer = receiver.post(b"x" * (MAX_BODY + 1))
+    assert answer.status_code == 413 and f"limit of {MAX_BODY} bytes; send fewer events" in answer.text, answer.text[:200]
+    assert receiver.post(event("after", 1)).status_code == 200
 
 
 def test_basic_auth_refuses_without_valid_credentials_and_never_logs_them(receiver, caplog):
