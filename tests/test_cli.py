@@ -42,6 +42,20 @@ def test_config_check_ok_and_fail(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_config_check_names_a_managers_file_a_manager(tmp_path):
+    """By the file's name or directory, else by the sections only a manager's (or a worker's) file has."""
+    manager, base = (ROOT / "conf/manager/deployment.yaml").read_text(), tmp_path / "x" / "y"  # no role in the names above
+    (base / "plain").mkdir(parents=True)
+    (base / "manager-deployment.yaml").write_text(manager)
+    (base / "plain" / "deployment.yaml").write_text(manager)
+    (base / "deployment.yaml").write_text((ROOT / "conf/worker/deployment.yaml").read_text())
+    files = [str(base / "manager-deployment.yaml"), str(base / "plain" / "deployment.yaml"), str(base / "deployment.yaml")]
+    result = run_cli("config", "check", *files)
+    assert result.returncode == 0, result.stdout + result.stderr
+    roles = [line.split("(", 1)[1].split()[0] for line in result.stdout.splitlines()]
+    assert roles == ["manager", "manager", "worker"]
+
+
 def test_config_check_all_good_exits_zero():
     result = run_cli("config", "check", "conf/worker/deployment.yaml")
     assert result.returncode == 0 and result.stdout.startswith("OK")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from sp_dagster.cli.options import open_input
+from sp_dagster.cli.options import add_conf_option, load_role_config, open_input
 from sp_dagster.errors import SpDagsterError
 
 
@@ -45,16 +45,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Tables with @store(type='rdbms') are read from (and changed in) their database; in-memory "
         "tables start empty, or hold what --events sends first. Aggregations answer "
         "'from A [on cond] within <start>, <end> | within '2017-06-** **:**:**' per 'hours' select ...' "
-        "from their tables (and what --events sent); --conf gives the shard id and partitionById. "
-        "APP may name a deployed app instead of a file: its recorded SiddhiQL is read from the control plane "
-        "of --conf, and a query reads the stores its workers write (an aggregation with @dist(parallel='N') "
+        "from their tables (and what --events sent); the deployment.yaml (--conf, else the search order "
+        "`sp-dagster config where` shows) gives the datasources, shard id and partitionById. "
+        "APP may name a deployed app instead of a file: its recorded SiddhiQL is read from that file's control plane, "
+        "and a query reads the stores its workers write (an aggregation with @dist(parallel='N') "
         "merges its N shards).",
     )
-    query.add_argument("app", metavar="APP", help="the Siddhi app's file, or the name of an app deployed on the control plane of --conf")
+    query.add_argument("app", metavar="APP", help="the Siddhi app's file, or the name of an app deployed on the control plane of the deployment.yaml")
     query.add_argument("query", metavar="QUERY", help='the on-demand query, e.g. "from StockTable on price > 10 select symbol, price"')
     query.add_argument("--events", metavar="EVENTS.jsonl", help="events to send before the query, as for `run` ('-' for standard input)")
     query.add_argument("--json", action="store_true", help="print one JSON object per row, keyed by attribute name")
-    query.add_argument("--conf", metavar="FILE", help="a deployment.yaml whose datasources @store(datasource='NAME') refers to")
+    add_conf_option(query, "manager", "naming the control plane of deployed apps and the datasources @store(datasource='NAME') refers to")
     query.set_defaults(handler=run_query)
 
 
@@ -102,11 +103,7 @@ def run_query(args: argparse.Namespace) -> int:
     from sp_dagster.engine.replay import send_lines
     from sp_dagster.messaging import eventlines
 
-    config = None
-    if args.conf is not None:
-        from sp_dagster.config.loader import load_config
-
-        config = load_config(args.conf)
+    config = load_role_config(args)
     text, deployed = _app_text(args.app, config)
     if deployed and args.events:
         raise SpDagsterError(f"--events would write into the stores of the deployed app {args.app}; produce them to its topics instead")
@@ -134,7 +131,7 @@ def run_query(args: argparse.Namespace) -> int:
 def _app_text(app: str, config) -> tuple[str, bool]:
     """(SiddhiQL, deployed?): the file `app`, else the app of that name deployed on the control plane of `config`."""
     path = Path(app)
-    if path.exists() or config is None:
+    if path.exists() or path.suffix == ".siddhi" or config is None:  # a missing APP.siddhi is a missing file, not an app name
         return path.read_text(encoding="utf-8"), False
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.cluster.store.deployments import get_deployment, list_deployments

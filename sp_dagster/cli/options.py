@@ -1,5 +1,11 @@
 """Option helpers shared by the `sp-dagster` subcommands: `--conf`, loading a role's configuration, `-` for stdin.
 
+A command's deployment.yaml is the first of (config/locate.py): --conf, $SP_DAGSTER_CONF
+($SP_DAGSTER_WORKER_CONF first for workers), the stack `sp-dagster up` started (recorded in
+$SP_DAGSTER_HOME/up.json), ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults; `${SP_*}`
+references inside it read the environment (config/yamlsource.py), so an exported
+SP_KAFKA_BOOTSTRAP still wins over the address a file gives as its default.
+
 Imported when the parser is built, so it stays light: whatever is heavy is imported inside the helpers.
 """
 
@@ -7,14 +13,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
-from sp_dagster.config.locate import SEARCH_ORDER, conf_path
+from sp_dagster.config.locate import SEARCH_ORDER, STACK_SOURCE, ConfLocation, find_conf
 
 if TYPE_CHECKING:
     from sp_dagster.config.model import Config
+
+# The commands that reach the messaging layer as soon as they have their configuration: checked first, so
+# a broker that is not there is one line within seconds (not librdkafka's retries until a 10 s timeout).
+# `deploy` reads, plans and checks the app first; it still waits for that timeout (see messaging/kafka.py).
+MESSAGING_COMMANDS = ("produce", "consume")
+REACH_TIMEOUT_S = 2.0
 
 
 def add_conf_option(parser: argparse.ArgumentParser, role: str = "manager", what: str = "naming the control plane and broker") -> None:
@@ -26,11 +39,68 @@ def add_conf_option(parser: argparse.ArgumentParser, role: str = "manager", what
 
 def load_role_config(args: argparse.Namespace, role: str = "manager", *, node: bool = False) -> Config:
     """The `role`'s configuration that `--conf` (or the search order) names; for a `node` of that role
-    (`sp-dagster manager`, `worker`), loaded as that role with `--id` as its node id."""
+    (`sp-dagster manager`, `worker`), loaded as that role with `--id` as its node id. A command's Kafka
+    clients log to Python logging at debug (a node's keep librdkafka's own errors on stderr)."""
     from sp_dagster.config.loader import load_config
 
-    path = conf_path(role, args.conf)
-    return load_config(path, role=role, node_id=args.id) if node else load_config(path)
+    location = find_conf(role, args.conf)
+    if node:
+        return load_config(location.path, role=role, node_id=args.id)
+    config = quiet_kafka_clients(load_config(location.path))
+    if getattr(args, "command", None) in MESSAGING_COMMANDS:
+        require_messaging(config, location)
+    return config
+
+
+class _DebugLog:
+    """A `logger` for librdkafka: its lines (errors included) go to Python logging at debug, shown with -v."""
+
+    def __init__(self) -> None:
+        self.target = logging.getLogger("sp_dagster.librdkafka")
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        """Log librdkafka's line at debug, whatever its level."""
+        self.target.debug(message, *args)
+
+
+def quiet_kafka_clients(config: Config) -> Config:
+    """`config` with its Kafka clients logging through Python logging at debug, unless its kafkaProperties set `logger` or `log_level`."""
+    import dataclasses
+
+    properties: dict[str, Any] = dict(config.deployment.kafka_properties)
+    if "logger" in properties or "log_level" in properties:
+        return config
+    properties["logger"] = _DebugLog()
+    return dataclasses.replace(config, deployment=dataclasses.replace(config.deployment, kafka_properties=properties))
+
+
+def require_messaging(config: Config, location: ConfLocation) -> None:
+    """Raise BrokerUnavailable, one line saying what to do, when no server of `config`'s messaging layer accepts a connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from sp_dagster.errors import BrokerUnavailable
+
+    messaging = config.messaging
+    nats = messaging.kind == "nats"
+    reasons, shown = [], [safe_address(server) for server in messaging.servers]
+    for server in messaging.servers:
+        try:
+            address = urlsplit(server if "://" in server else f"//{server}")
+            host, port = address.hostname or "localhost", address.port or (4222 if nats else 9092)
+            socket.create_connection((host, port), REACH_TIMEOUT_S).close()
+            return
+        except (OSError, ValueError) as exc:
+            reasons.append(getattr(exc, "strerror", None) or str(exc))
+    what, command, setting = ("NATS server", "nats", "natsServerUrl") if nats else ("Kafka broker", "broker", "bootstrapURLs")
+    if location.source.startswith(STACK_SOURCE):
+        hint = f"the stack `sp-dagster up` started ({location.source.removeprefix(STACK_SOURCE + ', ')}) is not running: run `sp-dagster down`, then `sp-dagster up`"
+    else:
+        hint = (
+            f"start the local stack with `sp-dagster up` (or the {what} alone with `sp-dagster {command}`), or set deployment.config.{setting} "
+            f"in {location.path} (`sp-dagster config where` says why that file)"
+        )
+    raise BrokerUnavailable(f"cannot reach the {what} at {','.join(shown)} ({'; '.join(dict.fromkeys(reasons))}); {hint}")
 
 
 @contextlib.contextmanager
@@ -46,3 +116,9 @@ def open_input(name: str) -> Iterator[IO[str]]:
 def say(line: str) -> None:
     """Print one progress line at once (the commands that run for long flush every line)."""
     print(line, flush=True)
+
+
+def safe_address(server: str) -> str:
+    """A server address as it may be shown: without a user:password@ part."""
+    scheme, found, rest = server.rpartition("://")
+    return f"{scheme}{found}{rest.rpartition('@')[2]}"

@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="start the embedded broker, a manager, workers and the Dagster UI; deploy the sample app",
         description="Start everything on this machine in the background: the embedded broker, a manager and workers on the "
         "SQLite control plane the shipped confs name, and the Dagster UI; deploy the sample app in apps/ and feed it events. "
-        "Prints where to look. `sp-dagster down` stops it all.",
+        "Prints where to look. Until `sp-dagster down` stops it all, every command run with the same $SP_DAGSTER_HOME and no --conf "
+        "or $SP_DAGSTER_CONF reaches this stack (it reads the confs `up` wrote; `sp-dagster config where` says so).",
     )
     up.add_argument("--workers", type=int, default=2, metavar="N", help="how many workers (default 2)")
     up.add_argument(
@@ -42,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down = subparsers.add_parser(
         "down",
         help="stop everything `sp-dagster up` started",
-        description="Stop, newest first, every process `sp-dagster up` started (recorded in $SP_DAGSTER_HOME/up.json).",
+        description="Stop, newest first, every process `sp-dagster up` started (recorded in $SP_DAGSTER_HOME/up.json), and remove that record: "
+        "commands then read their confs by the search order again.",
     )
     down.set_defaults(handler=run_down)
 

@@ -1,14 +1,17 @@
-"""Where a command's deployment.yaml comes from: --conf, $SP_DAGSTER_CONF, ./conf, $SP_DAGSTER_HOME/conf, the packaged defaults.
+"""Where a command's deployment.yaml comes from: --conf, $SP_DAGSTER_CONF, the stack `up` started, ./conf, $SP_DAGSTER_HOME/conf, the packaged defaults.
 
 A value given by `--conf` or an environment variable may name a deployment.yaml or a conf
 directory (holding `manager/deployment.yaml` and `worker/deployment.yaml`). Workers read
-$SP_DAGSTER_WORKER_CONF before $SP_DAGSTER_CONF. The packaged defaults are the repository's
-`conf/` (copied into the wheel as `sp_dagster/_defaults/conf`), so an installed sp-dagster runs
-from any directory.
+$SP_DAGSTER_WORKER_CONF before $SP_DAGSTER_CONF. While `sp-dagster up` runs, its record
+($SP_DAGSTER_HOME/up.json) names the confs it wrote for its stack (its broker's address, its
+apps folder), so `deploy`, `consume` and the rest reach that stack; `down` removes the record.
+The packaged defaults are the repository's `conf/` (copied into the wheel as
+`sp_dagster/_defaults/conf`), so an installed sp-dagster runs from any directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +19,9 @@ from pathlib import Path
 CONF_ENV = "SP_DAGSTER_CONF"
 ROLE_ENV = {"worker": "SP_DAGSTER_WORKER_CONF"}
 CONF_FILE = "deployment.yaml"
-SEARCH_ORDER = "--conf, $SP_DAGSTER_CONF, ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults"
+STACK_RECORD = "up.json"  # under $SP_DAGSTER_HOME: what `sp-dagster up` started, written by orchestration/demo.py
+STACK_SOURCE = "the stack `sp-dagster up` started"
+SEARCH_ORDER = f"--conf, $SP_DAGSTER_CONF, {STACK_SOURCE} ($SP_DAGSTER_HOME/{STACK_RECORD}), ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults"
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,25 @@ def _named(value: str, role: str, source: str) -> ConfLocation:
     return ConfLocation(path / role / CONF_FILE if path.is_dir() else path, source)
 
 
-def find_conf(role: str = "manager", explicit: str | os.PathLike | None = None) -> ConfLocation:
-    """The deployment.yaml a `role` node reads, by the search order above."""
+def stack_record() -> Path:
+    """Where `sp-dagster up` records its stack: $SP_DAGSTER_HOME/up.json."""
+    from sp_dagster.config.yamlsource import default_home
+
+    return Path(default_home()).expanduser().resolve() / STACK_RECORD
+
+
+def stack_conf(role: str) -> Path | None:
+    """The `role`'s deployment.yaml of the stack `up` recorded, or None (no record, or one naming no such file)."""
+    try:
+        facts = json.loads(stack_record().read_text(encoding="utf-8")).get("facts")
+        path = Path(facts["conf"][role])
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):  # no record, or one `down` will report
+        return None
+    return path if path.is_file() else None
+
+
+def find_conf(role: str = "manager", explicit: str | os.PathLike | None = None, *, stack: bool = True) -> ConfLocation:
+    """The deployment.yaml a `role` node reads, by the search order above (`stack=False`: skipping the stack's, as `up` does)."""
     from sp_dagster.config.yamlsource import default_home
 
     if explicit:
@@ -52,6 +74,9 @@ def find_conf(role: str = "manager", explicit: str | os.PathLike | None = None) 
     for variable in (ROLE_ENV.get(role), CONF_ENV):
         if variable and os.environ.get(variable):
             return _named(os.environ[variable], role, f"${variable}")
+    recorded = stack_conf(role) if stack else None
+    if recorded is not None:
+        return ConfLocation(recorded, f"{STACK_SOURCE}, recorded in {stack_record()}")
     for directory, source in ((Path.cwd() / "conf", "./conf/"), (Path(default_home()) / "conf", "$SP_DAGSTER_HOME/conf/")):
         if (directory / role / CONF_FILE).is_file():
             return ConfLocation((directory / role / CONF_FILE).resolve(), source)

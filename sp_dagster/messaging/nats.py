@@ -210,8 +210,8 @@ class NatsTransport(Transport):
                 if isinstance(exc, MessagingError):
                     raise
                 raise BrokerUnavailable(
-                    f"cannot reach the NATS server at {self.address} ({_describe(exc)}); is it running? Start the embedded one "
-                    f"with `sp-dagster nats`, or fix {self.setting}"
+                    f"cannot reach the NATS server at {self.address} ({_describe(exc)}); is it running? Start the local stack with "
+                    f"`sp-dagster up --messaging nats` (or the server alone with `sp-dagster nats`), or fix {self.setting}"
                 ) from None
             self._loop = loop
 

@@ -7,6 +7,9 @@ Unless --no-demo it deploys the sample app in apps/ through the same deploy path
 `sp-dagster deploy`, waits until every instance runs, and starts a small event generator.
 What it started is written to $SP_DAGSTER_HOME/up.json as it goes, so `down` stops exactly
 those processes (by pid and start time), in reverse order, even after a failed `up`.
+The processes read copies of the confs that `up` writes under $SP_DAGSTER_HOME/up-conf, naming
+its broker's address, apps folder and UI port; up.json records them (facts.conf), so every other
+command run with the same $SP_DAGSTER_HOME and no --conf reaches this stack (config/locate.py).
 """
 
 from __future__ import annotations
@@ -138,7 +141,7 @@ def up(
 ) -> Stack:
     """Bring the system up (see the module docstring); on failure, stop what was started and raise DemoError."""
     from sp_dagster.config.loader import load_config
-    from sp_dagster.config.locate import conf_path
+    from sp_dagster.config.locate import find_conf
     from sp_dagster.embedded.broker import EmbeddedBroker, free_port, port_open
     from sp_dagster.embedded.nats_server import EmbeddedNatsServer
 
@@ -146,7 +149,8 @@ def up(
     existing = Stack.load(path)
     if existing and any(alive(p) for p in existing.processes):
         raise DemoError(f"sp-dagster is already up ({path}); run `sp-dagster down` first")
-    manager_conf, worker_conf = conf_path("manager", conf), conf_path("worker", worker_conf)
+    # The confs the stack's copies derive from: never an earlier stack's copies.
+    sources = {role: str(find_conf(role, given, stack=False).path) for role, given in (("manager", conf), ("worker", worker_conf))}
     sp_home = home()
     if not demo:
         apps = sp_home / "apps"  # an empty repository: the sensor deploys nothing on its own
@@ -157,40 +161,41 @@ def up(
     broker_port = broker_port or layer.port
     if port_open("127.0.0.1", broker_port):
         free = free_port()
-        say(f"port {broker_port} is taken; the embedded {layer.what} listens on {free} instead ({layer.variable}={layer.address(free)})")
+        say(f"port {broker_port} is taken; the embedded {layer.what} listens on {free} instead (the stack's confs name it)")
         broker_port = free
-    if messaging == "nats":  # the confs name Kafka: derive copies that name the embedded NATS server
-        manager_conf = nats_conf(manager_conf, sp_home / "nats-conf" / "manager" / "deployment.yaml")  # not conf/: the search order would find it later
-        worker_conf = nats_conf(worker_conf, sp_home / "nats-conf" / "worker" / "deployment.yaml")
+    address = layer.address(broker_port)
+    stack = new_stack(messaging, address, sources, apps, port)
+    confs: dict[str, str] = stack.facts["conf"]
+    manager_conf, workers_conf = confs["manager"], confs["worker"]
     env = {
         "SP_DAGSTER_HOME": str(sp_home),
-        layer.variable: layer.address(broker_port),
+        layer.variable: address,
         "SP_DAGSTER_APPS": str(apps),
         "SP_DAGSTER_CONF": manager_conf,
-        "SP_DAGSTER_WORKER_CONF": worker_conf,
+        "SP_DAGSTER_WORKER_CONF": workers_conf,
         "DAGSTER_HOME": str(sp_home / "dagster"),
     }
     if port:
         env["SP_DAGSTER_PORT"] = str(port)  # the shipped manager conf reads dagster.port from it
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # this process reads the same confs as its children
-    stack = Stack(path, facts={"bootstrap": env[layer.variable], "messaging": messaging, "env": env})
+    stack.facts["env"] = env
     try:
         config = load_config(manager_conf)
         settings = config.dagster
         if port and port != settings.port:
             say(f"note: {manager_conf} sets dagster.port {settings.port}; deploy runs reload the UI there, not on {port}")
         port = port or settings.port
-        stack.facts.update(control_plane=config.control_plane.safe_url, ui=f"http://{settings.host}:{port}" if ui else None)
+        stack.facts.update(control_plane=config.control_plane.safe_url, ui=f"http://{settings.host}:{port}" if ui else None, ui_port=port if ui else None)
         stack.save()
         server_class = EmbeddedNatsServer if messaging == "nats" else EmbeddedBroker
         broker = stack.start("broker", cli_command(layer.command, "--port", str(broker_port)), env)
         _wait(f"the {layer.what} on port {broker_port}", lambda: _broker_ready(server_class, broker_port), 30, [broker])
-        say(f"broker       {layer.address(broker_port)} ({layer.what})")
+        say(f"broker       {address} ({layer.what}; the stack's confs: {Path(manager_conf).parent.parent})")
         manager = stack.start("manager-1", cli_command("manager", "--conf", manager_conf, "--id", "manager-1"), env)
-        nodes = [stack.start(f"worker-{n}", cli_command("worker", "--conf", worker_conf, "--id", f"worker-{n}"), env) for n in range(1, workers + 1)]
+        nodes = [stack.start(f"worker-{n}", cli_command("worker", "--conf", workers_conf, "--id", f"worker-{n}"), env) for n in range(1, workers + 1)]
         if receivers:  # receiver nodes host the apps' HTTP receivers (without any, workers do)
-            node_conf = receiver_conf(worker_conf, sp_home / "receiver-conf" / "deployment.yaml")
+            node_conf = receiver_conf(workers_conf, sp_home / "receiver-conf" / "deployment.yaml")
             nodes += [stack.start(f"receiver-{n}", cli_command("worker", "--conf", node_conf, "--id", f"receiver-{n}"), env) for n in range(1, receivers + 1)]
         max_age_ms = config.deployment.heartbeat_interval * config.deployment.heartbeat_max_retry
         names = [p.name for p in nodes]
@@ -240,6 +245,7 @@ class Layer:
     port: int
     variable: str  # the environment variable the confs read its address from
     scheme: str = ""
+    setting: str = "bootstrapURLs"  # the deployment.config key naming it
 
     def address(self, port: int) -> str:
         """The server's address as the confs take it."""
@@ -248,34 +254,63 @@ class Layer:
 
 MESSAGING = {
     "kafka": Layer("broker", "broker", 9092, "SP_KAFKA_BOOTSTRAP"),
-    "nats": Layer("NATS server", "nats", 4222, "SP_NATS_URL", "nats://"),
+    "nats": Layer("NATS server", "nats", 4222, "SP_NATS_URL", "nats://", "natsServerUrl"),
 }
+
+
+def new_stack(messaging: str, address: str, sources: dict[str, str], apps: Path, port: int | None = None) -> Stack:
+    """The record of a new stack (not saved yet), with the copies of each role's conf in `sources` it runs on, written under $SP_DAGSTER_HOME/up-conf."""
+    from sp_dagster.config.locate import CONF_FILE
+
+    layer, directory = MESSAGING[messaging], home() / "up-conf"  # not conf/: that is a later step of the search order
+    confs = {role: stack_conf(source, directory / role / CONF_FILE, layer, address, apps, port) for role, source in sources.items()}
+    # facts.conf is what the search order reads (config/locate.py); the rest says what runs where.
+    facts = {"bootstrap": address, "messaging": messaging, "conf": confs, "conf_sources": dict(sources), "apps": str(apps)}
+    return Stack(_state_path(), facts=facts)
+
+
+def stack_conf(source: str, target: Path, layer: Layer, address: str, apps: Path, port: int | None = None) -> str:
+    """Write the stack's copy of a deployment.yaml: its messaging layer at `address` (an exported ${VARIABLE} still wins), its apps folder and UI port."""
+
+    def change(document: dict) -> None:
+        deployment = document.setdefault("deployment.config", {})
+        if layer.command == "nats":  # the shipped confs name Kafka
+            _name_nats(deployment)
+        deployment[layer.setting] = f"${{{layer.variable}:-{address}}}"
+        if isinstance(document.get("dagster"), dict):
+            document["dagster"]["appRepository"] = f"${{SP_DAGSTER_APPS:-{apps}}}"
+            if port:
+                document["dagster"]["port"] = f"${{SP_DAGSTER_PORT:-{port}}}"
+
+    return _derived_conf(source, target, f"for its {layer.what} at {address}", change)
 
 
 def nats_conf(source: str, target: Path) -> str:
     """Write a copy of a deployment.yaml that names NATS ($SP_NATS_URL, clusterId) instead of Kafka; returns its path."""
+    return _derived_conf(source, target, "with NATS instead of Kafka", lambda document: _name_nats(document.setdefault("deployment.config", {})))
+
+
+def _name_nats(deployment: dict) -> None:
+    """Make a deployment.config section name NATS ($SP_NATS_URL, clusterId) instead of Kafka."""
     from sp_dagster.config.model import NATS_APP_CREATOR
 
-    def change(deployment: dict) -> None:
-        for key in ("bootstrapURLs", "kafkaProperties", "zooKeeperURLs", "zooKeeperConfig"):
-            deployment.pop(key, None)
-        deployment["natsServerUrl"] = "${SP_NATS_URL:-nats://localhost:4222}"
-        deployment["clusterId"] = deployment.get("clusterId") or "sp-dagster"
-        deployment["appCreatorClass"] = NATS_APP_CREATOR
-
-    return _derived_conf(source, target, "with NATS instead of Kafka", change)
+    for key in ("bootstrapURLs", "kafkaProperties", "zooKeeperURLs", "zooKeeperConfig"):
+        deployment.pop(key, None)
+    deployment["natsServerUrl"] = "${SP_NATS_URL:-nats://localhost:4222}"
+    deployment["clusterId"] = deployment.get("clusterId") or "sp-dagster"
+    deployment["appCreatorClass"] = NATS_APP_CREATOR
 
 
 def receiver_conf(source: str, target: Path) -> str:
     """Write a copy of a worker's deployment.yaml for a receiver node (isReceiverNode: true); returns its path."""
-    return _derived_conf(source, target, "for a receiver node", lambda deployment: deployment.update(isReceiverNode=True))
+    return _derived_conf(source, target, "for a receiver node", lambda document: document.setdefault("deployment.config", {}).update(isReceiverNode=True))
 
 
 def _derived_conf(source: str, target: Path, what: str, change) -> str:
     import yaml
 
     document = yaml.safe_load(Path(source).read_text()) or {}
-    change(document.setdefault("deployment.config", {}))
+    change(document)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(f"# Written by `sp-dagster up` from {source}, {what}.\n" + yaml.safe_dump(document, sort_keys=False))
     return str(target)
@@ -347,11 +382,14 @@ def summary(stack: Stack) -> str:
         "  sp-dagster status                     leader, workers and where each instance runs",
     ]
     if facts.get("app"):
-        layer = MESSAGING[facts.get("messaging", "kafka")]
-        conf = f" --conf {facts['env']['SP_DAGSTER_CONF']}" if layer.command == "nats" else ""
-        consume = f"{layer.variable}={facts['bootstrap']} sp-dagster consume{conf} {facts['app']}"
+        consume = f"sp-dagster consume {facts['app']}"
         lines += [f"  {consume}:AveragePriceStream   the averages, live", f"  {consume}:PriceAlertStream     the alerts"]
-    lines += [f"  {logs}/                 every process's log", "Stop everything: sp-dagster down"]
+    lines += [
+        f"  {logs}/                 every process's log",
+        f"Deploy an app: drop a .siddhi file into {facts['apps']} (the app repository the sensor watches), or sp-dagster deploy APP.siddhi.",
+        f"Commands run with SP_DAGSTER_HOME={home()} and no --conf use this stack's confs (sp-dagster config where).",
+        "Stop everything: sp-dagster down",
+    ]
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""Where a command's deployment.yaml comes from: --conf, $SP_DAGSTER_CONF, ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults."""
+"""Where a command's deployment.yaml comes from: --conf, $SP_DAGSTER_CONF, the stack `up` started, ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_the_search_order(tmp_path, sp_home, monkeypatch):
     assert given.describe().endswith("(from --conf): no such file")
 
 
-def test_config_where_says_which_file_each_role_reads(tmp_path):
+def test_config_where_says_which_file_each_role_reads(tmp_path, sp_home):
     result = subprocess.run(
         [sys.executable, "-m", "sp_dagster.cli", "config", "where", "--conf", str(conf_dir(tmp_path / "c"))],
         capture_output=True,
@@ -51,4 +51,5 @@ def test_config_where_says_which_file_each_role_reads(tmp_path):
     assert result.stdout.splitlines() == [
         f"manager  {tmp_path}/c/manager/deployment.yaml (from --conf)",
         f"worker   {tmp_path}/c/worker/deployment.yaml (from --conf)",
+        "         kafka at localhost:9092",
     ]

@@ -425,7 +425,7 @@ def test_datasource_refers_to_the_runtimes_datasources(tmp_path):
     runtime.shutdown()
     with sa.create_engine(url).connect() as conn:
         assert conn.execute(sa.text("SELECT k FROM T")).all() == [("x",)]
-    with pytest.raises(SiddhiQLError, match="'TABLES_DB' is not defined"):
+    with pytest.raises(SiddhiQLError, match="'TABLES_DB' is not among the datasources of the deployment.yaml in use \\(OTHER\\)"):
         AppRuntime(app, datasources={"OTHER": Datasource("OTHER", url)})
 
 
@@ -556,4 +556,6 @@ def test_run_and_query_take_datasources_from_a_deployment_file(tmp_path, cli):
     assert cli("run", str(app), "--input", str(events), "--conf", str(conf)).returncode == 0
     assert cli("query", str(app), "from T select k", "--conf", str(conf)).stdout.splitlines() == ["k", "x", "(1 row)"]
     without = cli("query", str(app), "from T select k")
-    assert without.returncode == 1 and "names a datasource of deployment.yaml" in without.stderr
+    # Without --conf, the search order's file is used: it has no TABLES_DB, and the error says where to define it.
+    assert without.returncode == 1 and f"{app}:2:22: @store datasource 'TABLES_DB' is not among the datasources of the deployment.yaml in use" in without.stderr
+    assert "--conf FILE" in without.stderr and "config where" in without.stderr

@@ -116,7 +116,11 @@ def _datasource(store: ast.Annotation, datasources: dict | None):
             node,
         )
     if name not in datasources:
-        raise app_error(f"@store datasource '{name}' is not defined; the datasources given are {', '.join(sorted(datasources))}", node)
+        raise app_error(
+            f"@store datasource '{name}' is not among the datasources of the deployment.yaml in use ({', '.join(sorted(datasources))}); "
+            "define it under datasources: there, or pass the file that does (--conf FILE; `sp-dagster config where` shows which file a command reads)",
+            node,
+        )
     return datasources[name]
 
 
