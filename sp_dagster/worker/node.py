@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 REPORT_LOCK_WAIT_S = 1.0  # the main loop waits no longer for a heartbeat in progress (it may be stuck)
 FORGET_EVERY_S = 10.0  # how often a worker looks for checkpoint folders of dropped state
+# How often a worker reads its assignments, at most: an instance moved here starts soon after its
+# old owner let go of it (its keys' silence), not up to a heartbeat interval later. Reports and
+# saves keep the heartbeat's pace.
+ASSIGNMENTS_EVERY_S = 0.5
 
 
 @dataclass
@@ -103,7 +107,7 @@ class Worker:
         self.session_lock = threading.Lock()
         self._beats = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         self._last_save = time.monotonic()
-        self._last_forget = 0.0
+        self._last_forget = self._last_report = 0.0
         self.bootstrap = config.messaging.bootstrap_servers
         self.kafka_properties = tuple(sorted(config.messaging.properties.items()))
         self.mode = config.spark.execution_mode
@@ -134,7 +138,7 @@ class Worker:
                 watch.beat()
                 self.step()
                 watch.beat()
-                self.stop_event.wait(self.session.heartbeat_interval_s)
+                self.stop_event.wait(min(self.session.heartbeat_interval_s, ASSIGNMENTS_EVERY_S))
         finally:
             watch.stop()
             self.shutdown()
@@ -214,7 +218,9 @@ class Worker:
         for instance_id, assignment in desired.items():
             if instance_id not in self.running and self.failures.get(instance_id, (0, 0.0))[1] <= now:
                 self.start_instance(assignment)
-        self.report()
+        if now - self._last_report >= self.session.heartbeat_interval_s:
+            self._last_report = now
+            self.report()
         if now - self._last_forget >= FORGET_EVERY_S:
             self._last_forget = now
             self.forget_dropped()

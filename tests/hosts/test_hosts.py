@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available(
 
 FENCE_WINDOW_S = 2.0 * 4  # WORKER_CONF: heartbeatInterval 2000 ms x heartbeatMaxRetry 4
 TASK_STOPPED = re.compile(r"^(\S+ \S+) .*\[(\S+)\] .*lease on this instance ran out")  # an instance's own loop
+STOPPED = re.compile(r"^(\S+ \S+) .*: stopped (\S+)$")  # an instance a worker stopped
 STARTED = re.compile(r"^(\S+ \S+) .*: started (\S+) ")  # an instance started by a worker
 WORKER_STOPPING = re.compile(r"^(\S+ \S+) .*fenced .*stopping")  # the worker's main loop catching up (a figure)
 MANAGER_LEASE_S = 0.5 * 3  # MANAGER_CONF: strategyConfig heartbeatInterval 500 ms x heartbeatMaxRetry 3
@@ -198,21 +199,20 @@ def test_a_worker_cut_off_mid_stream_stops_in_time_and_nothing_is_lost_or_repeat
     log = worker_log(cluster, "w2")
     tasks, worker = log_times(log, TASK_STOPPED, seen["at"]), log_times(log, WORKER_STOPPING, seen["at"])
     elsewhere = moved_to_worker_1(cluster, seen)
-    print(
-        json.dumps(
-            {
-                "figure": "hosts-cut",
-                "outputs": sum(counts.values()),
-                "tasks_stopped_s": tasks,
-                "running_elsewhere_s": elsewhere,
-                "worker_acted_on_fence_s": list(worker.values()),
-            }
-        )
-    )
     limit = FENCE_WINDOW_S + 2
     assert len(tasks) == len(seen["ran"]) and max(tasks.values()) <= limit, (
         f"the cut worker's instances {seen['ran']} stopped at {tasks} s (limit {limit} s)\n{cluster.logs()}"
     )
+    # Back on the bridge, worker-2 registers again and takes its share back by graceful moves: worker-1
+    # stops each instance with a last checkpoint, then worker-2 starts it. The gap is its keys' silence.
+    healed = seen["at"] + 25
+    back = lambda: log_times(worker_log(cluster, "w2"), STARTED, healed)  # noqa: E731
+    wait_until(lambda: len(back()) >= len(seen["ran"]), timeout=120, what="worker-2 to take back its share")
+    let_go = log_times(worker_log(cluster, "w1"), STOPPED, healed)
+    gaps = {i: round(at - let_go[i], 2) for i, at in back().items() if i in let_go}
+    figures = {"outputs": sum(counts.values()), "tasks_stopped_s": tasks, "running_elsewhere_s": elsewhere, "worker_acted_on_fence_s": list(worker.values())}
+    print(json.dumps({"figure": "hosts-cut", **figures, "handback_stop_to_start_s": gaps}))
+    assert gaps and set(gaps) == set(back()) and min(gaps.values()) >= 0, f"worker-2 started {sorted(back())} without worker-1 stopping them first ({let_go})"
 
 
 def test_a_worker_cut_off_from_the_database_alone_stops_in_time(cluster):

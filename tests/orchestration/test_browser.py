@@ -4,12 +4,12 @@ assets of a recorded deployment and their lineage, as a user sees them."""
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
 from sp_dagster.deploy import load_app, plan_app, record
 from sp_dagster.orchestration.processes import reload_code_location
-from tests.cluster.helpers import wait_until
 from tests.fixtures.databases import require
 from tests.orchestration.conftest import SAMPLE_APP
 
@@ -41,12 +41,14 @@ def page_text(browser, url: str, *wanted: str, timeout: float = 90) -> str:
     from selenium.webdriver.common.by import By
 
     browser.get(url)
-
-    def shown():
+    deadline, text = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
         text = browser.find_element(By.TAG_NAME, "body").text
-        return text if all(w in text for w in wanted) else None
-
-    return wait_until(shown, timeout=timeout, interval=1, what=f"{', '.join(wanted)} on {url}")
+        if all(w in text for w in wanted):
+            return text
+        time.sleep(1)
+    missing = [w for w in wanted if w not in text]
+    raise AssertionError(f"after {timeout:.0f} s {url} does not show {missing}; it shows:\n{text}")
 
 
 def test_the_ui_shows_partial_apps_with_their_lineage(live, plane, browser):
