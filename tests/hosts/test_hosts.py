@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
@@ -97,14 +98,20 @@ class Cluster:
             self.database.remove()
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    made = Cluster(tmp_path)
+@contextmanager
+def running(made: Cluster):
+    """`made`, started, and removed with everything on its hosts afterwards."""
     try:
         made.start()
         yield made
     finally:
         made.remove()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with running(Cluster(tmp_path)) as made:
+        yield made
 
 
 def event_lines(rows, stamps) -> str:

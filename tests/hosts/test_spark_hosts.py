@@ -15,7 +15,7 @@ import pytest
 
 from tests.cluster.helpers import wait_until
 from tests.hosts.netns import available
-from tests.hosts.test_hosts import Cluster, stream_with_fault
+from tests.hosts.test_hosts import Cluster, running, stream_with_fault
 from tests.worker.test_standalone_master import spark_class
 
 pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available() is not None, reason=str(available()))]
@@ -71,12 +71,8 @@ class SparkCluster(Cluster):
 
 @pytest.fixture
 def spark_cluster(tmp_path):
-    made = SparkCluster(tmp_path)
-    try:
-        made.start()
+    with running(SparkCluster(tmp_path)) as made:
         yield made
-    finally:
-        made.remove()
 
 
 def test_instances_run_on_the_executor_host_with_exact_outputs(spark_cluster):
