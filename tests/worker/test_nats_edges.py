@@ -67,6 +67,8 @@ define stream Out (k string, v int);
         got = {suffix: [] for suffix in "ab"}
 
         def poll():
+            failed = [r.error for r in loops if r.error is not None]
+            assert not failed, f"an instance loop failed: {failed!r}"  # at once, not after the wait's minute
             for suffix, reader in readers.items():
                 got[suffix] += [json.loads(e.row[0])["event"] for e in reader.poll(1000, 0.2).events]
             return len(got["a"]) + len(got["b"]) >= 40
