@@ -8,6 +8,7 @@ workarounds below (recreate a topic that holds no events; confirm end offsets by
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -286,8 +287,8 @@ class KafkaTransport(Transport):
     def raw_publisher(self) -> RawPublisher:
         return RawPublisher(self)
 
-    def transactional_publisher(self, transactional_id: str, group_id: str) -> TransactionalPublisher:
-        return TransactionalPublisher(self, transactional_id, group_id, self.timeout)
+    def transactional_publisher(self, transactional_id: str, group_id: str, abandoned_after_s: float | None = None) -> TransactionalPublisher:
+        return TransactionalPublisher(self, transactional_id, group_id, self.timeout, abandoned_after_s)
 
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> KafkaReader:
         return KafkaReader(self, topic, self.resolve(topic, assignments), codec)
@@ -380,6 +381,18 @@ class RawPublisher(RawPublisherBase):
             raise MessagingError(f"{len(failures)} event(s) could not be published to {topics}: {failures[0]}")
 
 
+def _abandon_after(seconds: float | None, properties: Mapping[str, Any]) -> dict[str, Any]:
+    """librdkafka settings for a broker-side abort of a transaction left open `seconds` (Kafka's
+    `transaction.timeout.ms`; librdkafka wants `socket.timeout.ms` no longer than it plus 100 ms)."""
+    if seconds is None or "transaction.timeout.ms" in properties:
+        return {}  # the user's own setting wins
+    timeout_ms = max(1000, math.ceil(seconds * 1000))
+    extra: dict[str, Any] = {"transaction.timeout.ms": timeout_ms}
+    if int(properties.get("socket.timeout.ms", 0)) > timeout_ms + 100:
+        extra["socket.timeout.ms"] = timeout_ms + 100
+    return extra
+
+
 class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
     """Publishes in Kafka transactions, each also committing the input offsets its messages follow from.
 
@@ -388,15 +401,12 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
     owner of the same `transactional_id` aborts what its predecessor left open (and fences it),
     reads the committed offsets, and knows which outputs were published (exactly-once)."""
 
-    def __init__(self, transport: KafkaTransport, transactional_id: str, group_id: str, timeout: float = 30.0):
+    def __init__(self, transport: KafkaTransport, transactional_id: str, group_id: str, timeout: float = 30.0, abandoned_after_s: float | None = None):
         self.transport = transport
         self.transactional_id = transactional_id
         self.timeout = timeout
-        self.producer = Producer(
-            transport.client_config(
-                **{"transactional.id": transactional_id, "enable.idempotence": True, "linger.ms": 1, "acks": "all", "allow.auto.create.topics": False}
-            )
-        )
+        settings = {"transactional.id": transactional_id, "enable.idempotence": True, "linger.ms": 1, "acks": "all", "allow.auto.create.topics": False}
+        self.producer = Producer(transport.client_config(**settings, **_abandon_after(abandoned_after_s, transport.properties)))
         self._failures: list[str] = []
         self._topics: set[str] = set()
         self._report = None  # a message that fails makes its transaction's commit fail: no per-message reports

@@ -251,10 +251,11 @@ class Transport(ABC):
     def raw_publisher(self) -> RawPublisher:
         """A publisher of ready-encoded messages (the workers' output path)."""
 
-    def transactional_publisher(self, transactional_id: str, group_id: str) -> TransactionalPublisher | None:
+    def transactional_publisher(self, transactional_id: str, group_id: str, abandoned_after_s: float | None = None) -> TransactionalPublisher | None:
         """A publisher whose commit(offsets, metadata) publishes its messages and records the input
         offsets atomically, and whose committed(partitions) reads them back; None when the layer has
-        no transactions (workers then deliver at-least-once, replays dropped by origin)."""
+        no transactions (workers then deliver at-least-once, replays dropped by origin). The layer
+        aborts a transaction left open `abandoned_after_s` (where it can; else its own default)."""
         return None
 
     @abstractmethod

@@ -79,6 +79,9 @@ class LoopSettings:
     idle_wait_s: float = 0.2  # the longest a poll waits when nothing is due
     flush_timeout_s: float = 60.0
     receiver_users: tuple = ()  # (username, password) pairs HTTP receivers with basic auth accept
+    # The broker aborts a transaction left open this long (the worker's fence window): a cut-off
+    # owner's open transaction then stops hiding later outputs of its partitions from every reader.
+    abandoned_after_s: float | None = None
 
 
 @dataclass
@@ -219,7 +222,8 @@ class InstanceLoop:
         from sp_dagster.errors import MessagingError
 
         try:
-            self._txn = self.transport.transactional_publisher(f"sp-dagster.{self.plan.name}", f"sp-dagster.{self.plan.name}")
+            name = f"sp-dagster.{self.plan.name}"
+            self._txn = self.transport.transactional_publisher(name, name, self.settings.abandoned_after_s)
         except MessagingError as exc:
             log.warning("%s: no transactions on this broker (%s): outputs are at-least-once, replays dropped by origin", self.plan.name, exc)
             return

@@ -291,7 +291,13 @@ class Worker:
 
             users = tuple((u.username, u.password) for u in self.config.deployment.receiver_users)
             spark = self.config.spark
-            settings = LoopSettings(dead_letters, transactions=spark.exactly_once, checkpoint_interval_s=spark.checkpoint_interval / 1000, receiver_users=users)
+            settings = LoopSettings(
+                dead_letters,
+                transactions=spark.exactly_once,
+                checkpoint_interval_s=spark.checkpoint_interval / 1000,
+                receiver_users=users,
+                abandoned_after_s=self.session.fence_after_s,
+            )
             if self.mode != "continuous":  # a query cannot listen: the driver hosts the receiver on a thread
                 from sp_dagster.messaging import transport_for
                 from sp_dagster.worker.http_receiver import HostedReceiver

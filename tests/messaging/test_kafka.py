@@ -197,6 +197,29 @@ def test_a_transaction_over_a_broker_killed_and_started_again_commits_or_is_give
     assert values in allowed
 
 
+def test_the_broker_is_asked_to_abort_a_transaction_left_open_for_the_fence_window():
+    from sp_dagster.messaging.kafka import _abandon_after
+
+    assert _abandon_after(None, {}) == {}
+    assert _abandon_after(7.25, {}) == {"transaction.timeout.ms": 7250}
+    assert _abandon_after(0.2, {}) == {"transaction.timeout.ms": 1000}  # Kafka's floor
+    assert _abandon_after(8, {"socket.timeout.ms": "60000"}) == {"transaction.timeout.ms": 8000, "socket.timeout.ms": 8100}
+    assert _abandon_after(8, {"transaction.timeout.ms": 30000}) == {}  # the user's own setting wins
+
+
+def test_transactions_with_a_short_abort_time_commit_even_with_a_long_user_socket_timeout(broker, topic_name):
+    # The abort itself is not shown here: the embedded broker (tansu) has no transaction timeout. This
+    # checks that librdkafka and the broker accept the setting with a user's socket.timeout.ms beside it.
+    transport = KafkaTransport(broker.bootstrap_servers, {"socket.timeout.ms": "60000"}, timeout=15)
+    transport.ensure_topic(topic_name, 1)
+    txn = transport.transactional_publisher(f"txn-{topic_name}", f"group-{topic_name}", abandoned_after_s=3.0)
+    txn.produce_all([(topic_name, b"one", None, 0, None, None)])
+    txn.commit({(topic_name, 0): 4})
+    txn.close()
+    assert committed_and_visible(transport, topic_name) == (4, [b"one"])
+    transport.close()
+
+
 def test_several_empty_topics_grown_by_one_transport_on_a_broker_that_recreates_them(kafka, topic_name):
     # tansu cannot add partitions, so an empty topic is deleted and created again; a librdkafka
     # client that knew the old topic crashed the process when it met the new one (a segfault).
