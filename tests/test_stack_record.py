@@ -89,6 +89,23 @@ def test_commands_use_the_stack_up_recorded_until_down(user, sp_home, monkeypatc
     assert resolved("deploy", "app.siddhi").source == str(user / "conf" / "manager" / "deployment.yaml")
 
 
+def test_down_names_the_nodes_it_did_not_start_that_still_run(user, sp_home, listening):
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.cluster.membership import register_node
+    from sp_dagster.config.loader import load_config
+
+    confs = record_stack("kafka", f"localhost:{listening}", sp_home / "apps")
+    with ControlPlane.from_config(load_config(confs["manager"])) as plane:
+        register_node(plane, "worker-7", address="lab-3:9090", metrics={"fence_after_s": 60})  # restarted by hand, heartbeating
+        register_node(plane, "worker-8", metrics={"fence_after_s": 0.01})  # silent: gone without a word
+    time.sleep(0.05)
+    said: list[str] = []
+    assert down(say=said.append) == 0
+    assert len(said) == 2 and said[0].startswith("worker-7     still running: not started by `up` (heartbeat ")
+    assert said[0].endswith("at lab-3:9090); stop it where it runs (Ctrl-C, or kill its process)")
+    assert said[1] == "sp-dagster is down, but for 1 node started by hand"
+
+
 def test_a_nats_stack_is_where_deploy_goes(user, sp_home):
     confs = record_stack("nats", "nats://localhost:4333", sp_home / "apps")
     config = resolved("deploy", "app.siddhi")

@@ -72,6 +72,7 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
                 "incarnation": n.incarnation,
                 "address": n.address,
                 "last_heartbeat_ago_ms": now - n.last_heartbeat,
+                "silent": _silent(n.state, now - n.last_heartbeat, n.metrics),
                 "instances": per_node.get(n.node_id, 0),
                 "metrics": n.metrics,
             }
@@ -105,6 +106,13 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
     }
 
 
+def _silent(state: str, ago_ms: int, metrics: dict | None) -> bool:
+    """True for a node recorded alive whose last heartbeat is older than its own fence window (stopped
+    or cut off, and no manager has declared it dead yet, as when every manager is down too)."""
+    window = (metrics or {}).get("fence_after_s")
+    return state == "alive" and isinstance(window, (int, float)) and ago_ms > window * 1000
+
+
 def _ago(ms: int) -> str:
     return f"{ms / 1000:.1f} s ago"
 
@@ -117,6 +125,8 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 def _state(node: dict) -> str:
     """The node's state, and that it cannot reach the messaging layer when it says so."""
+    if node.get("silent"):
+        return "silent (no heartbeat within its fence window; no manager has declared it dead)"
     cut_off = node["state"] == "alive" and (node.get("metrics") or {}).get("broker") == "unreachable"
     return f"{node['state']} (broker unreachable)" if cut_off else node["state"]
 

@@ -154,7 +154,13 @@ class Worker:
 
     def node_metrics(self) -> dict:
         """What the worker tells the control plane with each heartbeat (its capacity among it)."""
-        metrics = {"instances": len(self.running), "mode": self.mode, "running": sorted(self.running), "broker": self.broker.state}
+        metrics = {
+            "instances": len(self.running),
+            "mode": self.mode,
+            "running": sorted(self.running),
+            "broker": self.broker.state,
+            "fence_after_s": self.session.fence_after_s,  # `status` tells a silent node from a live one by it
+        }
         if self.slots is not None:
             metrics["slots"] = self.slots
         return metrics

@@ -85,3 +85,16 @@ def test_a_node_registers_the_address_of_its_https_interface_and_status_shows_it
     assert {n["node"]: n["address"] for n in cluster_status(plane)["nodes"]} == {"w1": "worker-1.lan:9443", "w2": "10.0.0.12:9544"}
     table = render_status(cluster_status(plane))
     assert "worker-1.lan:9443" in table and "10.0.0.12:9544" in table and "localhost:9090" not in table
+
+
+def test_status_tells_a_silent_node_from_a_live_one_by_its_own_fence_window(plane):
+    from sp_dagster.cluster.status import cluster_status, render_status
+
+    register_node(plane, "quiet", metrics={"fence_after_s": 0.2})
+    register_node(plane, "busy", metrics={"fence_after_s": 30})
+    register_node(plane, "old", metrics={})  # a worker that does not report its window: never called silent
+    time.sleep(0.4)  # past quiet's window only; nobody declares it dead (no manager runs here)
+    nodes = {n["node"]: n for n in cluster_status(plane)["nodes"]}
+    assert {name: (n["state"], n["silent"]) for name, n in nodes.items()} == {"quiet": (ALIVE, True), "busy": (ALIVE, False), "old": (ALIVE, False)}
+    quiet = next(line for line in render_status(cluster_status(plane)).splitlines() if line.startswith("quiet"))
+    assert "silent (no heartbeat within its fence window; no manager has declared it dead)" in quiet
