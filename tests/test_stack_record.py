@@ -21,7 +21,7 @@ from sp_dagster.orchestration.demo import down, new_stack
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGED = defaults_root() / "conf"
-CLIENT_COMMANDS = (["consume", "StockAlerts:AveragePriceStream"], ["produce", "StockAlerts:TradeStream"], ["deploy", "apps/stock-alerts.siddhi"])
+CLIENT_COMMANDS = (["consume", "StockAlerts:AveragePriceStream"], ["produce", "StockAlerts:TradeStream"], ["deploy", str(REPO / "apps" / "stock-alerts.siddhi")])
 
 
 def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -114,7 +114,7 @@ def test_a_nats_stack_is_where_deploy_goes(user, sp_home):
     assert "nats at nats://localhost:4333" in cli(user, "config", "where").stdout
 
 
-@pytest.mark.parametrize("argv", CLIENT_COMMANDS[:2], ids=lambda argv: argv[0])
+@pytest.mark.parametrize("argv", CLIENT_COMMANDS, ids=lambda argv: argv[0])
 def test_a_stack_that_is_gone_is_one_line_saying_what_to_do(user, sp_home, argv):
     record_stack("kafka", f"localhost:{free_port()}", sp_home / "apps")  # nothing listens there
     started = time.monotonic()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sp_dagster.cli.options import add_conf_option, load_role_config
+from sp_dagster.cli.options import add_conf_option, load_role_config, require_messaging
+from sp_dagster.config.locate import find_conf
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,21 +83,33 @@ def _stream_target(args, *, writing: bool):
 
 def run_deploy(args: argparse.Namespace) -> int:
     """Deploy an app and report where its instances run."""
-    from sp_dagster.deploy.steps import deploy
+    from sp_dagster.deploy.steps import deploy, load_app
 
+    loaded = load_app(args.app)  # the app's own errors first, then the configuration's and the broker's
     config = load_role_config(args)
+    require_messaging(config, find_conf("manager", args.conf))
 
     def progress(state) -> None:
         running = sum(1 for i in state.instances if i.status == "running")
         waiting = f" - {state.waiting_reason}" if state.waiting_reason else ""
         print(f"  {state.app}: {running}/{len(state.instances)} instances running{waiting}", flush=True)
 
-    result = deploy(args.app, config, wait=not args.no_wait, timeout=args.timeout, progress=progress, fresh=args.fresh)
+    result = deploy(loaded, config, wait=not args.no_wait, timeout=args.timeout, progress=progress, fresh=args.fresh)
     print(f"deployed {result.app}" + ("" if result.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in result.topics)}")
     for line in result.state_changes:
         print(f"  state: {line}")
     print(result.state.describe())
+    _refresh_dagster(config)
     return 0
+
+
+def _refresh_dagster(config) -> None:
+    """Have a Dagster UI at dagster.host/port show the change at once (nothing when no webserver answers there)."""
+    from sp_dagster.orchestration.processes import refresh_ui
+
+    said = refresh_ui(config.dagster.host, config.dagster.port)
+    if said is not None:
+        print(f"Dagster: {said}", flush=True)
 
 
 def run_undeploy(args: argparse.Namespace) -> int:
@@ -113,6 +126,7 @@ def run_undeploy(args: argparse.Namespace) -> int:
         print(drop_state(plane, config, instances) if args.drop_state else "its state is kept: a redeploy resumes it (--drop-state drops it)")
     finally:
         plane.close()
+    _refresh_dagster(config)
     return 0
 
 

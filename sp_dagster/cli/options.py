@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # The commands that reach the messaging layer as soon as they have their configuration: checked first, so
 # a broker that is not there is one line within seconds (not librdkafka's retries until a 10 s timeout).
-# `deploy` reads, plans and checks the app first; it still waits for that timeout (see messaging/kafka.py).
+# `deploy` checks after the app (`cli/deploy.py`), so an app's own errors still come first.
 MESSAGING_COMMANDS = ("produce", "consume")
 REACH_TIMEOUT_S = 2.0
 

@@ -256,7 +256,7 @@ class DagsterConfig:
     lag_growth_samples: int = setting("lagGrowthSamples", 3, minimum=2, doc="consecutive checks of rising lag that fail the lag check")
     placement_timeout: int = setting("placementTimeout", 60, minimum=1, unit="seconds", doc="seconds a deploy run waits for every instance to be placed")
     running_timeout: int = setting("runningTimeout", 180, minimum=1, unit="seconds", doc="seconds a deploy run waits for every instance to run")
-    host: str = setting("host", "127.0.0.1", doc="the Dagster webserver's host (`sp-dagster up`; asset-graph reloads)")
+    host: str = setting("host", "127.0.0.1", doc="the Dagster webserver's host (`sp-dagster up`; `deploy` and `undeploy` reload its asset graph)")
     port: int = setting("port", 3000, minimum=1, doc="the Dagster webserver's port")
 
 

@@ -257,13 +257,13 @@ class DeployResult:
     state_changes: list[str] = field(default_factory=list)
 
 
-def deploy(path: str | Path, config, *, wait: bool = True, timeout: float = 120.0, progress=None, fresh: bool = False) -> DeployResult:
-    """Parse, plan, create topics, record, and (optionally) wait until every instance runs; `fresh`: see
-    deploy.rescale (example: the package's docstring)."""
+def deploy(app: str | Path | LoadedApp, config, *, wait: bool = True, timeout: float = 120.0, progress=None, fresh: bool = False) -> DeployResult:
+    """Parse (unless `app` is loaded already), plan, create topics, record, and (optionally) wait until
+    every instance runs; `fresh`: see deploy.rescale (example: the package's docstring)."""
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.messaging import transport_for
 
-    loaded = load_app(path)
+    loaded = app if isinstance(app, LoadedApp) else load_app(app)
     topology = plan_app(loaded)
     plane = ControlPlane.from_config(config)
     try:

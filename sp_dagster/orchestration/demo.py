@@ -18,13 +18,13 @@ import json
 import os
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.assets import counted
 from sp_dagster.orchestration.errors import DemoError
-from sp_dagster.orchestration.processes import Detached, alive, cli_command, start_detached, stop_detached, webserver_command, workspace_yaml
+from sp_dagster.orchestration.processes import Detached, alive, cli_command, start_detached, stop_detached, webserver_answers, webserver_command, workspace_yaml
 
 SAMPLE_APP = "stock-alerts.siddhi"
 STOP_TIMEOUTS = {"generator": 10.0, "dagster": 30.0, "worker": 60.0, "manager": 15.0, "broker": 10.0}
@@ -117,14 +117,6 @@ def _cluster(conf: str) -> dict | None:
         return None
 
 
-def _webserver_ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/server_info", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 def up(
     *,
     workers: int = 2,
@@ -212,7 +204,7 @@ def up(
             _deploy_sample(stack, apps / SAMPLE_APP, config, say)
         if ui:
             server = stack.start("dagster", webserver_command(workspace, settings.host, port), env)
-            _wait(f"the Dagster UI at {stack.facts['ui']}", lambda: _webserver_ready(stack.facts["ui"]), timeout, [server])
+            _wait(f"the Dagster UI at {stack.facts['ui']}", lambda: webserver_answers(stack.facts["ui"]), timeout, [server])
             say(f"Dagster UI   {stack.facts['ui']} (DAGSTER_HOME {dagster_home})")
         if demo:
             state = _wait_running(config, stack.facts["app"], timeout)
@@ -407,5 +399,21 @@ def down(*, say=print) -> int:
         running += result != "not running"
         say(f"{process.name:12} {result}")
     path.unlink(missing_ok=True)
-    say("sp-dagster is down")
+    others = _nodes_left_running(stack)
+    for node in others:
+        say(
+            f"{node['node']:12} still running: not started by `up` (heartbeat {node['last_heartbeat_ago_ms'] / 1000:.1f} s ago, "
+            f"at {node['address']}); stop it where it runs (Ctrl-C, or kill its process)"
+        )
+    say("sp-dagster is down" + (f", but for {counted(len(others), 'node')} started by hand" if others else ""))
     return running
+
+
+def _nodes_left_running(stack: Stack) -> list[dict]:
+    """The stack's nodes `up` did not start that still heartbeat (a worker restarted by hand, say)."""
+    conf = (stack.facts.get("conf") or {}).get("manager")
+    status = _cluster(conf) if conf else None
+    if status is None:
+        return []
+    started = {process.name for process in stack.processes}
+    return [n for n in status["nodes"] if n["state"] == "alive" and not n["silent"] and n["node"] not in started]

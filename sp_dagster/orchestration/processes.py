@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -211,6 +212,22 @@ def workspace_yaml(working_directory: str) -> str:
 def webserver_command(workspace: str | Path, host: str, port: int) -> list[str]:
     """`dagster dev` (webserver and daemon) on a workspace file."""
     return [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "--host", host, "--port", str(port)]
+
+
+def webserver_answers(url: str, timeout: float = 2) -> bool:
+    """True when a Dagster webserver answers at `url` (http://host:port)."""
+    try:
+        with urllib.request.urlopen(f"{url}/server_info", timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def refresh_ui(host: str, port: int) -> str | None:
+    """Reload the code location of a Dagster webserver at host:port so it shows a deploy or undeploy; None when none answers there."""
+    if not webserver_answers(f"http://{host}:{port}"):
+        return None
+    return reload_code_location(host, port)
 
 
 def reload_code_location(host: str, port: int, location: str = LOCATION_NAME, timeout: int = 30) -> str:

@@ -10,6 +10,9 @@ stand-ins speaking the workers' control-plane protocol (Spark is beside the poin
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -103,3 +106,13 @@ def test_sensor_deploys_assets_appear_health_runs_and_a_manager_run_stops_on_ter
     wait_until(lambda: status(url, "manager", run_id) == "CANCELED", timeout=90, interval=1, what="the manager run to be canceled")
     wait_until(lambda: not any("--id manager-9" in line for line in command_lines()), timeout=30, what="the manager process to exit")
     assert any("stopping pid" in m for m in messages(url, run_id))
+
+    # The CLI's undeploy and deploy reload the code location too: the graph follows with no *Reload*.
+    env = {**os.environ, "SP_DAGSTER_CONF": str(cluster.manager_conf)}
+    cli = [sys.executable, "-m", "sp_dagster.cli"]
+    undeploy = subprocess.run([*cli, "undeploy", "StockAlerts"], env=env, capture_output=True, text=True, timeout=120)
+    assert undeploy.returncode == 0 and "Dagster: reloaded code location 'sp-dagster'" in undeploy.stdout, undeploy.stdout + undeploy.stderr
+    assert "StockAlerts/filter" not in lineage(url)
+    deploy = subprocess.run([*cli, "deploy", str(cluster.apps / "stock-alerts.siddhi"), "--no-wait"], env=env, capture_output=True, text=True, timeout=120)
+    assert deploy.returncode == 0 and "Dagster: reloaded code location 'sp-dagster'" in deploy.stdout, deploy.stdout + deploy.stderr
+    assert lineage(url)["StockAlerts/average"] == {"topics/StockAlerts.LargeTradeStream.symbol"}
