@@ -21,7 +21,11 @@ from sp_dagster.orchestration.demo import down, new_stack
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGED = defaults_root() / "conf"
-CLIENT_COMMANDS = (["consume", "StockAlerts:AveragePriceStream"], ["produce", "StockAlerts:TradeStream"], ["deploy", str(REPO / "apps" / "stock-alerts.siddhi")])
+CLIENT_COMMANDS = (
+    ["consume", "StockAlerts:AveragePriceStream"],
+    ["produce", "StockAlerts:TradeStream"],
+    ["deploy", str(REPO / "apps" / "stock-alerts.siddhi")],
+)
 
 
 def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

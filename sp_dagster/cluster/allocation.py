@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sp_dagster.errors import ConfigError
+from sp_dagster.wording import counted
 
 WSO2_ALGORITHMS = (
     "org.wso2.carbon.sp.jobmanager.core.allocation.RoundRobinAllocationAlgorithm",
@@ -197,7 +198,7 @@ class _Pool:
             if not candidates and any(self._allowed(instance, n) for n in self.nodes):
                 total = sum(self.capacity.get(n) or 0 for n in self.nodes)
                 unplaced[instance.instance_id] = (
-                    f"every eligible node is full: {len(self.nodes)} alive with {total} task slot(s) in all; add workers or raise spark.taskSlots"
+                    f"every eligible node is full: {len(self.nodes)} alive with {counted(total, 'task slot')} in all; add workers or raise spark.taskSlots"
                 )
                 continue
             if not candidates:

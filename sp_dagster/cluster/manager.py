@@ -27,6 +27,7 @@ from sp_dagster.cluster.reconcile import ReconcileResult, reconcile
 from sp_dagster.cluster.store.events import prune_events
 from sp_dagster.errors import DatabaseUnavailable
 from sp_dagster.subprocesses import on_stop_signal
+from sp_dagster.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class Manager:
         joined = set(result.alive) - self._known_alive if self._known_alive is not None else set()
         self._known_alive = set(result.alive)
         if joined:
-            log.info("node(s) %s joined: rebalancing", ", ".join(sorted(joined)))
+            log.info("%s %s joined: rebalancing", "node" if len(joined) == 1 else "nodes", ", ".join(sorted(joined)))
             self._rebalance_due = True
         self._report(result, rebalance)
         if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
@@ -178,10 +179,10 @@ class Manager:
         if result.assigned or result.unassigned:
             moved = sum(1 for _, _, previous in result.assigned if previous)
             log.info(
-                "term %d%s: placed %d instance(s) (%d moved), took %d off their node",
+                "term %d%s: placed %s (%d moved), took %d off their node",
                 result.term,
                 " (rebalance)" if rebalance else "",
-                len(result.assigned),
+                counted(len(result.assigned), "instance"),
                 moved,
                 len(result.unassigned),
             )

@@ -39,6 +39,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 
 from sp_dagster.errors import ControlPlaneError, PersistenceError
+from sp_dagster.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -362,9 +363,9 @@ def adopt_retired_revisions(conn: Connection, retired: Table) -> int:
         )
     number_revisions(conn, table)
     log.warning(
-        "moved %d state revision(s) from sp_state_revisions to %s in the control-plane database; workers restore "
+        "moved %s from sp_state_revisions to %s in the control-plane database; workers restore "
         "them when their state.persistence.config names this datasource and table",
-        len(keys),
+        counted(len(keys), "state revision"),
         DEFAULT_REVISION_TABLE,
     )
     return len(keys)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from sp_dagster.deploy.errors import DeployError
+from sp_dagster.wording import counted
 
 
 def wait_until_released(plane, instance_ids: list[str], timeout: float, poll: float = 0.5) -> None:
@@ -66,6 +67,6 @@ def drop_state(plane, config, instance_ids: list[str], timeout: float = 120.0) -
     for directory in directories:
         shutil.rmtree(directory, ignore_errors=True)
     return (
-        f"dropped the state of {len(instance_ids)} instance(s): a redeploy starts them empty at their committed offsets "
-        f"({revisions} revision(s) and {len(directories)} checkpoint director{'y' if len(directories) == 1 else 'ies'} deleted here)"
+        f"dropped the state of {counted(len(instance_ids), 'instance')}: a redeploy starts them empty at their committed offsets "
+        f"({counted(revisions, 'revision')} and {counted(len(directories), 'checkpoint directory', 'checkpoint directories')} deleted here)"
     )

@@ -17,6 +17,7 @@ from sp_dagster.deploy.errors import DeployError
 from sp_dagster.siddhi import SiddhiQLError, ast, load
 from sp_dagster.siddhi.validate import read_text
 from sp_dagster.topology import Topology, plan
+from sp_dagster.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,7 @@ def _wait(plane, app, timeout, progress, poll, pending, what) -> DeploymentState
         failed = [i for i in state.instances if i.status == "failed"]
         if failed or time.monotonic() > deadline:
             why = "failed" if failed else f"{what} after {timeout:.0f}s"
-            raise DeployError(f"{app}: {len(pending(state))} instance(s) {why}:\n{state.describe()}")
+            raise DeployError(f"{app}: {counted(len(pending(state)), 'instance')} {why}:\n{state.describe()}")
         time.sleep(poll)
 
 

@@ -27,6 +27,7 @@ from sp_dagster.messaging.skips import WRITER_HEADER, SkipGuard, WriterStamps, p
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
 from sp_dagster.messaging.transport import TransactionalPublisher as TransactionalPublisherBase
+from sp_dagster.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class KafkaTransport(Transport):
         ends = self.end_offsets(topic)
         if any(ends.values()):
             raise TopicError(
-                f"topic '{topic}' has {info.partitions} partition(s) but {partitions} are needed, and the broker at "
+                f"topic '{topic}' has {counted(info.partitions, 'partition')} but {partitions} are needed, and the broker at "
                 f"{self.bootstrap_servers} cannot add partitions ({reason}); it holds {sum(ends.values())} events, which "
                 "are never deleted to resize it. Delete the topic yourself once it is drained, or use a broker that "
                 "supports CreatePartitions (Apache Kafka >= 1.0)"
@@ -374,11 +375,11 @@ class RawPublisher(RawPublisherBase):
         topics = ", ".join(f"'{t}'" for t in sorted(self._topics))
         if remaining:
             raise BrokerUnavailable(
-                f"{remaining} event(s) for topic {topics} were not acknowledged within {timeout:.0f}s by "
+                f"{counted(remaining, 'event')} for topic {topics} not acknowledged within {timeout:.0f}s by "
                 f"{self.transport.bootstrap_servers}; is the broker running?"
             )
         if failures:
-            raise MessagingError(f"{len(failures)} event(s) could not be published to {topics}: {failures[0]}")
+            raise MessagingError(f"{counted(len(failures), 'event')} could not be published to {topics}: {failures[0]}")
 
 
 def _abandon_after(seconds: float | None, properties: Mapping[str, Any]) -> dict[str, Any]:
@@ -476,7 +477,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
             self._open = False
         failures, self._failures = self._failures, []
         if failures:
-            raise MessagingError(f"{len(failures)} event(s) could not be published: {failures[0]}")
+            raise MessagingError(f"{counted(len(failures), 'event')} could not be published: {failures[0]}")
 
     def _wait(self, longest: float) -> float:
         """How long one call may wait: `longest`, or less when the owner's lease ends sooner (a

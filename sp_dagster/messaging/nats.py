@@ -39,6 +39,7 @@ from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
 from sp_dagster.siddhi.transports import NATS_CLUSTER_ID, NATS_TOPIC
+from sp_dagster.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -528,7 +529,7 @@ class NatsRawPublisher(RawPublisherBase):
         self._pending.clear()
         topics = ", ".join(f"'{t}'" for t in sorted(self._topics))
         raise BrokerUnavailable(
-            f"{waiting} event(s) for topic {topics} were not acknowledged within {timeout:.0f}s by {self.transport.address}; is the NATS server running?"
+            f"{counted(waiting, 'event')} for topic {topics} not acknowledged within {timeout:.0f}s by {self.transport.address}; is the NATS server running?"
         )
 
     def serve(self) -> None:
@@ -545,7 +546,7 @@ class NatsRawPublisher(RawPublisherBase):
         failures, self._failures = self._failures, []
         if failures:
             topics = ", ".join(f"'{t}'" for t in sorted(self._topics))
-            raise MessagingError(f"{len(failures)} event(s) could not be published to {topics} on {self.transport.address}: {failures[0]}")
+            raise MessagingError(f"{counted(len(failures), 'event')} could not be published to {topics} on {self.transport.address}: {failures[0]}")
 
     def close(self) -> None:
         """Flush, then stop the sender and the acknowledgement subscription."""

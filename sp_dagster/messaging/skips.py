@@ -37,6 +37,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from sp_dagster.wording import counted
+
 log = logging.getLogger(__name__)
 
 WRITER_HEADER = "sp-writer"
@@ -195,10 +197,10 @@ class SkipGuard:
         if start is None or (token, writer.n + 1) in state.tried:
             self.lost += n - writer.n - 1
             log.error(
-                "%s: partition %d: %d message(s) of writer %s (counters %d-%d, before offset %d) are not in the topic: lost upstream",
+                "%s: partition %d: %s of writer %s (counters %d-%d, before offset %d) are not in the topic: lost upstream",
                 self.topic,
                 partition,
-                n - writer.n - 1,
+                counted(n - writer.n - 1, "message"),
                 token,
                 writer.n + 1,
                 n - 1,

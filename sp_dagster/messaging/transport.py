@@ -224,7 +224,9 @@ class Transport(ABC):
         if unknown:
             from sp_dagster.errors import TopicError
 
-            raise TopicError(f"topic '{topic}' has partitions 0..{info.partitions - 1}; cannot read partition(s) {unknown}")
+            raise TopicError(
+                f"topic '{topic}' has partitions 0..{info.partitions - 1}; cannot read {'partition' if len(unknown) == 1 else 'partitions'} {unknown}"
+            )
         resolved = dict(assignments)
         if any(offset == LATEST for offset in resolved.values()):
             ends = self.end_offsets(topic)

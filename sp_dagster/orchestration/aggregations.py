@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from sp_dagster.orchestration.ops import user_errors
+from sp_dagster.wording import counted
 
 AGGREGATION_META = "sp_dagster/aggregation"
 READER_META = "sp_dagster/aggregation_reader"
@@ -143,7 +144,7 @@ def build_aggregation_checks(targets: dict[dg.AssetKey, dict], worker_conf: str)
                 asset_key=key,
                 check_name=STORE_READABLE,
                 passed=True,
-                description=f"{sum(seen['rows'].values())} row(s) in {len(filled)} of {len(seen['rows'])} granularity table(s)",
+                description=f"{counted(sum(seen['rows'].values()), 'row')} in {len(filled)} of {counted(len(seen['rows']), 'granularity table')}",
                 metadata={"rows": sum(seen["rows"].values())},
             )
 

@@ -26,6 +26,7 @@ from dagster._core.definitions.definitions_load_context import StateBackedDefini
 from sp_dagster.orchestration.aggregations import AGGREGATION_META, deployment_aggregations
 from sp_dagster.orchestration.errors import TranslatorError
 from sp_dagster.orchestration.resources import ControlPlaneResource
+from sp_dagster.wording import counted
 
 DEFS_KEY = "sp_dagster/deployments"
 CONTROL_PLANE_KEY = dg.AssetKey(["sp_dagster", "control_plane"])
@@ -68,11 +69,6 @@ def declared_receiver_urls(group: dict) -> list[str]:
 
     first = group["instances"][0]
     return list(receiver_urls(plan_instance(first["name"], first["siddhi"])))
-
-
-def counted(count: int, noun: str) -> str:
-    """A count with its noun in the right number: `1 partition`, `2 partitions`."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _code(text: str) -> dg.MetadataValue:

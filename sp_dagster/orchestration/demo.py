@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.errors import SpDagsterError
-from sp_dagster.orchestration.assets import counted
 from sp_dagster.orchestration.errors import DemoError
 from sp_dagster.orchestration.processes import Detached, alive, cli_command, start_detached, stop_detached, webserver_answers, webserver_command, workspace_yaml
+from sp_dagster.wording import counted
 
 SAMPLE_APP = "stock-alerts.siddhi"
 STOP_TIMEOUTS = {"generator": 10.0, "dagster": 30.0, "worker": 60.0, "manager": 15.0, "broker": 10.0}

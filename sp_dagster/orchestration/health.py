@@ -19,9 +19,9 @@ from typing import Any
 import dagster as dg
 
 from sp_dagster.cluster.status import receiver_urls
-from sp_dagster.orchestration.assets import counted
 from sp_dagster.orchestration.ops import user_errors
 from sp_dagster.orchestration.resources import ControlPlaneResource
+from sp_dagster.wording import counted
 
 LIVE_WORKER, LAG_NOT_GROWING = "live_worker", "lag_not_growing"
 # What workers report per instance: cumulative rows, the rate, the lag, processing latency (ms from

@@ -17,6 +17,7 @@ from sp_dagster.deploy import steps
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.orchestration.processes import reload_code_location
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
+from sp_dagster.wording import counted
 
 
 @contextlib.contextmanager
@@ -264,7 +265,7 @@ def request_rebalance(context: dg.OpExecutionContext, control_plane: ControlPlan
             return None
         before = {i.instance_id: i.node_id for i in list_instances(plane)}
         ask(plane, group)
-    context.log.info(f"asked leader {leader.holder} (term {leader.term}) to rebalance {len(before)} instance(s)")
+    context.log.info(f"asked leader {leader.holder} (term {leader.term}) to rebalance {counted(len(before), 'instance')}")
     return before
 
 
@@ -294,7 +295,7 @@ def report_rebalance(context: dg.OpExecutionContext, before: dict | None, config
             moving = {i: (m.from_node, m.to_node) for i, m in read_moves(conn).items()}
     lines = [f"{i}: {old or '-'} -> {new or '-'}" for i, (old, new) in sorted(moved.items())]
     lines += [f"{i}: {old} -> {new} (moving: its owner stops it with a last checkpoint first)" for i, (old, new) in sorted(moving.items())]
-    said = f"{len(moved)} instance(s) moved" + (f", {len(moving)} moving" if moving else "")
+    said = f"{counted(len(moved), 'instance')} moved" + (f", {len(moving)} moving" if moving else "")
     context.log.info(said + (":\n" + "\n".join(lines) if lines else " (placements were balanced)"))
     context.add_output_metadata(
         {"moved": len(moved), "moving": len(moving), "moves": dg.MetadataValue.json({**dict(sorted(moved.items())), **dict(sorted(moving.items()))})}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from sp_dagster.wording import counted
+
 
 def cron_every(minutes: int) -> str:
     """A cron expression firing every `minutes` (a divisor of 60, or whole hours dividing a day)."""
@@ -20,7 +22,7 @@ def build_rebalance_schedule(job, minutes: int) -> dg.ScheduleDefinition:
         job=job,
         cron_schedule=cron_every(minutes),
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=f"Rebalance placements every {minutes} minute(s) (dagster.rebalanceInterval).",
+        description=f"Rebalance placements every {counted(minutes, 'minute')} (dagster.rebalanceInterval).",
     )
 
 
@@ -31,5 +33,5 @@ def build_health_schedule(job, minutes: int) -> dg.ScheduleDefinition:
         job=job,
         cron_schedule=cron_every(minutes),
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=f"Observe the partial apps and check their workers and lag every {minutes} minute(s) (dagster.healthInterval).",
+        description=f"Observe the partial apps and check their workers and lag every {counted(minutes, 'minute')} (dagster.healthInterval).",
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 
 from sp_dagster.deploy import content_hash
+from sp_dagster.wording import counted
 
 APP_SUFFIX = ".siddhi"
 # Hashes kept per file, so an undeploy finds its deployment even if the newest version never deployed.
@@ -110,7 +111,7 @@ def build_app_repository_sensor(
             return dg.SkipReason(f"cannot read the app repository {root}: {exc.strerror or exc}")
         changes, cursor = diff_repository(context.cursor, scan)
         if not changes:
-            return dg.SkipReason(f"no change in {root} ({len(scan)} app file(s))")
+            return dg.SkipReason(f"no change in {root} ({counted(len(scan), 'app file')})")
         return dg.SensorResult(run_requests=[run_request(change, root) for change in changes], cursor=cursor)
 
     return app_repository

@@ -45,6 +45,7 @@ from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.kafka import MessageTooLarge
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.transport import Transport
+from sp_dagster.wording import counted
 from sp_dagster.worker.batching import batched_outputs, pack
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import InstanceRuntime
@@ -234,7 +235,7 @@ class ReceiverLoop:
                         continue
                     error = exc
                 except Exception as exc:  # the broker is away: the clients retry
-                    log.warning("%s: publishing %d request(s) failed: %s", self.plan.name, len(batch), exc)
+                    log.warning("%s: publishing %s failed: %s", self.plan.name, counted(len(batch), "request"), exc)
                     error = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
                 self.batches += 1
                 for _topic, _rows, answer in batch:

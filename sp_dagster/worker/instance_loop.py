@@ -31,6 +31,7 @@ from typing import Protocol
 
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.transport import EARLIEST, Reader, TransactionalPublisher, Transport
+from sp_dagster.wording import counted
 from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
 from sp_dagster.worker.instance_plan import InstancePlan
@@ -164,7 +165,7 @@ class InstanceLoop:
         if self.state_note:
             log.warning("%s: %s", self.plan.name, self.state_note)
         elif resumed.positions:
-            log.info("%s: resumed from a checkpoint of %d input partition(s)", self.plan.name, len(self.positions))
+            log.info("%s: resumed from a checkpoint of %s", self.plan.name, counted(len(self.positions), "input partition"))
 
     def _transport(self, bootstrap: str | None, properties: tuple = (), nats=None) -> Transport:
         """The cluster's transport, a Kafka client of another cluster or with a user source's own properties,
@@ -266,7 +267,7 @@ class InstanceLoop:
         prefixes = own_prefixes(self.runtime.group, self.plan.stateless, read, self.runtime.clock_origin)
         self._leaked = LeakedOutputs(self._txn.headers_since(marks, ORIGIN_HEADER), prefixes, horizon, _now_ms())
         if self._leaked:
-            log.info("%s: %d output(s) published since its checkpoint: none computed again is published twice", self.plan.name, self._leaked.count)
+            log.info("%s: %s published since its checkpoint: none computed again is published twice", self.plan.name, counted(self._leaked.count, "output"))
 
     def _partitions(self, source) -> tuple[int, ...]:
         """The partitions of an input the instance reads: those the plan names, else this instance's
@@ -471,10 +472,10 @@ class InstanceLoop:
             return
         if self._leaked is not None and self._leaked.dropped:
             log.warning(
-                "%s: %d output(s) were on the output topics already, let through from the open transaction of an owner "
+                "%s: found %s on the output topics already, let through from the open transaction of an owner "
                 "that died (the broker did not abort it): not published again",
                 self.plan.name,
-                self._leaked.dropped,
+                counted(self._leaked.dropped, "output"),
             )
         self._leaked = None
         from sp_dagster.errors import MessagingError

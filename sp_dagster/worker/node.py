@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
+from sp_dagster.wording import counted
 from sp_dagster.worker.broker_watch import BrokerWatch
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
 from sp_dagster.worker.native_kafka import kafka_source_kind
@@ -127,7 +128,7 @@ class Worker:
 
             self.control = control_server(self.spark, self.session.lease_remaining_s)
             self.refresh_slots()
-            log.info("worker %s: instances run continuously, %d task slot(s)", self.config.node_id, self.slots)
+            log.info("worker %s: instances run continuously, %s", self.config.node_id, counted(self.slots, "task slot"))
         log.info("worker %s: control plane %s, messaging %s", self.config.node_id, self.plane.safe_url, self.bootstrap)
         self.broker.start()
         self.beat()
@@ -182,7 +183,7 @@ class Worker:
             log.warning("worker %s: cannot read Spark's task slots (%s); keeping %s", self.config.node_id, exc, self.slots)
             return
         if self.slots is not None and now != self.slots:
-            log.info("worker %s: %d task slot(s) now (was %d)", self.config.node_id, now, self.slots)
+            log.info("worker %s: %s now (was %d)", self.config.node_id, counted(now, "task slot"), self.slots)
         self.slots = now
 
     def step(self) -> None:
@@ -193,7 +194,7 @@ class Worker:
         status = self.session.status()
         if status.fenced:
             if self.running:
-                log.warning("worker %s fenced (%s): stopping %d instance(s)", self.config.node_id, status.reason, len(self.running))
+                log.warning("worker %s fenced (%s): stopping %s", self.config.node_id, status.reason, counted(len(self.running), "instance"))
                 self.stop_all(save=False)
             self.session.acknowledge_fence()
             return

@@ -30,6 +30,7 @@ from sp_dagster.errors import EventDecodeError
 from sp_dagster.javatext import java_str
 from sp_dagster.messaging.strategies import RoundRobin
 from sp_dagster.siddhi.transports import fill_template
+from sp_dagster.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class HttpSinks:
                     reason = f"{target.url}: {exc.__class__.__name__}: {exc}"
                 if attempt < RETRIES:
                     await asyncio.sleep(RETRY_BACKOFF_S * (2**attempt))
-        log.warning("%s: HTTP sink of %s gave up after %d attempt(s): %s", self.instance, output.stream, attempt + 1, reason)
+        log.warning("%s: HTTP sink of %s gave up after %s: %s", self.instance, output.stream, counted(attempt + 1, "attempt"), reason)
         return reason
 
     def close(self) -> None:

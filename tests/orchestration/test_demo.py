@@ -34,6 +34,8 @@ def test_down_when_nothing_is_up(sp_home):
 @pytest.mark.slow
 @pytest.mark.parametrize("messaging", ["kafka", pytest.param("nats", marks=pytest.mark.nats)])
 def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home, messaging, monkeypatch):
+    for name in ("SP_DAGSTER_CONF", "SP_DAGSTER_WORKER_CONF", "SP_KAFKA_BOOTSTRAP", "SP_NATS_URL"):  # as on a new user's machine
+        monkeypatch.delenv(name, raising=False)
     up = cli("up", "--no-ui", "--workers", "2", "--broker-port", str(free_port()), "--messaging", messaging)
     state = json.loads((sp_home / "up.json").read_text()) if (sp_home / "up.json").exists() else {"processes": []}
     processes = [Detached.from_dict(p) for p in state["processes"]]
@@ -50,8 +52,6 @@ def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home
         assert {i["node"] for i in deployment["instances"]} == {"worker-1", "worker-2"}
 
         # Events flow: the generator feeds TradeStream, the filter group publishes the large trades.
-        for name, value in state["facts"]["env"].items():  # the confs `up` used (for NATS, the copies it wrote)
-            monkeypatch.setenv(name, value)
         transport = transport_for(load_config(state["facts"]["env"]["SP_DAGSTER_CONF"]).messaging, timeout=15)
         assert transport.kind == messaging
         try:
@@ -70,11 +70,10 @@ def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home
             )
         finally:
             transport.close()
-        # The averages as users read them, the same on either layer.
+        # The averages as users read them, the same on either layer: the README's command, with no --conf
+        # and no variable set, finds the stack on its non-default port through the stack's record.
         consumed = cli(
             "consume",
-            "--conf",
-            state["facts"]["env"]["SP_DAGSTER_CONF"],
             "--from-beginning",
             "--count",
             "3",

@@ -69,7 +69,7 @@ def test_without_workers_the_run_says_what_could_not_be_placed_and_why(cluster, 
     result = deploy(cluster, path, wait_until_placed={"config": {"timeout": 3}})
     assert not result.success
     message = failure_message(result, "wait_until_placed")
-    assert "5 instance(s) not placed after 3s" in message
+    assert "5 instances not placed after 3s" in message
     assert "waiting" in message and "not placed" in message
     assert get_deployment(plane, "StockAlerts") is not None  # recorded: it is placed once a worker comes
 

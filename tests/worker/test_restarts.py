@@ -72,7 +72,7 @@ def _undeploy_dropping_state(cluster, app, monkeypatch):
         instances = [i.instance for i in deployment_state(plane, app).instances]
         assert checkpoint_directories(config, instances)
         undeploy(plane, app)
-        assert drop_state(plane, config, instances, timeout=60).startswith(f"dropped the state of {len(instances)} instance(s)")
+        assert drop_state(plane, config, instances, timeout=60).startswith(f"dropped the state of {len(instances)} instances")
         store = RevisionStore.from_config(config, plane)
         assert all(store.revisions(i) == [] for i in instances)
         store.close()
@@ -114,8 +114,8 @@ def test_a_redeploy_after_drop_state_from_another_machine_starts_empty_at_the_co
                 monkeypatch.setenv("SP_DAGSTER_HOME", str(tmp_path / "operator-home"))
                 undeploy(plane, loaded.name)
                 said = drop_state(plane, load_config(operator), instances, timeout=60)
-            assert said.startswith(f"dropped the state of {len(instances)} instance(s): a redeploy starts them empty"), said
-            assert "(0 revision(s) and 0 checkpoint directories deleted here)" in said  # nothing of the workers' is here
+            assert said.startswith(f"dropped the state of {len(instances)} instances: a redeploy starts them empty"), said
+            assert "(0 revisions and 0 checkpoint directories deleted here)" in said  # nothing of the workers' is here
             # The worker deletes the checkpoint folders it holds, on the control plane's word.
             held = lambda: [p for i in instances for p in (tmp_path / "cluster").glob(f"worker-*/checkpoints/{i}")]  # noqa: E731
             assert held(), "the worker kept no checkpoint folder: their deletion would prove nothing"

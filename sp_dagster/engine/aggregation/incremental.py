@@ -22,6 +22,7 @@ from sp_dagster.engine.errors import EngineError, app_error
 from sp_dagster.engine.events import CURRENT, as_events
 from sp_dagster.engine.expressions import StreamScope, compile_expression
 from sp_dagster.siddhi import ast
+from sp_dagster.wording import counted
 
 log = logging.getLogger("sp_dagster.engine.aggregation")
 
@@ -298,7 +299,7 @@ class IncrementalAggregation:
                 since = None if before is None else before + 1
             dropped = self.store.discard(duration, since, shard)
             if dropped:
-                log.info("aggregation %s: dropped %d %s row(s) written after the restored snapshot", self.name, dropped, duration)
+                log.info("aggregation %s: dropped %s written after the restored snapshot", self.name, counted(dropped, f"{duration} row"))
 
     def stop(self) -> None:
         """Stop reading the input stream and release the store."""

@@ -71,7 +71,7 @@ class WindowProcessor(Processor):
         """Check the number of parameters."""
         if len(self.params) not in allowed:
             wanted = " or ".join(str(n) for n in allowed)
-            raise self.error(f"takes {wanted} parameter(s), but found {len(self.params)}")
+            raise self.error(f"takes {wanted} parameter{'' if allowed == (1,) else 's'}, but found {len(self.params)}")
 
     def constant(self, index: int, types: tuple[str, ...], what: str):
         """The constant value of parameter `index`, which must have one of `types`."""
