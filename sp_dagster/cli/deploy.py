@@ -134,8 +134,8 @@ def run_produce(args: argparse.Namespace) -> int:
     """Publish standard input's event lines to a stream's topic."""
     from sp_dagster.errors import EventDecodeError, SpDagsterError
     from sp_dagster.messaging import RoundRobin, codec_for, strategy_for
+    from sp_dagster.messaging.errors import MessageTooLarge
     from sp_dagster.messaging.eventlines import decode_event_line
-    from sp_dagster.messaging.kafka import MessageTooLarge
 
     stream, target, transport = _stream_target(args, writing=True)
     names = [a.name for a in target.attributes]

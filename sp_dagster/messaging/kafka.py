@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingError, ProducerFenced, TopicError
 from sp_dagster.messaging import batches
 from sp_dagster.messaging.codecs import Codec
+from sp_dagster.messaging.errors import MessageTooLarge
 from sp_dagster.messaging.profiles import BrokerProfile, profile_for
 from sp_dagster.messaging.skips import WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
@@ -42,17 +43,6 @@ _SHORTEST_WAIT_S = 0.5  # what a call may still wait once its owner's lease ran 
 _ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
-
-
-class MessageTooLarge(MessagingError):
-    """A message over the client's size limit (message.max.bytes): sending it again can never succeed."""
-
-    def __init__(self, size: int, limit: int, topic: str):
-        self.size, self.limit = size, limit
-        super().__init__(
-            f"an event of {size} bytes for '{topic}' is over the {limit}-byte limit of a Kafka message (message.max.bytes); "
-            "send smaller events, or raise message.max.bytes in deployment.config.kafkaProperties (and the broker's own limit)"
-        )
 
 
 def _error(exc: BaseException) -> KafkaError | None:
@@ -334,6 +324,11 @@ class RawPublisher(RawPublisherBase):
         """The largest message this client sends (message.max.bytes)."""
         return int(self.transport.properties.get("message.max.bytes", _MESSAGE_MAX_BYTES))
 
+    def too_large(self, size: int, topic: str) -> MessageTooLarge:
+        """The error for a message of `size` bytes over this client's limit."""
+        fix = "raise message.max.bytes in deployment.config.kafkaProperties (and the broker's own limit)"
+        return MessageTooLarge(size, self.max_message_bytes, topic, "a Kafka message (message.max.bytes)", fix)
+
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
         """Queue one message (timestamp in ms; None: the broker's time)."""
         self._topics.add(topic)
@@ -345,7 +340,7 @@ class RawPublisher(RawPublisherBase):
                 self.producer.poll(0.1)
             except KafkaException as exc:
                 if _code(exc) == KafkaError.MSG_SIZE_TOO_LARGE:
-                    raise MessageTooLarge(len(value) + len(key or b""), self.max_message_bytes, topic) from None
+                    raise self.too_large(len(value) + len(key or b""), topic) from None
                 raise self.transport.unreachable(exc, f"publishing to '{topic}'") from None
 
     def produce_all(self, records, header: str = "") -> None:

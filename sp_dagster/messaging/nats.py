@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - nats-py is the optional extra `nats`
 
 from sp_dagster.errors import BrokerUnavailable, ConfigError, EventDecodeError, JetStreamUnavailable, MessagingError, TopicError
 from sp_dagster.messaging.codecs import Codec
+from sp_dagster.messaging.errors import MessageTooLarge
 from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
 from sp_dagster.siddhi.transports import NATS_CLUSTER_ID, NATS_TOPIC
@@ -495,10 +496,23 @@ class NatsRawPublisher(RawPublisherBase):
             with self._acked:
                 self._acked.notify_all()
 
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest message the server takes (its max_payload, headers included)."""
+        return int(self._nc.max_payload)
+
+    def too_large(self, size: int, topic: str) -> MessageTooLarge:
+        """The error for a message of `size` bytes over the server's limit."""
+        return MessageTooLarge(
+            size, self.max_message_bytes, topic, "a NATS message (the server's max_payload)", "raise max_payload in the NATS server's configuration"
+        )
+
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
         """Queue one message (timestamp in ms; None: the server's time). Safe to call from several threads."""
         subject = self.transport.subject(topic, partition)
         block = header_block(key, timestamp, headers)
+        if len(value) + len(block) > self._nc.max_payload:  # the server would close the connection on it, failing every message in flight
+            raise self.too_large(len(value) + len(block), topic)
         with self._producing:
             self._topics.add(topic)
             self._counter += 1

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from sp_dagster.errors import EventDecodeError
-from sp_dagster.messaging.kafka import MessageTooLarge
+from sp_dagster.messaging.errors import MessageTooLarge
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.transport import Transport
 from sp_dagster.wording import counted
@@ -267,7 +267,7 @@ class ReceiverLoop:
         largest = getattr(publisher, "max_message_bytes", None)  # checked before any is queued, so a batch refused is refused whole
         too_large = [m for m in out if len(m.value) > largest] if largest is not None else []
         if too_large:
-            raise MessageTooLarge(len(too_large[0].value), int(largest or 0), too_large[0].topic)
+            raise publisher.too_large(len(too_large[0].value), too_large[0].topic)
         publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in out), ORIGIN_HEADER)
 
     async def _shutdown(self) -> None:

@@ -99,7 +99,7 @@ def test_publishing_to_a_partition_the_topic_lacks_fails_on_flush(nats, topic_na
     nats.ensure_topic(topic_name, 1)
     raw = nats.raw_publisher()
     raw.produce(topic_name, b"x", None, 3, None)
-    with pytest.raises(MessagingError, match=rf"1 event\(s\) could not be published to '{topic_name}'.*partition does not exist"):
+    with pytest.raises(MessagingError, match=rf"1 event could not be published to '{topic_name}'.*partition does not exist"):
         raw.flush()
 
 
@@ -173,3 +173,29 @@ def test_one_raw_publisher_serves_several_threads(nats, topic_name):
     events, _, _ = read_all(nats, topic_name, [0, 1], RawCodec(), 6000)
     for partition in (0, 1):
         assert [int(e.row[0]) for e in events if e.partition == partition] == list(range(3000))
+
+
+def test_an_event_over_the_servers_max_payload_is_refused_alone_and_the_connection_stays(nats, topic_name):
+    from sp_dagster.messaging.errors import MessageTooLarge
+
+    nats.ensure_topic(topic_name, 1)
+    publisher = nats.raw_publisher()
+    limit = publisher.max_message_bytes
+    assert limit == 1024 * 1024  # nats-server's default
+    publisher.produce(topic_name, b"before", None, 0, None)
+    with pytest.raises(
+        MessageTooLarge, match=rf"is over the {limit}-byte limit of a NATS message \(the server's max_payload\); send smaller events, or raise max_payload"
+    ):
+        publisher.produce(topic_name, b"x" * (limit + 1), None, 0, None)
+    publisher.produce(topic_name, b"after", None, 0, None)
+    publisher.flush(15)  # the server never saw the big one, so it did not drop the connection and what came before and after is in
+    publisher.close()
+    from sp_dagster.messaging.codecs import RawCodec
+
+    reader = nats.reader(topic_name, {0: EARLIEST}, RawCodec())
+    got: list = []
+    deadline = time.monotonic() + 15
+    while len(got) < 2 and time.monotonic() < deadline:
+        got += [e.row[0] for e in reader.poll(10, 0.5).events]
+    reader.close()
+    assert got == [b"before", b"after"]

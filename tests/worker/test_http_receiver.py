@@ -59,6 +59,9 @@ class HeldPublisher:
     def max_message_bytes(self) -> int:
         return self.publisher.max_message_bytes
 
+    def too_large(self, size: int, topic: str):
+        return self.publisher.too_large(size, topic)
+
     def flush(self, timeout: float = 30.0) -> None:
         self.flushing.set()
         self.released.wait(60)
