@@ -114,6 +114,10 @@ class NodeSession:
             return 0.0
         return max(0.0, self.fence_after_s - (self.clock() - self._last_ok))
 
+    def heartbeat_age_s(self) -> float | None:
+        """Seconds since the control plane last accepted a heartbeat of this node (None before the first)."""
+        return None if self._last_ok is None else self.clock() - self._last_ok
+
     # -- state --------------------------------------------------------------------------------
 
     @property

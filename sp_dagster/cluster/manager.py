@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from sp_dagster.cluster.allocation import AllocationAlgorithm, load_algorithm
 from sp_dagster.cluster.db import Connectivity, ControlPlane, short_reason
 from sp_dagster.cluster.election import Elector, Leadership, LeadershipLost, rebalance_requests
+from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.reconcile import ReconcileResult, reconcile
 from sp_dagster.cluster.store.events import prune_events
 from sp_dagster.errors import DatabaseUnavailable
@@ -96,6 +97,9 @@ class Manager:
         self._rebalance_due = False
         self._last_prune = time.monotonic()
         self._cut_off: set[str] = set()
+        self._last_pass: ReconcileResult | None = None  # the latest leader pass (for /metrics)
+        self._totals = {"reconciles": 0, "dead": 0, "placed": 0}
+        self.metrics_endpoint = None
 
     def describe(self) -> str:
         """One line: who this manager is and the timing it runs with."""
@@ -108,6 +112,7 @@ class Manager:
     def run(self, stop: threading.Event) -> None:
         """Run until `stop` is set; then give the lease up if we hold it."""
         log.info("%s", self.describe())
+        self.metrics_endpoint = serve_metrics(self.config.metrics, self.metric_families, f"manager {self.node_id}", self.config.deployment.https_interface.host)
         next_tick = next_poll = 0.0
         try:
             while not stop.is_set():
@@ -155,6 +160,10 @@ class Manager:
             rebalance=rebalance,
         )
         self._rebalance_due = False
+        self._last_pass = result
+        self._totals["reconciles"] += 1
+        self._totals["dead"] += len(result.dead)
+        self._totals["placed"] += len(result.assigned)
         joined = set(result.alive) - self._known_alive if self._known_alive is not None else set()
         self._known_alive = set(result.alive)
         if joined:
@@ -197,6 +206,24 @@ class Manager:
         for app, status, reason in result.status_changes:
             log.info("app %s is %s%s", app, status, f": {reason}" if reason else "")
 
+    def metric_families(self) -> list[Family]:
+        """What /metrics shows: leadership, the control plane's reach and, on the leader, the cluster as its last pass saw it."""
+        leadership = self.elector.leadership
+        last = self._last_pass if leadership is not None else None
+        return [
+            Family("manager_leader", "1 while this manager holds the leader lease, else 0.").add(leadership is not None),
+            Family("manager_term", "The leader's term, while this manager leads.").add(None if leadership is None else leadership.term),
+            Family("manager_control_plane_reachable", "1 while the control-plane database answers this manager, else 0.").add(not self.connectivity.down),
+            Family("manager_reconciles_total", "Leader passes this manager made.", "counter").add(self._totals["reconciles"]),
+            Family("manager_nodes_declared_dead_total", "Nodes this manager declared dead.", "counter").add(self._totals["dead"]),
+            Family("manager_instances_placed_total", "Instance placements this manager made (moves included).", "counter").add(self._totals["placed"]),
+            Family("cluster_nodes_alive", "Nodes instances may run on, as the leader's last pass saw them.").add(None if last is None else len(last.alive)),
+            Family("cluster_nodes_cut_off", "Alive nodes that say they cannot reach the messaging layer.").add(None if last is None else len(last.cut_off)),
+            Family("cluster_instances_unplaced", "Instances waiting for a node, as the leader's last pass saw them.").add(
+                None if last is None else len(last.unplaced)
+            ),
+        ]
+
     def _on_election(self, kind: str, fields: dict) -> None:
         self.journal.write(kind, **fields)
 
@@ -209,6 +236,8 @@ class Manager:
                 self.elector.resign()
             except Exception as exc:  # the database went away just now; the lease then simply expires
                 log.warning("manager %s could not resign (%s); its lease expires in %d ms", self.node_id, short_reason(exc), self.lease_ms)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         self.journal.close()
         self.plane.close()
 

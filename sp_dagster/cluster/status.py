@@ -175,8 +175,20 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append("")
     if status["nodes"]:
         lines += _table(
-            ["NODE", "ROLE", "STATE", "INCARNATION", "LAST HEARTBEAT", "INSTANCES", "ADDRESS"],
-            [[n["node"], n["role"], _state(n), n["incarnation"], _ago(n["last_heartbeat_ago_ms"]), _load(n), n["address"]] for n in status["nodes"]],
+            ["NODE", "ROLE", "STATE", "INCARNATION", "LAST HEARTBEAT", "INSTANCES", "ADDRESS", "METRICS"],
+            [
+                [
+                    n["node"],
+                    n["role"],
+                    _state(n),
+                    n["incarnation"],
+                    _ago(n["last_heartbeat_ago_ms"]),
+                    _load(n),
+                    n["address"],
+                    (n.get("metrics") or {}).get("metrics_url"),
+                ]
+                for n in status["nodes"]
+            ],
         )
     else:
         lines.append("no resource nodes have registered")

@@ -16,6 +16,7 @@ from sp_dagster.config.model import (
     Config,
     DagsterConfig,
     DeploymentConfig,
+    MetricsConfig,
     PersistenceConfig,
     SiddhiConfig,
     SparkConfig,
@@ -50,6 +51,7 @@ _SECTIONS = {
     "siddhi": SiddhiConfig,
     "spark": SparkConfig,
     "dagster": DagsterConfig,
+    "metrics": MetricsConfig,
 }
 _DATASOURCE_SECTIONS = {"datasources": parse_datasources, "wso2.datasources": parse_wso2_datasources}
 
@@ -122,6 +124,7 @@ def build_config(document: LocatedDict, filename: str, role: str, node_id: str |
         siddhi=sections.get("siddhi") or SiddhiConfig(),
         spark=sections.get("spark") or SparkConfig(),
         dagster=sections.get("dagster") or DagsterConfig(),
+        metrics=sections.get("metrics") or MetricsConfig(),
     )
     _check(config, document, filename)
     if config.siddhi.extensions:

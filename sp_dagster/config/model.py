@@ -261,6 +261,15 @@ class DagsterConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """`metrics`: the Prometheus endpoint (`/metrics`) every manager and worker serves."""
+
+    enabled: bool = setting("enabled", True, doc="serve Prometheus metrics")
+    host: str = setting("host", "127.0.0.1", doc="the address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+    port: int = setting("port", 0, minimum=0, doc="the port (0: any free one; `sp-dagster status` shows each node's URL)")
+
+
+@dataclass(frozen=True)
 class MessagingSettings:
     """The messaging layer a node uses, derived from deployment.config."""
 
@@ -290,6 +299,7 @@ class Config:
     siddhi: SiddhiConfig
     spark: SparkConfig
     dagster: DagsterConfig = field(default_factory=DagsterConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def node_id(self) -> str:

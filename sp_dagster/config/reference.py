@@ -10,6 +10,7 @@ from sp_dagster.config.model import (
     ClusterConfig,
     DagsterConfig,
     DeploymentConfig,
+    MetricsConfig,
     PersistenceConfig,
     SiddhiConfig,
     SparkConfig,
@@ -23,6 +24,7 @@ SECTIONS = (
     ("siddhi", SiddhiConfig),
     ("spark", SparkConfig),
     ("dagster", DagsterConfig),
+    ("metrics", MetricsConfig),
 )
 
 

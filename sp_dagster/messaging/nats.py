@@ -429,6 +429,7 @@ class NatsRawPublisher(RawPublisherBase):
         self.transport = transport
         transport.connect()
         self._loop = transport._loop
+        assert transport._nc is not None  # connected just above
         self._nc = transport._nc
         self._buffer: list[bytes] = []  # protocol frames not yet handed to the event loop
         self._pending: dict[str, str] = {}  # reply subject -> message subject, until acknowledged

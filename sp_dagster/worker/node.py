@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
@@ -58,6 +59,9 @@ class RunningInstance:
     handle: ContinuousInstance | MicroBatchInstance | HostedReceiver
     checkpoint: Path
     started: float = field(default_factory=time.monotonic)
+    status: str = "starting"  # what the worker last reported, with its metrics (for /metrics)
+    metrics: dict = field(default_factory=dict)
+    saved: float | None = None  # when its state was last saved to the revision store (monotonic)
 
 
 def spark_session(config):
@@ -115,6 +119,7 @@ class Worker:
         self.control = None  # the continuous tasks' control line, opened with Spark
         self.slots: int | None = None
         self.broker = BrokerWatch(config.messaging, config.node_id, lambda: self.session.heartbeat_interval_s, lambda: self.session.fence_after_s)
+        self.metrics_endpoint = None  # the Prometheus endpoint, served from run()
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -128,8 +133,11 @@ class Worker:
 
             self.control = control_server(self.spark, self.session.lease_remaining_s)
             self.refresh_slots()
-            log.info("worker %s: instances run continuously, %s", self.config.node_id, counted(self.slots, "task slot"))
+            log.info("worker %s: instances run continuously, %s", self.config.node_id, counted(self.slots or 0, "task slot"))
         log.info("worker %s: control plane %s, messaging %s", self.config.node_id, self.plane.safe_url, self.bootstrap)
+        self.metrics_endpoint = serve_metrics(
+            self.config.metrics, self.metric_families, f"worker {self.config.node_id}", self.config.deployment.https_interface.host
+        )
         self.broker.start()
         self.beat()
         self._beats.start()
@@ -162,9 +170,41 @@ class Worker:
             "broker": self.broker.state,
             "fence_after_s": self.session.fence_after_s,  # `status` tells a silent node from a live one by it
         }
+        if self.metrics_endpoint is not None:
+            metrics["metrics_url"] = self.metrics_endpoint.url
         if self.slots is not None:
             metrics["slots"] = self.slots
         return metrics
+
+    def metric_families(self) -> list[Family]:
+        """What /metrics shows: this worker's heartbeat, slots and broker reach, and each instance's rows, lag, latency and state age."""
+        now = time.monotonic()
+        families = [
+            Family("worker_heartbeat_age_seconds", "Seconds since the control plane last accepted this worker's heartbeat.").add(
+                self.session.heartbeat_age_s()
+            ),
+            Family("worker_fence_window_seconds", "A heartbeat older than this fences the worker (it stops its instances).").add(self.session.fence_after_s),
+            Family("worker_slots", "Task slots: how many instances this worker can run at once.").add(self.slots),
+            Family("worker_instances", "Instances this worker runs.").add(len(self.running)),
+            Family("worker_broker_reachable", "1 while the messaging layer answers this worker's probes, else 0.").add(self.broker.state == "reachable"),
+        ]
+        rows_in = Family("instance_rows_in_total", "Events the instance took in.", "counter")
+        rows_out = Family("instance_rows_out_total", "Events the instance published.", "counter")
+        rate = Family("instance_rows_per_second", "Events in per second, over the last report's window.")
+        lag = Family("instance_lag", "Messages of its input partitions not read yet.")
+        latency = Family("instance_latency_ms", "Processing latency of a turn, per quantile, over the last report's window.")
+        running = Family("instance_running", "1 while the instance runs (consumes), 0 while it starts.")
+        state_age = Family("instance_state_age_seconds", "Seconds since the instance's state was last saved to the revision store.")
+        for name, instance in sorted(self.running.items()):
+            m = instance.metrics
+            rows_in.add(m.get("rows_in_total"), instance=name)
+            rows_out.add(m.get("rows_out_total"), instance=name)
+            rate.add(m.get("rows_per_s"), instance=name)
+            lag.add(m.get("lag"), instance=name)
+            latency.add(m.get("latency_ms_p50"), instance=name, quantile="0.5").add(m.get("latency_ms_p99"), instance=name, quantile="0.99")
+            running.add(instance.status == "running", instance=name)
+            state_age.add(None if instance.saved is None else now - instance.saved, instance=name)
+        return families + [rows_in, rows_out, rate, lag, latency, running, state_age]
 
     def stop(self) -> None:
         """Ask run() to finish."""
@@ -376,6 +416,7 @@ class Worker:
     def _save(self, running: RunningInstance) -> None:
         try:
             self.store.save(running.instance_id, running.checkpoint, owner=(self.config.node_id, self.session.incarnation))
+            running.saved = time.monotonic()
         except NotOwnerError as exc:  # moved or fenced: the state is its new owner's to save
             log.info("worker %s: %s", self.config.node_id, exc)
         except Exception as exc:
@@ -395,7 +436,8 @@ class Worker:
                 continue
             self.failures.pop(running.instance_id, None)
             # Running once it consumes: a continuous task is `starting` until its loop has opened.
-            self._report(running.instance_id, "running" if handle.ready else "starting", metrics=handle.metrics())
+            running.status, running.metrics = "running" if handle.ready else "starting", handle.metrics()
+            self._report(running.instance_id, running.status, metrics=running.metrics)
 
     def _failed(self, instance_id: str, detail: str, *, permanent: bool = False) -> None:
         """Retry later, waiting longer after each failure in a row (up to a minute). A partial app the
@@ -430,5 +472,7 @@ class Worker:
             log.warning("worker %s: could not deregister: %s", self.config.node_id, exc)
         if self.control is not None:
             self.control.close()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         self.store.close()
         self.plane.close()

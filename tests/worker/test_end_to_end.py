@@ -121,6 +121,45 @@ def test_100k_events_match_the_in_process_engine(deployed):
     assert by_symbol(got) == by_symbol(expected)
 
 
+def test_each_worker_serves_its_instances_rows_and_lag_to_prometheus(deployed):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sp_dagster.cluster.status import cluster_status
+
+    cluster, history = deployed[0], deployed[3]
+    assert history.rows, "runs after the 100k test, whose events it counts"
+
+    def scrape() -> tuple[dict, dict]:
+        """Per node: the instances the control plane has on it, and the samples of its /metrics ({(name, instance): value})."""
+        with cluster.plane() as plane:
+            status = cluster_status(plane)
+        placed = {n["node"]: set() for n in status["nodes"] if n["state"] == "alive" and n["role"] == "worker"}
+        for instance in (i for d in status["deployments"] for i in d["instances"] if i["node"]):
+            placed.setdefault(instance["node"], set()).add(instance["instance"])
+        samples = {}
+        for node in placed:
+            url = next(n["metrics"]["metrics_url"] for n in status["nodes"] if n["node"] == node)
+            with urllib.request.urlopen(url, timeout=10) as response:
+                text = response.read().decode()
+            samples[node] = {(s.name, s.labels.get("instance")): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+        return placed, samples
+
+    def counted_everything():
+        placed, samples = scrape()
+        rows_in = sum(v for got in samples.values() for (name, inst), v in got.items() if name == "sp_dagster_instance_rows_in_total" and "-filter-" in inst)
+        return rows_in == len(history.rows) and (placed, samples)
+
+    placed, samples = wait_until(counted_everything, timeout=60, interval=1, what=f"the filter instances' rows in to reach {len(history.rows)}")
+    for node, instances in placed.items():
+        got = samples[node]
+        assert got[("sp_dagster_worker_instances", None)] == len(instances) and got[("sp_dagster_worker_broker_reachable", None)] == 1
+        for instance in instances:
+            assert got[("sp_dagster_instance_running", instance)] == 1 and ("sp_dagster_instance_lag", instance) in got, (node, instance, got)
+    assert all(v == 0 for got in samples.values() for (name, inst), v in got.items() if name == "sp_dagster_instance_lag" and "-filter-" in inst)
+
+
 def test_a_worker_killed_mid_stream_loses_no_output(deployed):
     from sp_dagster.cluster.store.deployments import list_instances
 
