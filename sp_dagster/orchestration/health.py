@@ -7,8 +7,9 @@ heartbeat, the URLs receivers listen at; events per second since the previous ob
 
 - `live_worker`: every instance is placed on a worker that is alive and heartbeating
   (failed, severity ERROR, naming each instance without one and why);
-- `lag_not_growing`: no instance's lag rose at each of the last `dagster.lagGrowthSamples`
-  observations (failed, severity WARN, with the lag series).
+- `lag_not_growing`: every instance runs (one that does not reads nothing, so its lag is not
+  known but grows) and no instance's lag rose at each of the last `dagster.lagGrowthSamples`
+  observations (failed, severity WARN, with the lag series or the instances not running).
 
 The previous observations come from Dagster's own event log, so the history survives restarts.
 """
@@ -169,18 +170,25 @@ def live_worker_result(key, app: str, instances: list[dict], nodes: dict, max_ag
 
 
 def lag_result(key, app: str, instances: list[dict], history: list[dict], current: dict[str, int], samples: int) -> dg.AssetCheckResult:
-    """lag_not_growing: passed unless some instance's lag rose at each of the last `samples` observations."""
+    """lag_not_growing: passed unless some instance does not run or its lag rose at each of the last `samples` observations."""
     if not instances:
         return dg.AssetCheckResult(
             asset_key=key, check_name=LAG_NOT_GROWING, passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"{app} is not deployed any more"
         )
     growing = growing_lags(history, current, samples)
-    text = "; ".join(f"{name}: lag {' -> '.join(map(str, series))}" for name, series in sorted(growing.items()))
+    idle = {i["instance"]: i["status"] if i["node"] else "not placed" for i in instances if i["status"] != "running"}
+    series_text = "; ".join(f"{name}: lag {' -> '.join(map(str, series))}" for name, series in sorted(growing.items()))
+    problems = [f"lag keeps growing: {series_text}"] if growing else []
+    if idle:
+        problems.append(
+            f"{counted(len(idle), 'instance')} not running, so nothing reads {'its' if len(idle) == 1 else 'their'} input and the lag there is "
+            f"not known: {', '.join(f'{name} ({why})' for name, why in sorted(idle.items()))}"
+        )
     return dg.AssetCheckResult(
         asset_key=key,
         check_name=LAG_NOT_GROWING,
-        passed=not growing,
+        passed=not problems,
         severity=dg.AssetCheckSeverity.WARN,
-        description=f"lag keeps growing: {text}" if growing else (f"lag {sum(current.values())}" if current else "no lag reported yet"),
-        metadata={"lag": sum(current.values()), "growing": dg.MetadataValue.json(growing)},
+        description="; ".join(problems) if problems else (f"lag {sum(current.values())}" if current else "no lag reported yet"),
+        metadata={"lag": sum(current.values()), "growing": dg.MetadataValue.json(growing), "not_running": dg.MetadataValue.json(sorted(idle))},
     )

@@ -123,3 +123,20 @@ def test_receiver_urls_appear_in_the_observation():
     assert metadata["receiver_urls"].value == [url]
     assert metadata["instances"].value["Tenants-passthrough-RequestIn-1"]["receiver_urls"] == [url]
     assert "receiver_urls" not in observe(key, [{**instances[0], "metrics": {}}], nodes, [], 0.0).metadata
+
+
+def test_the_lag_check_fails_while_an_instance_reads_nothing():
+    from sp_dagster.orchestration.health import lag_result
+
+    key = dg.AssetKey(["App", "filter"])
+    running = {"instance": "App-filter-1", "node": "w1", "status": "running"}
+    unplaced = {"instance": "App-filter-2", "node": None, "status": "starting"}
+    starting = {"instance": "App-filter-3", "node": "w2", "status": "starting"}
+    assert lag_result(key, "App", [running], [], {"App-filter-1": 0}, 3).passed
+    result = lag_result(key, "App", [running, unplaced, starting], [], {"App-filter-1": 0}, 3)  # only the running one reports "lag 0"
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
+    assert result.description == (
+        "2 instances not running, so nothing reads their input and the lag there is not known: App-filter-2 (not placed), App-filter-3 (starting)"
+    )
+    growing = lag_result(key, "App", [running, unplaced], [{"App-filter-1": 1}, {"App-filter-1": 2}], {"App-filter-1": 3}, 3)
+    assert growing.description.startswith("lag keeps growing: App-filter-1: lag 1 -> 2 -> 3; 1 instance not running, so nothing reads its input")
