@@ -49,7 +49,8 @@ def _is_entry_topic(spec: dg.AssetSpec) -> bool:
 def siddhi_app_assets(
     *, app: str | Path, translator: SpDagsterTranslator | None = None, name: str | None = None
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
-    """A `multi_asset` over an app file's partial apps, aggregations and published topics; the decorated function deploys it.
+    """A `multi_asset` over an app file's partial apps, aggregations and published topics; the decorated function deploys it
+    (the whole app: an app runs whole, so materializing a selection of its assets deploys it all and reports those).
 
     Name the resources in the function's parameters, under any keys::
 
@@ -59,7 +60,7 @@ def siddhi_app_assets(
     """
     specs = [s for s in build_partial_app_specs(app, translator) if not _is_entry_topic(s)]
     default_name = f"deploy_{group_name(str(specs[0].metadata.get(APP_META, 'app')))}" if specs else "deploy_app"
-    return dg.multi_asset(specs=specs, name=name or default_name, can_subset=False)
+    return dg.multi_asset(specs=specs, name=name or default_name, can_subset=True)
 
 
 def deploy_siddhi_app(

@@ -4,14 +4,43 @@ type: sp_dagster.dagster.SpDagsterComponent
 attributes:
   app_repository: apps          # relative paths: to the defs.yaml's folder
   conf: conf                    # a conf directory or the manager's deployment.yaml
+  translation:                  # optional: asset attributes per asset, as in DbtProjectComponent
+    group_name: "streaming_{{ app }}"
+    owners: ["team:streaming"]
+
+`translation` sees `kind` (partial_app, topic or aggregation), `app`, `name` (the execution
+group, topic or aggregation) and `spec` (the default spec). The component is registered with
+`dg` (`dg list components` shows it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import dagster as dg
+from dagster.components.utils.translation import TranslationFn, TranslationFnResolver
 from pydantic import Field
+
+from sp_dagster.orchestration.assets import SiddhiAssetProps, SpDagsterTranslator
+from sp_dagster.orchestration.errors import ComponentError
+
+
+def _template_vars(props: SiddhiAssetProps) -> dict:
+    """What a `translation:` block may name."""
+    name = {"partial_app": (props.group or {}).get("name"), "topic": (props.topic or {}).get("name"), "aggregation": (props.aggregation or {}).get("name")}
+    return {"kind": props.kind, "app": props.app, "name": name.get(props.kind), "props": props}
+
+
+class _Translated(SpDagsterTranslator):
+    """The default specs, then the component's `translation:`."""
+
+    def __init__(self, translation: TranslationFn[SiddhiAssetProps]):
+        self.translation = translation
+
+    def get_asset_spec(self, props: SiddhiAssetProps) -> dg.AssetSpec:
+        """The default spec with the translation's attributes."""
+        return self.translation(super().get_asset_spec(props), props)
 
 
 class SpDagsterComponent(dg.Component, dg.Resolvable, dg.Model):
@@ -20,14 +49,27 @@ class SpDagsterComponent(dg.Component, dg.Resolvable, dg.Model):
     app_repository: str | None = Field(default=None, description="the directory of *.siddhi files the sensor deploys (default: dagster.appRepository)")
     conf: str | None = Field(default=None, description="a conf directory or the manager's deployment.yaml (default: the search order)")
     worker_conf: str | None = Field(default=None, description="the workers' deployment.yaml (default: conf's worker/, else the search order)")
+    translation: Annotated[TranslationFn[SiddhiAssetProps], TranslationFnResolver[SiddhiAssetProps](_template_vars)] | None = Field(
+        default=None, description="asset attributes (key, group_name, owners, tags, metadata, ...) applied to every asset"
+    )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        """build_definitions with this component's paths, relative ones taken from its folder."""
+        """build_definitions with this component's paths, relative ones taken from its folder; a path that does not exist is refused."""
         from sp_dagster.orchestration.definitions import build_definitions
 
-        def here(value: str | None) -> str | None:
-            return str((Path(context.path) / value).resolve()) if value else None
+        def here(setting: str, value: str | None) -> str | None:
+            if not value:
+                return None
+            path = (Path(context.path) / value).resolve()
+            if not path.exists():
+                raise ComponentError(
+                    f"{Path(context.path) / 'defs.yaml'}: {setting} '{value}' ({path}) does not exist; name "
+                    + ("a conf directory or a manager's deployment.yaml" if setting != "app_repository" else "the folder of your .siddhi apps")
+                    + " (relative paths start at the defs.yaml's folder)"
+                )
+            return str(path)
 
-        conf = here(self.conf)
-        worker_conf = here(self.worker_conf) or (conf if conf and Path(conf).is_dir() else None)
-        return build_definitions(conf, worker_conf, app_repository=here(self.app_repository))
+        conf = here("conf", self.conf)
+        worker_conf = here("worker_conf", self.worker_conf) or (conf if conf and Path(conf).is_dir() else None)
+        translator = _Translated(self.translation) if self.translation is not None else None
+        return build_definitions(conf, worker_conf, translator, app_repository=here("app_repository", self.app_repository))

@@ -9,3 +9,7 @@ class DemoError(SpDagsterError):
 
 class TranslatorError(SpDagsterError):
     """A translator gave two assets one key."""
+
+
+class ComponentError(SpDagsterError):
+    """A defs.yaml of SpDagsterComponent names a path that does not exist."""

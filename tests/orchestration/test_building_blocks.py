@@ -57,10 +57,13 @@ def test_a_users_definitions_take_the_assets_and_the_sensor_under_their_own_reso
         assert get_deployment(plane, "StockAlerts").generation == 1
 
         materialized = dg.materialize([stock_alerts], resources=resources, instance=instance)
+        # One asset selected (as clicking one box in the UI does): the whole app is deployed, that one is reported.
+        one = dg.materialize([stock_alerts], selection=[filter_key], resources=resources, instance=instance)
     assert materialized.success
     events = {e.asset_key: e.metadata for e in materialized.get_asset_materialization_events() for e in [e.materialization]}
     assert set(events) == {k for k in stock_alerts.keys}
     assert events[filter_key]["changed"].value is False and events[filter_key]["generation"].value == 1
+    assert one.success and [e.asset_key for e in one.get_asset_materialization_events()] == [filter_key]
 
 
 def test_the_component_loads_from_defs_yaml(cluster):
@@ -81,3 +84,76 @@ def test_the_component_loads_from_defs_yaml(cluster):
             assert str(defs_path / "apps") in repo.get_sensor_def("app_repository").description
             assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "manager", "worker"}
             assert K(["sp_dagster", "control_plane"]) in repo.asset_graph.get_all_asset_keys()
+
+
+def test_the_components_translation_block_applies_to_every_asset_and_lineage_follows(cluster, plane):
+    from dagster.components.testing import create_defs_folder_sandbox
+
+    from sp_dagster.deploy import load_app, plan_app, record
+
+    loaded = load_app(cluster.add_app())
+    record(plane, loaded, plan_app(loaded))
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=SpDagsterComponent,
+            defs_yaml_contents={
+                "type": "sp_dagster.dagster.SpDagsterComponent",
+                "attributes": {
+                    "conf": str(cluster.manager_conf),
+                    "worker_conf": str(cluster.worker_conf),
+                    "translation": {"key_prefix": "streaming", "group_name": "sp_{{ app }}", "owners": ["team:streaming"], "tags": {"kind": "{{ kind }}"}},
+                },
+            },
+        )
+        with sandbox.load_component_and_build_defs(defs_path=defs_path) as (_component, defs):
+            graph = defs.get_repository_def().asset_graph
+            average = graph.get(K(["streaming", "StockAlerts", "average"]))
+            assert average.group_name == "sp_StockAlerts" and average.owners == ["team:streaming"] and average.tags["kind"] == "partial_app"
+            assert K(["streaming", "topics", "StockAlerts.LargeTradeStream.symbol"]) in average.parent_keys
+            assert graph.get(K(["streaming", "topics", "StockAlerts.LargeTradeStream.symbol"])).tags["kind"] == "topic"
+
+
+def test_a_component_naming_a_conf_that_does_not_exist_fails_to_load(tmp_path):
+    from dagster.components.testing import create_defs_folder_sandbox
+
+    with create_defs_folder_sandbox() as sandbox:
+        defs_path = sandbox.scaffold_component(
+            component_cls=SpDagsterComponent,
+            defs_yaml_contents={"type": "sp_dagster.dagster.SpDagsterComponent", "attributes": {"conf": "no-such-conf"}},
+        )
+        try:
+            with sandbox.load_component_and_build_defs(defs_path=defs_path):
+                raise AssertionError("a missing conf loaded")
+        except Exception as exc:  # Dagster wraps what build_defs raises
+            text = "".join(str(e) for e in (exc, exc.__cause__, getattr(exc.__cause__, "__cause__", None)) if e)
+            assert f"{defs_path / 'defs.yaml'}: conf 'no-such-conf' ({(defs_path / 'no-such-conf').resolve()}) does not exist" in text, text
+
+
+def test_the_component_is_registered_for_dg():
+    from dagster.components.core.package_entry import discover_entry_point_package_objects
+    from dagster_shared.serdes.objects import EnvRegistryKey
+
+    assert EnvRegistryKey(name="SpDagsterComponent", namespace="sp_dagster.dagster") in discover_entry_point_package_objects()
+
+
+def test_the_readmes_composition_example_loads_from_another_directory(tmp_path):
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    code = re.search(r"Your own `Definitions`, under your own resource keys:\n\n```python\n(.*?)```", readme, re.S).group(1)
+    project = tmp_path / "project"
+    (project / "apps").mkdir(parents=True)
+    shutil.copy(root / "apps" / "stock-alerts.siddhi", project / "apps")
+    shutil.copytree(root / "conf", project / "conf")
+    (project / "definitions.py").write_text(code)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    check = "import runpy, sys; d = runpy.run_path(sys.argv[1])['defs'].get_repository_def(); print(sorted(k.to_user_string() for k in d.asset_graph.get_all_asset_keys()))"
+    run = subprocess.run([sys.executable, "-c", check, str(project / "definitions.py")], cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "streaming/StockAlerts/filter" in run.stdout and "streaming/topics/StockAlerts.TradeStream" in run.stdout
