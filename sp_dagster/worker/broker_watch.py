@@ -29,7 +29,7 @@ class BrokerWatch:
         self.interval_s = interval_s
         self.window_s = window_s
         self.clock = clock
-        self.last_ok = clock()  # a worker starts trusting the broker: its instances say soon enough if not
+        self.last_ok = clock()  # trusted until probed for a whole window (counted again from start())
         self.said = REACHABLE
         self.stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-watch", daemon=True)
@@ -40,7 +40,8 @@ class BrokerWatch:
         return REACHABLE if self.clock() - self.last_ok < self.window_s() else UNREACHABLE
 
     def start(self) -> BrokerWatch:
-        """Start probing."""
+        """Start probing; the fence window counts from now (starting Spark before this can take longer than it)."""
+        self.last_ok = self.clock()
         self._thread.start()
         return self
 

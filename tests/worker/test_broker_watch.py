@@ -27,3 +27,16 @@ def test_the_probe_follows_a_real_broker_going_away_and_coming_back(tmp_path):
     finally:
         watch.stop()
         broker.stop()
+
+
+def test_the_window_counts_from_the_start_of_probing_not_from_construction():
+    # A worker builds its watch, then starts Spark (often longer than the fence window), then starts
+    # probing: it must not say `unreachable` before a single probe ran (that moved its instances away).
+    now = [100.0]
+    watch = BrokerWatch(MessagingSettings("kafka", ("127.0.0.1:1",)), "w1", lambda: 60.0, lambda: 8.0, clock=lambda: now[0])
+    now[0] += 30.0  # Spark starting
+    watch.stop()  # the thread's first probe runs at once; stopped, it probes no more
+    watch.start()
+    assert watch.state == REACHABLE
+    now[0] += 8.5
+    assert watch.state == UNREACHABLE  # no answer (nothing listens at port 1) for the whole window since the start
