@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# In local mode the whole Spark application is this process: its driver RPC and block manager need not
+# (and, unauthenticated, must not) listen on the machine's network address.
+LOOPBACK_ONLY = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
 REPORT_LOCK_WAIT_S = 1.0  # the main loop waits no longer for a heartbeat in progress (it may be stuck)
 FORGET_EVERY_S = 10.0  # how often a worker looks for checkpoint folders of dropped state
 # How often a worker reads its assignments, at most: an instance moved here starts soon after its
@@ -79,6 +82,7 @@ def spark_session(config):
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
         # each batch writes a small changelog, not a state snapshot (one now and then)
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        **(LOOPBACK_ONLY if config.spark.master.startswith("local") else {}),
         **config.spark.conf,
     }
     for key, value in settings.items():

@@ -17,6 +17,43 @@ from tests.cluster.helpers import wait_until
 from tests.orchestration.conftest import REPO
 
 
+def listening(pids: list[int]) -> list[tuple[int, str]]:
+    """(pid, address:port) of every TCP socket the processes listen on (from /proc: no tool needed)."""
+    import ipaddress
+    import os
+    from pathlib import Path
+
+    inodes = {}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            try:
+                target = os.readlink(fd)
+            except OSError:  # gone meanwhile
+                continue
+            if target.startswith("socket:["):
+                inodes[target[8:-1]] = pid
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                host, port = fields[1].split(":")
+                raw = bytes.fromhex(host)
+                # /proc prints each 32-bit word in host (little-endian) order
+                address = ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)))
+                found.append((inodes[fields[9]], f"{address}:{int(port, 16)}"))
+    return found
+
+
+def loopback(address: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback addresses."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address.rsplit(":", 1)[0])
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sp_dagster.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
@@ -44,6 +81,11 @@ def test_up_runs_the_sample_app_on_two_workers_and_down_stops_everything(sp_home
         assert "sp-dagster is up" in up.stdout and "StockAlerts: 5 instances running" in up.stdout
         assert [p.name for p in processes] == ["broker", "manager-1", "worker-1", "worker-2", "generator"]
         assert all(alive(p) for p in processes)
+        # The stack runs "on this machine only": no process of it (Spark's JVMs included) listens beyond loopback.
+        pids = [member for p in processes for member in group_members(p.pid)]
+        sockets = listening(pids)
+        assert sockets, "nothing listens: the check below would prove nothing"
+        assert not [(pid, address) for pid, address in sockets if not loopback(address)], sockets
 
         status = json.loads(cli("status", "--json").stdout)
         [deployment] = status["deployments"]
