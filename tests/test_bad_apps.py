@@ -8,6 +8,7 @@ deploy run the app-repository sensor asks for all give the same `file:line:colum
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -172,5 +173,24 @@ def test_consuming_a_terminal_stream_says_what_to_add(tmp_path, deploy_conf):
             stream_topic(plane, "Shop", "Big", writing=False)
         assert str(refused.value).endswith(TERMINAL_NOTE.removeprefix("note: "))
         assert stream_topic(plane, "Shop", "Orders", writing=True).topic == "Shop.Orders"
+    finally:
+        plane.close()
+
+
+def test_writing_into_a_stream_between_execution_groups_is_refused_with_the_entry_streams(deploy_conf):
+    loaded = load_app(Path(__file__).resolve().parents[1] / "apps" / "stock-alerts.siddhi")
+    plane = ControlPlane.from_config(load_config(deploy_conf))
+    try:
+        record_deployment(
+            plane, "StockAlerts", content_hash=loaded.content_hash, source=loaded.text, plan=to_dict(loaded.topology), instances=instance_specs(loaded.topology)
+        )
+        with pytest.raises(SpDagsterError) as refused:
+            stream_topic(plane, "StockAlerts", "LargeTradeStream", writing=True)
+        assert str(refused.value) == (
+            "stream 'LargeTradeStream' of 'StockAlerts' is internal: its events come from StockAlerts-filter, and events written there "
+            "would skip the queries before it; write to an entry stream instead: TradeStream"
+        )
+        assert stream_topic(plane, "StockAlerts", "TradeStream", writing=True).topic == "StockAlerts.TradeStream"
+        assert stream_topic(plane, "StockAlerts", "LargeTradeStream", writing=False).topic == "StockAlerts.LargeTradeStream.symbol"  # reading is fine
     finally:
         plane.close()

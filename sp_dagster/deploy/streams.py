@@ -28,24 +28,33 @@ def parse_target(target: str) -> tuple[str, str]:
 
 
 def stream_topic(plane, app: str, stream: str, *, writing: bool) -> StreamTopic:
-    """The topic of `stream` in deployed `app`: one its instances read (writing) or publish (reading)."""
+    """The topic of `stream` in deployed `app`: an entry topic its instances read (writing: what comes from
+    outside, never a topic between execution groups) or one they publish or read (reading)."""
     from sp_dagster.cluster.store.deployments import get_deployment
     from sp_dagster.worker.instance_plan import plan_instance
 
     record = get_deployment(plane, app)
     if record is None:
         raise DeployError(f"no deployment named '{app}'; `sp-dagster status` lists the deployments")
-    streams: set[str] = set()
-    for group in record.plan.get("groups", []):
-        for instance in group.get("instances", [])[:1]:
-            plan = plan_instance(instance["name"], instance["siddhi"])
-            ends = list(plan.outputs) + list(plan.inputs) if not writing else list(plan.inputs)
-            for end in ends:
-                streams.add(end.stream)
-                if end.stream == stream and not end.bootstrap and not end.nats:  # not another cluster, nor a user NATS
-                    return StreamTopic(app, stream, end.topic, end.codec, end.attributes)
+    plans = [plan_instance(group["instances"][0]["name"], group["instances"][0]["siddhi"]) for group in record.plan.get("groups", []) if group.get("instances")]
+    on_cluster = lambda end: not end.bootstrap and not end.nats  # noqa: E731  (not another cluster, nor a user NATS)
+    published = {(t, plan.name.rsplit("-", 1)[0]) for plan in plans for o in plan.outputs if on_cluster(o) for t in (o.topic, *o.topics) if t}
+    internal = {topic for topic, _writer in published}
+    ends = [end for plan in plans for end in (plan.inputs if writing else [*plan.outputs, *plan.inputs]) if on_cluster(end)]
+    if writing:
+        inside = next((end for end in ends if end.stream == stream and end.topic in internal), None)
+        ends = [end for end in ends if end.topic not in internal]
+        if inside is not None and not any(end.stream == stream for end in ends):
+            writers = sorted(writer for topic, writer in published if topic == inside.topic)
+            raise DeployError(
+                f"stream '{stream}' of '{app}' is internal: its events come from {', '.join(writers)}, and events written there "
+                f"would skip the queries before it; write to an entry stream instead: {', '.join(sorted({e.stream for e in ends})) or 'none'}"
+            )
+    for end in ends:
+        if end.stream == stream:
+            return StreamTopic(app, stream, end.topic, end.codec, end.attributes)
     verb = "read from a topic" if writing else "on a topic"
-    known = ", ".join(sorted(streams)) or "none"
+    known = ", ".join(sorted({end.stream for end in ends})) or "none"
     hint = "" if writing else _unconsumed(record, stream)
     raise DeployError(f"stream '{stream}' of '{app}' is not {verb} of the cluster's messaging layer; streams that are: {known}{hint}")
 

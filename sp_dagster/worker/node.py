@@ -95,6 +95,17 @@ def spark_session(config):
     return session
 
 
+def require_receiver_users(plan, config) -> None:
+    """InstancePlanError when the instance's HTTP receiver asks for basic auth but this node accepts no user
+    (every request would get 401): the instance fails with what to add, instead of serving."""
+    locked = [h.stream for h in plan.http_inputs if h.basic_auth]
+    if locked and not config.deployment.receiver_users:
+        raise InstancePlanError(
+            f"{plan.name}: the http source of {', '.join(locked)} has basic.auth.enabled='true', but node {config.node_id} "
+            f"has no deployment.config.receiverUsers in {config.source}: add the users it accepts"
+        )
+
+
 class Worker:
     """One resource node: heartbeats, assignments, streaming queries, state, metrics."""
 
@@ -332,6 +343,7 @@ class Worker:
         from sp_dagster.engine.aggregation.settings import runtime_settings
 
         plan = plan_instance(assignment.instance_id, assignment.siddhi_app)
+        require_receiver_users(plan, self.config)
         engine = {**runtime_settings(self.config), "shard_id": assignment.extra.get("shard_id") or self.config.shard_id}
         return dataclasses.replace(plan, extras={**plan.extras, "engine": engine, "fresh_since": assignment.extra.get("fresh_since")})
 

@@ -285,3 +285,20 @@ def test_worker_count_serves_one_url_from_several_processes_and_loses_nothing(ka
     finally:
         hosted.stop()
     assert not any(process.is_alive() for process in processes)
+
+
+def test_a_receiver_with_basic_auth_on_a_node_without_users_fails_saying_what_to_add():
+    from sp_dagster.config.loader import parse_config
+    from sp_dagster.worker.instance_plan import InstancePlanError
+    from sp_dagster.worker.node import require_receiver_users
+
+    plan = plan_instance("Locked-1", APP.format(name="Locked", port=8281))
+    bare = parse_config("deployment.config:\n  type: distributed\n", "worker.yaml", node_id="receiver-1")
+    with pytest.raises(InstancePlanError) as refused:
+        require_receiver_users(plan, bare)
+    assert str(refused.value) == (
+        "Locked-1: the http source of Readings has basic.auth.enabled='true', but node receiver-1 has no "
+        "deployment.config.receiverUsers in worker.yaml: add the users it accepts"
+    )
+    users = parse_config("deployment.config:\n  type: distributed\n  receiverUsers: [{username: ops, password: pw}]\n", "worker.yaml", node_id="receiver-1")
+    require_receiver_users(plan, users)  # served
