@@ -25,7 +25,9 @@ from dagster._core.definitions.definitions_load_context import StateBackedDefini
 
 from sp_dagster.orchestration.aggregations import AGGREGATION_META, deployment_aggregations
 from sp_dagster.orchestration.errors import TranslatorError
+from sp_dagster.orchestration.ops import code_block
 from sp_dagster.orchestration.resources import ControlPlaneResource
+from sp_dagster.siddhi.secrets import mask_secrets
 from sp_dagster.wording import counted
 
 DEFS_KEY = "sp_dagster/deployments"
@@ -71,22 +73,18 @@ def declared_receiver_urls(group: dict) -> list[str]:
     return list(receiver_urls(plan_instance(first["name"], first["siddhi"])))
 
 
-def _code(text: str) -> dg.MetadataValue:
-    return dg.MetadataValue.md(f"```\n{text.rstrip()}\n```")
-
-
 def _instances_siddhi(instances: list[dict]) -> dict[str, dg.MetadataValue]:
     """The first instance's SiddhiQL and, when there are others, how theirs differs (a diff: a few lines only)."""
     if not instances:
-        return {"siddhi": _code("")}
+        return {"siddhi": code_block("")}
     first = instances[0]
     lines = first["siddhi"].rstrip().splitlines()
     diffs = [
         "\n".join(difflib.unified_diff(lines, other["siddhi"].rstrip().splitlines(), first["name"], other["name"], n=0, lineterm="")) for other in instances[1:]
     ]
-    shown = {"siddhi": _code(first["siddhi"])}  # short enough for the UI to show it at once, as users look for it
+    shown = {"siddhi": code_block(first["siddhi"])}  # short enough for the UI to show it at once, as users look for it
     if any(diffs):
-        shown["siddhi_of_other_instances"] = dg.MetadataValue.md("```diff\n" + "\n".join(d for d in diffs if d) + "\n```")
+        shown["siddhi_of_other_instances"] = dg.MetadataValue.md("```diff\n" + mask_secrets("\n".join(d for d in diffs if d)) + "\n```")
     return shown
 
 
@@ -210,7 +208,7 @@ def _aggregation_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
             "read_by": aggregation["readers"],
             "shards": shards,
             "store": store or "in memory",
-            "siddhi": _code(aggregation["reader"]),
+            "siddhi": code_block(aggregation["reader"]),
         },
         tags={"sp-dagster/app": group_name(app)},
     )

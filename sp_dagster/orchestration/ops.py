@@ -17,7 +17,13 @@ from sp_dagster.deploy import steps
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.orchestration.processes import reload_code_location
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
+from sp_dagster.siddhi.secrets import mask_secrets
 from sp_dagster.wording import counted
+
+
+def code_block(text: str) -> dg.MetadataValue:
+    """SiddhiQL (or a plan) as a Markdown code block in Dagster metadata, its secrets masked."""
+    return dg.MetadataValue.md(f"```\n{mask_secrets(text).rstrip()}\n```")
 
 
 @contextlib.contextmanager
@@ -56,10 +62,6 @@ def rekeyed_op(op: dg.OpDefinition, keys: dict[str, str]) -> dg.OpDefinition:
     return dg.op(name=op.name, description=op.description, tags=op.tags)(with_resource_keys(fn, keys))
 
 
-def _code(text: str) -> dg.MetadataValue:
-    return dg.MetadataValue.md(f"```\n{text.rstrip()}\n```")
-
-
 # -- deploy ---------------------------------------------------------------------------------
 
 
@@ -77,7 +79,7 @@ def load_app(context: dg.OpExecutionContext, config: LoadAppConfig) -> steps.Loa
         loaded = steps.load_app(config.path)
     if config.content_hash and config.content_hash != loaded.content_hash:
         context.log.warning(f"{config.path} changed since the sensor saw it; deploying its current text ({loaded.content_hash[:12]})")
-    context.add_output_metadata({"app": loaded.name, "source": loaded.source, "content_hash": loaded.content_hash, "siddhi": _code(loaded.text)})
+    context.add_output_metadata({"app": loaded.name, "source": loaded.source, "content_hash": loaded.content_hash, "siddhi": code_block(loaded.text)})
     return loaded
 
 
@@ -93,7 +95,7 @@ def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp):
             "groups": len(topology.groups),
             "partial_apps": len(topology.partial_apps),
             "topics": len(topology.topics),
-            "plan": _code(render_text(topology)),
+            "plan": code_block(render_text(topology)),
         }
     )
     return topology

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sp_dagster.errors import SpDagsterError
+from sp_dagster.siddhi.secrets import mask_secrets
 
 
 class SiddhiQLError(SpDagsterError):
@@ -79,7 +80,7 @@ def excerpt(text: str, line: int, column: int) -> str:
     if not 1 <= line <= len(lines):
         return ""
     source_line = lines[line - 1]
-    before = source_line[: max(column - 1, 0)].expandtabs(4)
-    shown = source_line.expandtabs(4)
+    shown = mask_secrets(source_line).expandtabs(4)  # an error never shows a password written in the app
+    before = mask_secrets(source_line[: max(column - 1, 0)]).expandtabs(4)[: len(shown)]
     gutter = f"{line:>4} | "
     return f"{gutter}{shown}\n{' ' * (len(gutter) - 2)}| {' ' * len(before)}^"

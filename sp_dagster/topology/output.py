@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from sp_dagster.siddhi import SiddhiQLError
+from sp_dagster.siddhi.secrets import mask_secrets
 from sp_dagster.topology.model import FIELD_GROUPING, ExecutionGroup, Topology
 
 
@@ -41,8 +42,12 @@ def _group(group: ExecutionGroup) -> dict:
 
 
 def render_json(topology: Topology) -> str:
-    """The JSON contract as text (stable: the same plan always gives the same bytes)."""
-    return json.dumps(to_dict(topology), indent=2, ensure_ascii=False)
+    """The JSON contract as text, secrets masked (stable: the same plan always gives the same bytes)."""
+    shown = to_dict(topology)
+    for group in shown["groups"]:
+        for instance in group["instances"]:
+            instance["siddhi"] = mask_secrets(instance["siddhi"])
+    return json.dumps(shown, indent=2, ensure_ascii=False)
 
 
 def error_dict(error: SiddhiQLError) -> dict:
@@ -74,7 +79,7 @@ def render_text(topology: Topology) -> str:
         for instance in group.instances:
             reads = "; ".join(f"{topic} [{','.join(map(str, parts))}]" for topic, parts in instance.assignments)
             lines.append(f"  app  {instance.name}" + (f"  reads {reads}" if reads else ""))
-            lines += [f"       | {line}" if line else "       |" for line in instance.siddhi.rstrip().splitlines()]
+            lines += [f"       | {line}" if line else "       |" for line in mask_secrets(instance.siddhi).rstrip().splitlines()]
     if topology.topics:
         lines += ["", "topics"]
         width = max(len(topic.name) for topic in topology.topics)
