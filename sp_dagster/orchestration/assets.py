@@ -191,6 +191,7 @@ def _partial_app_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
 def _aggregation_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
     """One aggregation, depending on the partial app that feeds it."""
     deployment, aggregation, app = props.deployment, props.aggregation, props.app
+    assert aggregation is not None, "an aggregation's props carry it"
     store, shards = aggregation["store"], aggregation["shards"]
     return dg.AssetSpec(
         key=props.default_key,
