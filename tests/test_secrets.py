@@ -59,3 +59,73 @@ def test_an_error_on_a_line_with_a_secret_shows_the_line_masked():
         assert SECRET not in str(exc) and "   2 | @sink(type='http', basic.auth.password='***'" in str(exc), str(exc)
     else:
         raise AssertionError("the app parsed")
+
+
+def test_placeholders_resolve_from_the_environment_of_the_node_or_say_which_variable(monkeypatch):
+    import pytest
+
+    from sp_dagster.errors import ConfigError
+    from sp_dagster.siddhi.secrets import resolve_placeholders, resolved_properties
+
+    monkeypatch.setenv("HOOK_PASSWORD", "from-env")
+    assert resolve_placeholders("${HOOK_PASSWORD}", "here") == "from-env"
+    assert resolve_placeholders("plain", "here") == "plain" and resolve_placeholders(None, "here") is None
+    assert resolved_properties((("sasl.password", "${HOOK_PASSWORD}"), ("a", "b")), "X-1") == (("sasl.password", "from-env"), ("a", "b"))
+    monkeypatch.delenv("HOOK_PASSWORD")
+    with pytest.raises(ConfigError, match=r"^X-1: sasl.password: environment variable HOOK_PASSWORD is not set; export it"):
+        resolved_properties((("sasl.password", "${HOOK_PASSWORD}"),), "X-1")
+
+
+def test_an_http_sink_sends_the_password_its_node_has_in_the_environment(monkeypatch):
+    import base64
+    import http.server
+    import threading
+
+    from sp_dagster.worker.instance_plan import plan_instance
+    from sp_dagster.worker.instance_runtime import Message
+    from sp_dagster.worker.sinks import HTTP_PREFIX, HttpSinks
+
+    seen: list[str] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802  (the handler's name)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HOOK_PASSWORD", "from-env")
+    text = f"""@App:name('Hooked')
+@source(type='kafka', topic.list='Hooked.In', @map(type='json'))
+define stream In (k string);
+@sink(type='http', publisher.url='http://127.0.0.1:{server.server_port}/hook', basic.auth.username='ops', basic.auth.password='${{HOOK_PASSWORD}}', @map(type='json'))
+define stream Out (k string);
+from In select k insert into Out;
+"""
+    plan = plan_instance("Hooked-1", text)
+    sinks = HttpSinks(plan.http_outputs, "Hooked-1")
+    try:
+        sinks.produce(Message(f"{HTTP_PREFIX}Out", 0, -1, None, None, b'{"event": {"k": "a"}}', None))
+        assert sinks.flush(30) == []
+    finally:
+        sinks.close()
+        server.shutdown()
+    assert seen == ["Basic " + base64.b64encode(b"ops:from-env").decode()]
+
+
+def test_a_store_password_placeholder_resolves_where_the_app_runs(monkeypatch):
+    from sqlalchemy.engine import make_url
+
+    from sp_dagster.engine.store.options import parse_store
+    from sp_dagster.siddhi import parse
+
+    app = parse("@App:name('S')\n@store(type='rdbms', jdbc.url='jdbc:mysql://db:3306/sp', username='sp', password='${DB_PASS}')\ndefine table T (k string);\n")
+    [table] = app.definitions
+    monkeypatch.setenv("DB_PASS", "from-env")
+    options = parse_store(table, table.annotation("store"), None)
+    assert make_url(options.url).password == "from-env" and "from-env" not in options.shown

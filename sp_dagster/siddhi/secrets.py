@@ -37,3 +37,18 @@ def mask_secrets(text: str) -> str:
         return match[0] if not value or _placeholder(value) else f"{match['key']}{match['eq']}{MASK}"
 
     return _SECRET_PROPERTY.sub(inner, _SECRET_OPTION.sub(option, text))
+
+
+def resolve_placeholders(value: str | None, where: str) -> str | None:
+    """`value` with each `${VAR}` (or `${VAR:-default}`) taken from this process's environment, where the
+    partial app runs; ConfigError naming `where` and the variable when one is not set."""
+    if value is None or "${" not in value:
+        return value
+    from sp_dagster.config.yamlsource import resolve_env
+
+    return resolve_env(value, where)
+
+
+def resolved_properties(properties: tuple[tuple[str, str], ...], where: str) -> tuple[tuple[str, str], ...]:
+    """Kafka client properties (`optional.configuration`) with their placeholders resolved."""
+    return tuple((key, resolve_placeholders(value, f"{where}: {key}") or "") for key, value in properties)

@@ -31,6 +31,7 @@ from typing import Protocol
 
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.transport import EARLIEST, Reader, TransactionalPublisher, Transport
+from sp_dagster.siddhi.secrets import resolved_properties
 from sp_dagster.wording import counted
 from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
@@ -181,7 +182,8 @@ class InstanceLoop:
             servers = bootstrap or getattr(self.transport, "bootstrap_servers", None)
             if servers is None:
                 raise ValueError(f"{self.plan.name}: optional.configuration needs a Kafka messaging layer")
-            self.transports[name] = KafkaTransport(servers, {**getattr(self.transport, "properties", {}), **dict(properties)})
+            own = dict(resolved_properties(properties, f"{self.plan.name}: optional.configuration"))  # ${VAR}s from this node
+            self.transports[name] = KafkaTransport(servers, {**getattr(self.transport, "properties", {}), **own})
         return self.transports[name]
 
     def _nats_transport(self, endpoint) -> Transport:

@@ -29,6 +29,7 @@ from sp_dagster.engine.javahash import string_hash
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.javatext import java_str
 from sp_dagster.messaging.strategies import RoundRobin
+from sp_dagster.siddhi.secrets import resolve_placeholders
 from sp_dagster.siddhi.transports import fill_template
 from sp_dagster.wording import counted
 
@@ -97,6 +98,11 @@ def log_sink(instance: str, sink) -> Callable:
     return write
 
 
+def _password(target, instance: str, stream: str) -> str:
+    """A destination's basic-auth password, its placeholders resolved from this node's environment."""
+    return resolve_placeholders(target.password, f"{instance}: basic.auth.password of the http sink of {stream}") or ""
+
+
 class HttpSinks:
     """The HTTP sinks of one instance: queue requests, then send them all (retried) on flush."""
 
@@ -108,6 +114,13 @@ class HttpSinks:
         self._thread: threading.Thread | None = None
         self._session = None
         self.sent = self.failed = 0
+        # Authorization headers per (pseudo-topic, destination), a ${VAR} password resolved here, where the instance runs.
+        self._auth = {
+            (topic, index): "Basic " + base64.b64encode(f"{t.username}:{_password(t, instance, o.stream)}".encode()).decode("ascii")
+            for topic, o in self.outputs.items()
+            for index, t in enumerate(o.destinations)
+            if t.username is not None
+        }
 
     def owns(self, topic: str) -> bool:
         """True for the pseudo-topics of this instance's HTTP sinks."""
@@ -164,9 +177,8 @@ class HttpSinks:
         target = output.destinations[message.partition]
         headers = dict(target.headers)
         headers.setdefault("Content-Type", output.content_type or _content_type(output.mapping.type))
-        if target.username is not None:
-            token = base64.b64encode(f"{target.username}:{target.password or ''}".encode()).decode("ascii")
-            headers["Authorization"] = f"Basic {token}"
+        if (message.topic, message.partition) in self._auth:
+            headers["Authorization"] = self._auth[(message.topic, message.partition)]
         reason = None
         async with limit:
             for attempt in range(RETRIES + 1):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sp_dagster.siddhi.secrets import resolved_properties
 from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.instance_loop import share_of
 from sp_dagster.worker.instance_plan import InstancePlan, InstancePlanError
@@ -308,7 +309,8 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
     native = settings.messaging == "kafka" and kafka_source_kind(spark, settings.kafka_source) == "native"
     frames = []
     for source in plan.inputs:
-        user = {f"kafka.{k}": v for k, v in source.properties}  # a user source's optional.configuration
+        properties = resolved_properties(source.properties, f"{plan.name}: optional.configuration")  # ${VAR}s from this node
+        user = {f"kafka.{k}": v for k, v in properties}  # a user source's optional.configuration
         layer = {"format": "sp-kafka", **kafka, **user} if source.bootstrap or user else own
         options = {
             "bootstrap.servers": source.bootstrap or settings.bootstrap,
@@ -324,7 +326,7 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
                     source.bootstrap or settings.bootstrap,
                     source.topic,
                     partitions,
-                    kafka_properties=settings.kafka_properties + source.properties,
+                    kafka_properties=settings.kafka_properties + properties,
                     max_events=settings.max_events_per_trigger,
                 )
             )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from sp_dagster.engine.errors import app_error
 from sp_dagster.errors import ConfigError
 from sp_dagster.siddhi import ast
+from sp_dagster.siddhi.secrets import resolve_placeholders
 
 KNOWN = (
     "type", "jdbc.url", "username", "password", "jdbc.driver.name", "pool.properties", "jndi.resource",
@@ -82,8 +83,13 @@ def parse_store(definition: ast.TableDefinition, store: ast.Annotation, datasour
         jdbc = store.get("jdbc.url")
         if not jdbc:
             raise app_error(f"@store(type='rdbms') on table {name} needs jdbc.url (or datasource)", store)
+        where = f"@store of table {name}"  # ${VAR}s come from the environment of the node running the app
+        username, password = (
+            resolve_placeholders(store.get("username"), f"{where}: username"),
+            resolve_placeholders(store.get("password"), f"{where}: password"),
+        )
         try:
-            url = jdbc_to_sqlalchemy(jdbc, store.get("username"), store.get("password"), Context("@store", "jdbc.url", None))
+            url = jdbc_to_sqlalchemy(jdbc, username, password, Context("@store", "jdbc.url", None))
         except ConfigError:
             raise app_error(f"@store jdbc.url {jdbc!r} is not supported; expected {SUPPORTED}", store.element("jdbc.url")) from None
         _check_driver(store, jdbc)
