@@ -9,7 +9,8 @@ The default, `BalancedAllocation`:
 
 - keeps every instance where it is while that node is alive and eligible (no churn);
 - receiver (passthrough) instances go only to receiver nodes when any are alive, otherwise
-  to workers; other instances never go to receiver nodes;
+  to workers; other instances never go to receiver nodes; a receiver whose http source asks
+  for basic auth goes only to a node that has users to accept (`receiver_users` in its metrics);
 - instances of one group are spread over different nodes, then load (instance count) is
   balanced; two instances of one *receiver* group never share a node (they would bind the
   same user source), so such an instance may stay unplaced, with the reason;
@@ -35,6 +36,10 @@ from typing import Any
 from sp_dagster.errors import ConfigError
 from sp_dagster.wording import counted
 
+#: Instance extra of a receiver whose http source asks for basic auth, and the heartbeat metric of a
+#: node that has deployment.config.receiverUsers: the one runs only where the other is true.
+RECEIVER_USERS = "receiver_users"
+
 WSO2_ALGORITHMS = (
     "org.wso2.carbon.sp.jobmanager.core.allocation.RoundRobinAllocationAlgorithm",
     "org.wso2.carbon.sp.jobmanager.core.allocation.CPUBasedAllocationAlgorithm",
@@ -59,6 +64,7 @@ class InstanceInfo:
     group: str
     parallel_index: int = 1
     receiver: bool = False
+    needs_receiver_users: bool = False  # its http source asks for basic auth
 
     @property
     def group_key(self) -> tuple[str, str]:
@@ -96,11 +102,13 @@ class AllocationAlgorithm(ABC):
 
 
 def eligible_nodes(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> list[NodeInfo]:
-    """The nodes an instance may run on: receiver nodes for receiver instances when any exist, else workers."""
+    """The nodes an instance may run on: receiver nodes for receiver instances when any exist, else workers;
+    for a basic-auth receiver, only those with receiverUsers."""
     receivers = [n for n in nodes if n.receiver]
-    if instance.receiver and receivers:
-        return receivers
-    return [n for n in nodes if not n.receiver]
+    eligible = receivers if instance.receiver and receivers else [n for n in nodes if not n.receiver]
+    if instance.needs_receiver_users:
+        return [n for n in eligible if n.metrics.get(RECEIVER_USERS) is True]
+    return eligible
 
 
 def waiting_reason(workers_alive: int, min_resource_count: int) -> str:
@@ -135,9 +143,22 @@ class BalancedAllocation(AllocationAlgorithm):
         receivers_alive = any(n.receiver for n in nodes)
         capacity = {n.node_id: node_slots(n) for n in nodes}
         for pool_nodes, pool_instances in pools.items():
+            if not pool_nodes:
+                unplaced.update({i.instance_id: _no_node_reason(i, nodes) for i in pool_instances})
+                continue
             pool = _Pool(pool_nodes, pool_instances, request.current, receivers_alive, capacity)
             pool.place(request.rebalance, placement, unplaced)
         return Allocation(placement, unplaced)
+
+
+def _no_node_reason(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> str:
+    alive = f"{counted(len(nodes), 'node')} alive"
+    if instance.needs_receiver_users:
+        return (
+            f"its http source has basic.auth.enabled='true' and none of the {alive} has deployment.config.receiverUsers: "
+            "add the users it accepts to a receiver node's deployment.yaml (or a worker's, without receiver nodes)"
+        )
+    return f"no eligible node: {alive}"
 
 
 def node_slots(node: NodeInfo) -> int | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select, update
 
 from sp_dagster.cluster.allocation import (
+    RECEIVER_USERS,
     AllocationAlgorithm,
     AllocationRequest,
     InstanceInfo,
@@ -71,7 +72,10 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
         rows = conn.execute(
             select(instances.c.instance_id, instances.c.app, instances.c.group_name, instances.c.parallel_index, instances.c.receiver, instances.c.extra)
         ).all()
-        wanted = tuple(InstanceInfo(r.instance_id, r.app, r.group_name, int(r.parallel_index), bool(r.receiver)) for r in rows)
+        wanted = tuple(
+            InstanceInfo(r.instance_id, r.app, r.group_name, int(r.parallel_index), bool(r.receiver), bool(json.loads(r.extra or "{}").get(RECEIVER_USERS)))
+            for r in rows
+        )
         placements = read_placements(conn)
         current = {i: p.node_id for i, p in placements.items() if p.node_id in alive}
         # An instance held for a rescale with state stays where it is while its node lives: its

@@ -233,6 +233,16 @@ def _http_source(annotation: ast.Annotation, destinations, report: Report) -> No
         report(f"worker.count must be a number of processes of at least 1, as in '2', not '{workers.value}'.", workers)
 
 
+def basic_auth_enabled(source: ast.Annotation) -> bool:
+    """True when an http @source asks its callers for basic auth (basic.auth.enabled='true')."""
+    return (source.get("type") or "").lower() == "http" and (source.get("basic.auth.enabled") or "false").lower() == "true"
+
+
+def basic_auth_streams(app: ast.App) -> list[str]:
+    """The streams of `app` whose http @source asks for basic auth: only a node with receiverUsers can serve them."""
+    return [d.name for d in app.definitions if isinstance(d, ast.StreamDefinition) and any(basic_auth_enabled(s) for s in d.annotations_named("source"))]
+
+
 def default_receiver_url(app: str, stream: str) -> str:
     """siddhi-io-http's receiver.url for an http @source of `stream` in `app` that names none."""
     return f"http://0.0.0.0:9763/{app}/{stream}"

@@ -17,7 +17,7 @@ from sp_dagster.errors import SpDagsterError
 from sp_dagster.messaging.codecs import Attribute
 from sp_dagster.messaging.maps import MapSpec, spec_of
 from sp_dagster.siddhi import SiddhiQLError, ast, parse
-from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, INSTANCE_SHARE, check_transports, http_headers
+from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, INSTANCE_SHARE, basic_auth_enabled, check_transports, http_headers
 
 SUPPORTED_SINKS = ("kafka", "nats", "http", "log")
 #: siddhi-io-nats's defaults for a nats @source/@sink that names no server or cluster id.
@@ -199,9 +199,8 @@ def plan_instance(name: str, siddhi: str) -> InstancePlan:
         for source in definition.annotations_named("source"):
             mapping = spec_of(source.annotation("map"))
             if (source.get("type") or "").lower() == "http":
-                basic = (source.get("basic.auth.enabled") or "false").lower() == "true"
                 workers = int(source.get("worker.count") or 1)  # checked by check_supported
-                http_inputs.append(HttpInput(definition.name, source.get("receiver.url"), basic, mapping, attributes, workers))
+                http_inputs.append(HttpInput(definition.name, source.get("receiver.url"), basic_auth_enabled(source), mapping, attributes, workers))
                 continue
             if (source.get("type") or "").lower() == "nats":
                 inputs.append(_nats_input(definition.name, source, attributes, mapping))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sp_dagster.cluster.allocation import RECEIVER_USERS
 from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.config.yamlsource import default_home
@@ -184,6 +185,7 @@ class Worker:
             "running": sorted(self.running),
             "broker": self.broker.state,
             "fence_after_s": self.session.fence_after_s,  # `status` tells a silent node from a live one by it
+            RECEIVER_USERS: bool(self.config.deployment.receiver_users),  # basic-auth receivers run only where this is true
         }
         if self.metrics_endpoint is not None:
             metrics["metrics_url"] = self.metrics_endpoint.url

@@ -80,6 +80,29 @@ def test_receiver_instances_go_to_workers_when_no_receiver_node_exists():
     assert set(result.placement.values()) == {"w1", "w2"}
 
 
+def basic_auth_receiver(app, name, index=1):
+    return InstanceInfo(f"{app}-{name}-{index}", app, name, index, receiver=True, needs_receiver_users=True)
+
+
+def test_a_basic_auth_receiver_runs_only_where_users_are_configured():
+    users = {"receiver_users": True}
+    nodes = (NodeInfo("w1"), NodeInfo("w2", metrics=users), NodeInfo("w3", metrics={"receiver_users": False}))
+    result = allocate(nodes, [basic_auth_receiver("a", "in")], current={"a-in-1": "w1"})
+    assert result.placement == {"a-in-1": "w2"}  # moved off the node that would answer 401 to everyone
+    with_receivers = (*nodes, NodeInfo("r1", receiver=True), NodeInfo("r2", receiver=True, metrics=users))
+    assert allocate(with_receivers, [basic_auth_receiver("a", "in")]).placement == {"a-in-1": "r2"}
+
+
+def test_a_basic_auth_receiver_waits_for_a_node_with_users_and_says_what_to_add():
+    nodes = (NodeInfo("w1"), NodeInfo("r1", receiver=True))
+    result = allocate(nodes, [basic_auth_receiver("a", "in"), *group("a", "g", 2)], rebalance=True)
+    assert set(result.placement) == {"a-g-1", "a-g-2"}
+    assert "basic.auth.enabled='true'" in result.unplaced["a-in-1"]
+    assert "none of the 2 nodes alive has deployment.config.receiverUsers" in result.unplaced["a-in-1"]
+    checked = check_allocation(AllocationRequest(nodes, (basic_auth_receiver("a", "in"),)), Allocation({"a-in-1": "r1"}, {}), "custom")
+    assert "not an alive eligible node" in checked.unplaced["a-in-1"]
+
+
 def test_one_unplaceable_instance_leaves_the_rest_of_its_app_placed():
     nodes = (NodeInfo("w1"), NodeInfo("r1", receiver=True))
     instances = group("a", "passthrough", 2, receiver=True) + group("a", "g", 2)

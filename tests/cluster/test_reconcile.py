@@ -236,3 +236,32 @@ def test_a_node_that_cannot_reach_the_broker_hands_its_instances_over_unless_non
     heartbeat(plane, "w1", 1, metrics={"running": [], "broker": "reachable"})
     result = run(plane, leader, rebalance=True)
     assert result.cut_off == () and result.alive == ("w1", "w2") and len(result.moving) == 1
+
+
+LOCKED_APP = """@App:name('Locked')
+@source(type='http', receiver.url='http://127.0.0.1:8290/readings', basic.auth.enabled='true', @map(type='json'))
+define stream Readings (device string, watts double);
+@sink(type='log')
+define stream Heavy (device string, watts double);
+@info(name='heavy') @dist(execGroup='g', parallel='2')
+from Readings[watts > 100.0] select device, watts insert into Heavy;
+"""
+
+
+def test_a_basic_auth_receiver_waits_for_a_node_with_receiver_users(plane):
+    from sp_dagster.deploy import instance_specs, load_app
+
+    register_node(plane, "w1")
+    first = register_node(plane, "r1", receiver=True)  # no receiverUsers in its deployment.yaml
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    specs = instance_specs(load_app(text=LOCKED_APP).topology)
+    record_deployment(plane, "Locked", content_hash="h", source="s", plan={}, instances=specs)
+    run(plane, leader)
+    receiver = next(s.instance_id for s in specs if s.receiver)
+    assert placement(plane)[receiver] is None
+    assert "none of the 2 nodes alive has deployment.config.receiverUsers" in get_deployment(plane, "Locked").waiting_reason
+    assert {n for i, n in placement(plane).items() if i != receiver} == {"w1"}  # the rest runs meanwhile
+    heartbeat(plane, "r1", first, metrics={"receiver_users": True})  # its operator added users and restarted it
+    run(plane, leader)
+    assert placement(plane)[receiver] == "r1"
+    assert get_deployment(plane, "Locked").status == "placed"
