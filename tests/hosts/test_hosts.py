@@ -4,7 +4,9 @@ the `sp-dagster` command line as an operator would. A worker's host is cut off m
 plugged back in: no output is lost or repeated, the cut worker stops its instances within the
 fence window, and it takes its share back by graceful moves. Cut off from the database alone it
 stops the same way; cut off from the broker alone it hands its instances over, as its heartbeats
-say. With the leader manager cut off, the other manager leads and no instance moves."""
+say. With the leader manager cut off, the other manager leads and no instance moves. An operator's
+`undeploy --drop-state` drops what the workers saved on their own disks and in the database, so a
+redeploy starts empty."""
 
 from __future__ import annotations
 
@@ -288,3 +290,43 @@ def test_the_leader_manager_cut_off_another_leads_and_no_instance_moves(cluster)
     )
     assert seen["terms"][0] != seen["terms"][2] and seen["took_over_s"] <= MANAGER_LEASE_S + 5, seen
     assert restarted == {"w1": {}, "w2": {}}, f"instances restarted while only the leader was cut off: {restarted}\n{cluster.logs()}"
+
+
+def produce_and_read(cluster: Cluster, rows, stamps, expected: int) -> list[tuple]:
+    """Produce trades from the operator's machine; every output on the topic once `expected` are there (or after 3 minutes)."""
+    sent = cluster.operator("produce", "Trades:TradeStream", "--key", "symbol", stdin=event_lines(rows, stamps))
+    assert sent.returncode == 0, sent.stderr
+    got: list[tuple] = []
+    deadline = time.monotonic() + 180
+    while len(got) < expected and time.monotonic() < deadline:
+        read = cluster.operator("consume", "Trades:AverageStream", "--from-beginning", "--timeout", "10")
+        got = [(*line["data"], line["timestamp"]) for line in map(json.loads, read.stdout.splitlines())]
+    return got
+
+
+def test_drop_state_from_the_operators_machine_then_a_redeploy_starts_empty(cluster):
+    """The operator's machine shares no disk with the workers: the revisions go from the database the
+    cluster persists to, each worker deletes its own checkpoint folders on the control plane's word,
+    and the redeployed app starts empty at the committed offsets (nothing before is replayed)."""
+    app = cluster.hosts["operator"].home / "trades.siddhi"
+    app.write_text(APP_PATH.read_text())
+    deployed = cluster.operator("deploy", app.name, "--timeout", "300")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr + cluster.logs()
+    rows, stamps = trades(3_000, seed=31)
+    first = expected_outputs(APP_PATH.read_text(), rows, stamps)
+    assert collections.Counter(produce_and_read(cluster, rows, stamps, len(first))) == collections.Counter(first), cluster.logs()
+    held = lambda: [p for w in cluster.WORKERS for p in cluster.hosts[w].home.glob("**/checkpoints/Trades-*")]  # noqa: E731
+    wait_until(lambda: len(held()) == 4, timeout=60, what="every instance's checkpoint folder on its worker")
+    time.sleep(4)  # a revision in the database too (persistence interval 3 s): state a replay must not bring back
+    dropped = cluster.operator("undeploy", "Trades", "--drop-state", timeout=120)
+    assert dropped.returncode == 0, dropped.stdout + dropped.stderr
+    assert "dropped the state of 4 instances: a redeploy starts them empty" in dropped.stdout, dropped.stdout
+    wait_until(lambda: not held(), timeout=60, what="the workers deleting their checkpoint folders")
+    deployed = cluster.operator("deploy", app.name, "--timeout", "300")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr + cluster.logs()
+    rows, stamps = trades(2_000, seed=32)
+    later = [s + 10_000 for s in stamps]
+    second = expected_outputs(APP_PATH.read_text(), rows, later)  # as if nothing came before: empty windows
+    got = collections.Counter(produce_and_read(cluster, rows, later, len(first) + len(second)))
+    wanted = collections.Counter(first + second)
+    assert got == wanted, f"{sum((wanted - got).values())} outputs missing, {sum((got - wanted).values())} not expected\n{cluster.logs()}"
