@@ -139,6 +139,7 @@ class Elector:
         self.incarnation = uuid.uuid4().hex
         self.lease_ms = int(lease_ms)
         self.address = address
+        self.metrics_url: str | None = None  # its manager's Prometheus endpoint, once served (shown by `status`)
         self.node_heartbeat_ms = node_heartbeat_ms
         self.node_max_retry = node_max_retry
         self.listener = listener
@@ -210,7 +211,7 @@ class Elector:
 
     def _heartbeat(self, conn: Connection) -> None:
         m = managers.c
-        values = dict(incarnation=self.incarnation, address=self.address, last_heartbeat=db_now_ms(), state="running")
+        values = dict(incarnation=self.incarnation, address=self.address, last_heartbeat=db_now_ms(), state="running", metrics_url=self.metrics_url)
         updated = conn.execute(update(managers).where(m.group_id == self.group_id, m.node_id == self.node_id).values(**values)).rowcount
         if not updated:
             insert_ignore(conn, managers, dict(group_id=self.group_id, node_id=self.node_id, started_at=db_now_ms(), **values))

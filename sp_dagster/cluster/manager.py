@@ -113,6 +113,7 @@ class Manager:
         """Run until `stop` is set; then give the lease up if we hold it."""
         log.info("%s", self.describe())
         self.metrics_endpoint = serve_metrics(self.config.metrics, self.metric_families, f"manager {self.node_id}", self.config.deployment.https_interface.host)
+        self.elector.metrics_url = self.metrics_endpoint.url if self.metrics_endpoint is not None else None
         next_tick = next_poll = 0.0
         try:
             while not stop.is_set():

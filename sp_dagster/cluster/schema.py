@@ -96,6 +96,7 @@ managers = Table(
     Column("started_at", BigInteger, nullable=False),
     Column("last_heartbeat", BigInteger, nullable=False),
     Column("state", String(16), nullable=False),  # running | stopped
+    Column("metrics_url", String(ID)),  # its Prometheus endpoint, when it serves one (version 6)
 )
 
 nodes = Table(
@@ -221,6 +222,18 @@ def _create(*tables: Table) -> Callable[[Connection], None]:
     return apply
 
 
+def add_missing_columns(conn: Connection, table: Table) -> None:
+    """ALTER TABLE ... ADD COLUMN for each column of `table` the database's table lacks (they must be nullable)."""
+    present = {c["name"] for c in inspect(conn).get_columns(table.name)}
+    quote = conn.dialect.identifier_preparer
+    for column in [c for c in table.columns if c.name not in present]:
+        conn.execute(text(f"ALTER TABLE {quote.format_table(table)} ADD COLUMN {quote.format_column(column)} {column.type.compile(dialect=conn.dialect)}"))
+
+
+def _add_columns(table: Table) -> Callable[[Connection], None]:
+    return lambda conn: add_missing_columns(conn, table)
+
+
 def _move_state_revisions(conn: Connection) -> None:
     """Version 3: state revisions live in the revision store's table (the seeds' PERSISTENCE_TABLE)."""
     if inspect(conn).has_table(state_revisions.name):
@@ -235,6 +248,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _move_state_revisions,
     _create(state_drops),
     _create(moves),
+    _add_columns(managers),  # metrics_url
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -316,9 +330,7 @@ def prepare_revision_table(conn: Connection, table: Table) -> None:
         raise PersistenceError(
             f"table {table.name} has no column {', '.join(lacking)}: it is not a state-revision table; name another table in state.persistence.config.table"
         )
-    quote = conn.dialect.identifier_preparer
-    for column in [c for c in table.columns if c.name not in present]:
-        conn.execute(text(f"ALTER TABLE {quote.format_table(table)} ADD COLUMN {quote.format_column(column)} {column.type.compile(dialect=conn.dialect)}"))
+    add_missing_columns(conn, table)
     number_revisions(conn, table)
     for row_id in conn.execute(select(table.c.id).where(table.c.rawSize.is_(None))).scalars().all():
         snapshot = conn.execute(select(table.c.snapshot).where(table.c.id == row_id)).scalar_one()

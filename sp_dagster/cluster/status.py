@@ -59,6 +59,7 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
                 "node": m.node_id,
                 "state": m.state,
                 "address": m.address,
+                "metrics_url": m.metrics_url,
                 "last_heartbeat_ago_ms": now - m.last_heartbeat,
                 "leader": bool(lease and lease.alive and lease.holder_incarnation == m.incarnation),
             }
@@ -171,7 +172,8 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"leader         none: the lease of {leader['node']} (term {leader['term']}) expired {_ago(-leader['expires_in_ms'])}")
     for m in status["managers"]:
         role = "leader" if m["leader"] else m["state"]
-        lines.append(f"manager        {m['node']} ({role}, {m['address']}, heartbeat {_ago(m['last_heartbeat_ago_ms'])})")
+        metrics = f", metrics {m['metrics_url']}" if m["metrics_url"] else ""
+        lines.append(f"manager        {m['node']} ({role}, {m['address']}, heartbeat {_ago(m['last_heartbeat_ago_ms'])}{metrics})")
     lines.append("")
     if status["nodes"]:
         lines += _table(

@@ -52,6 +52,24 @@ def test_older_database_is_upgraded_with_its_data_kept(database_url):
     plane.close()
 
 
+def test_version_6_adds_the_managers_metrics_url_to_a_table_of_the_first_layout(database_url):
+    from sqlalchemy import BigInteger, Column, MetaData, String, Table
+
+    plane = ControlPlane(database_url)
+    names = ("group_id", "node_id", "incarnation", "address", "started_at", "last_heartbeat", "state")
+    columns = [Column(n, BigInteger if n in ("started_at", "last_heartbeat") else String(64), primary_key=n in names[:2]) for n in names]
+    old = Table("sp_managers", MetaData(), *columns)  # as versions 1-5 made it
+    with plane.transaction() as conn:
+        old.create(conn)
+        conn.execute(old.insert().values(group_id="g", node_id="m1", incarnation="i", address="h:1", started_at=1, last_heartbeat=2, state="running"))
+    with plane.schema_transaction() as conn:
+        schema.MIGRATIONS[5](conn)
+        schema.MIGRATIONS[5](conn)  # idempotent
+    with plane.transaction() as conn:
+        assert conn.execute(select(schema.managers.c.node_id, schema.managers.c.metrics_url)).one() == ("m1", None)
+    plane.close()
+
+
 def test_version_2_state_revisions_move_to_the_persistence_table(database_url):
     plane = ControlPlane(database_url)
     assert schema.migrate(plane, target=2) == 2

@@ -126,7 +126,7 @@ def test_each_worker_serves_its_instances_rows_and_lag_to_prometheus(deployed):
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from sp_dagster.cluster.status import cluster_status
+    from sp_dagster.cluster.status import cluster_status, render_status
 
     cluster, history = deployed[0], deployed[3]
     assert history.rows, "runs after the 100k test, whose events it counts"
@@ -158,6 +158,15 @@ def test_each_worker_serves_its_instances_rows_and_lag_to_prometheus(deployed):
         for instance in instances:
             assert got[("sp_dagster_instance_running", instance)] == 1 and ("sp_dagster_instance_lag", instance) in got, (node, instance, got)
     assert all(v == 0 for got in samples.values() for (name, inst), v in got.items() if name == "sp_dagster_instance_lag" and "-filter-" in inst)
+    # The leader manager's endpoint is listed by `status` too, and says it leads.
+    with cluster.plane() as plane:
+        status = cluster_status(plane)
+    (leader,) = [m for m in status["managers"] if m["leader"]]
+    assert leader["metrics_url"] and f"metrics {leader['metrics_url']}" in render_status(status)
+    with urllib.request.urlopen(leader["metrics_url"], timeout=10) as response:
+        text = response.read().decode()
+    leading = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert leading["sp_dagster_manager_leader"] == 1 and leading["sp_dagster_manager_term"] == status["leader"]["term"]
 
 
 def test_a_worker_killed_mid_stream_loses_no_output(deployed):
