@@ -19,7 +19,7 @@ import dagster as dg
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.orchestration.aggregations import AGGREGATION_META, build_aggregation_checks, deployment_aggregations
 from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
-from sp_dagster.orchestration.health import build_health_checks
+from sp_dagster.orchestration.health import build_health_checks, topic_targets
 from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, undeploy_job
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource, load_conf, spark_resource
 from sp_dagster.orchestration.schedules import build_health_schedule, build_rebalance_schedule
@@ -89,7 +89,7 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
         targets = {s.key: (s.metadata[APP_META], s.metadata[GROUP_META]) for s in specs if GROUP_META in s.metadata}
         if not targets:
             return dg.Definitions(assets=specs)
-        checks = [build_health_checks(targets)]
+        checks = [build_health_checks(targets, topic_targets(snapshot, specs))]
         aggregations = {(d["app"], a["name"]): a for d in snapshot["deployments"] for a in deployment_aggregations(d)}
         found = {s.key: aggregations.get((s.metadata.get(APP_META), s.metadata.get(AGGREGATION_META))) for s in specs}
         stored = {key: aggregation for key, aggregation in found.items() if aggregation and aggregation["store"]}

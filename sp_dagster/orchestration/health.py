@@ -11,17 +11,20 @@ heartbeat, the URLs receivers listen at; events per second since the previous ob
   known but grows) and no instance's lag rose at each of the last `dagster.lagGrowthSamples`
   observations (failed, severity WARN, with the lag series or the instances not running).
 
+The same op observes the apps' topic assets: end offset per partition, the events they hold, events
+per second since the previous observation, and the lag of the partial apps that read them.
 The previous observations come from Dagster's own event log, so the history survives restarts.
 """
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
 from sp_dagster.cluster.status import receiver_urls
 from sp_dagster.orchestration.ops import user_errors
-from sp_dagster.orchestration.resources import ControlPlaneResource
+from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
 from sp_dagster.wording import counted
 
 LIVE_WORKER, LAG_NOT_GROWING = "live_worker", "lag_not_growing"
@@ -121,16 +124,71 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
     return dg.AssetObservation(asset_key=key, metadata=metadata)
 
 
-def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]]) -> dg.AssetChecksDefinition:
-    """One op evaluating both checks for every partial app (`targets`: asset key -> (app, execGroup))."""
+@dataclass(frozen=True)
+class TopicTarget:
+    """A topic asset to observe: its app, its name, and the execGroups that read only it (their lag is its readers' lag)."""
+
+    app: str
+    topic: str
+    readers: tuple[str, ...] = ()
+
+
+def topic_targets(snapshot: dict, specs: list[dg.AssetSpec]) -> dict[dg.AssetKey, TopicTarget]:
+    """The topic assets among `specs`, each with the execGroups of its app that read only it (from the snapshot's plans)."""
+    from sp_dagster.orchestration.assets import APP_META, exec_group
+
+    groups = {d["app"]: (d.get("plan") or {}).get("groups") or [] for d in snapshot["deployments"]}
+    found = {}
+    for spec in specs:
+        app, topic = spec.metadata.get(APP_META), spec.metadata.get("topic")
+        if isinstance(app, str) and isinstance(topic, str):
+            only = [g for g in groups.get(app, []) if {s.get("topic") for s in (g.get("inputs") or {}).values()} == {topic}]
+            found[spec.key] = TopicTarget(app, topic, tuple(exec_group(app, g) for g in only))
+    return found
+
+
+def observe_topic(key: dg.AssetKey, ends: dict[int, int], lag: float | None, previous: list[tuple[float, dict]], now: float) -> dg.AssetObservation:
+    """The observation of one topic: end offset per partition, events held, their rate since the previous observation, its readers' lag."""
+    total = sum(ends.values())
+    metadata: dict[str, Any] = {"end_offsets": dg.MetadataValue.json({str(p): o for p, o in sorted(ends.items())}), "events_total": total}
+    if lag is not None:
+        metadata["consumer_lag"] = lag
+    if previous:
+        then, last = previous[-1]
+        before = last.get("events_total")
+        if isinstance(before, (int, float)) and now > then and total >= before:  # a recreated topic starts again from 0
+            metadata["events_per_s"] = round((total - before) / (now - then), 2)
+    return dg.AssetObservation(asset_key=key, metadata=metadata)
+
+
+def _observe_topics(context, messaging, status: dict, topics: dict[dg.AssetKey, TopicTarget], apps: set[str], now: float) -> None:
+    """Log an observation of every topic of `apps`; a broker that does not answer skips them, with a warning."""
+    from sp_dagster.errors import SpDagsterError
+
+    for key, target in sorted(topics.items(), key=lambda item: item[0].to_user_string()):
+        if target.app not in apps:
+            continue
+        try:
+            ends = messaging.transport.end_offsets(target.topic)
+        except SpDagsterError as exc:
+            context.log.warning(f"topics not observed: {exc}")
+            return
+        lags = [_metric(i, "lag") for group in target.readers for i in instance_rows(status, target.app, group)]
+        lag = sum(v for v in lags if v is not None) if lags and None not in lags else None
+        context.op_execution_context.log_event(observe_topic(key, ends, lag, _previous(context.instance, key, 1), now))
+
+
+def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dict[dg.AssetKey, TopicTarget] | None = None) -> dg.AssetChecksDefinition:
+    """One op evaluating both checks for every partial app (`targets`: asset key -> (app, execGroup)) and observing the apps' `topics`."""
+    topics = dict(topics or {})
     specs = []
     for key in targets:
         specs.append(dg.AssetCheckSpec(LIVE_WORKER, asset=key, description="every instance runs on a live, heartbeating worker"))
         specs.append(dg.AssetCheckSpec(LAG_NOT_GROWING, asset=key, description="no instance's lag keeps growing"))
 
     @dg.multi_asset_check(specs=specs, name="partial_app_health", can_subset=True, description="Observe the partial apps and check their workers and lag.")
-    def partial_app_health(context: dg.AssetCheckExecutionContext, control_plane: ControlPlaneResource):
-        """Observe each selected partial app and evaluate its selected checks."""
+    def partial_app_health(context: dg.AssetCheckExecutionContext, control_plane: ControlPlaneResource, messaging: MessagingResource):
+        """Observe each selected partial app and its app's topics, and evaluate its selected checks."""
         with user_errors():
             status = control_plane.status()
             config = control_plane.config()
@@ -151,6 +209,7 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]]) -> dg.Asset
                 history = [m.get("lag_by_instance") or {} for _, m in previous]
                 current = observation.metadata["lag_by_instance"].value
                 yield lag_result(key, app, instances, history, current, samples)
+        _observe_topics(context, messaging, status, topics, {targets[c.asset_key][0] for c in selected}, now)
 
     return partial_app_health
 

@@ -82,6 +82,7 @@ class Cluster:
 
     def __init__(self, root: Path, bootstrap: str, port: int = 3000):
         self.root = root
+        self.bootstrap = bootstrap
         self.db = root / "sp_mgt.db"
         self.apps = root / "apps"
         self.apps.mkdir(parents=True, exist_ok=True)

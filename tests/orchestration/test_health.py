@@ -20,8 +20,15 @@ def check_results(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
 
 
 def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager, plane):
+    from sp_dagster.deploy import create_topics
+    from sp_dagster.messaging.kafka import KafkaTransport
+
     loaded = load_app(cluster.add_app())
     record(plane, loaded, plan_app(loaded))
+    kafka = KafkaTransport(cluster.bootstrap, timeout=15)
+    create_topics(loaded.topology, kafka)
+    (entry,) = [s["topic"] for s in plan_inputs(loaded, "filter")]
+    publisher = kafka.raw_publisher()
     instance = dg.DagsterInstance.ephemeral()
     worker = StandInWorker(plane, "worker-1").start()
     try:
@@ -42,11 +49,15 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
                 lambda: next(i for i in list_instances(plane, "StockAlerts") if i.instance_id == "StockAlerts-filter-1").metrics.get("lag") == lag,
                 what=f"lag {lag} reported",
             )
+            for _ in range(5 * n):  # 5, 10, 15 more events in the entry topic's partition 0
+                publisher.produce(entry, b"{}", None, 0, None)
+            publisher.flush()
             result = health.execute_in_process(instance=instance)
             assert result.success
             results.append(check_results(result))
     finally:
         worker.stop(leave=False)
+        kafka.close()
 
     assert all(r[("filter", "live_worker")].passed for r in results)
     assert [r[("filter", "lag_not_growing")].passed for r in results] == [True, True, False]
@@ -63,12 +74,27 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
     assert latest["latency_ms_p50"].value == 12.0
     assert latest["events_in_per_s"].value > 0 and "worker-1" in latest["workers"].value
 
+    # The entry topic's asset: the events it holds, their rate, and the lag of the filter group reading it.
+    topic_observations = instance.fetch_observations(dg.AssetKey(["topics", entry]), limit=10).records
+    seen = [r.asset_observation.metadata for r in reversed(topic_observations)]
+    assert [m["events_total"].value for m in seen] == [5, 15, 30]
+    assert seen[-1]["end_offsets"].value["0"] == 30 and seen[-1]["consumer_lag"].value == 30
+    assert "events_per_s" not in seen[0] and seen[-1]["events_per_s"].value > 0
+
     # The worker went silent: the leader declares it dead and the live-worker check fails.
     wait_until(lambda: any(i.node_id is None for i in list_instances(plane, "StockAlerts")) or _dead(plane), timeout=15, what="the worker declared dead")
     result = health.execute_in_process(instance=instance)
     evaluation = check_results(result)[("alert", "live_worker")]
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
     assert "StockAlerts-alert-1:" in evaluation.description
+
+
+def plan_inputs(loaded, exec_group: str) -> list[dict]:
+    """The inputs of one execution group of a loaded app, as its plan records them."""
+    from sp_dagster.topology.output import to_dict
+
+    (group,) = [g for g in to_dict(loaded.topology)["groups"] if g["name"] == f"{loaded.name}-{exec_group}"]
+    return list(group["inputs"].values())
 
 
 def _dead(plane) -> bool:
