@@ -31,12 +31,14 @@ def setting(
     parse: Callable[[Any, Context], Any] | None = None,
     factory: Callable[[], Any] | None = None,
     aliases: tuple[str, ...] = (),
+    secret: bool = False,
 ) -> Any:
-    """Declare a configuration field: its YAML key (and older names, aliases), default, description (doc), unit and constraints."""
+    """Declare a configuration field: its YAML key (and older names, aliases), default, description (doc), unit and constraints;
+    a `secret` one is left out of the config's repr."""
     metadata = {"key": key, "doc": doc, "unit": unit, "shown": shown, "choices": choices, "minimum": minimum, "parse": parse, "aliases": aliases}
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+        return dataclasses.field(default_factory=factory, metadata=metadata, repr=not secret)
+    return dataclasses.field(default=default, metadata=metadata, repr=not secret)
 
 
 @dataclasses.dataclass(frozen=True)

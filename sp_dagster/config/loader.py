@@ -172,6 +172,14 @@ def _check(config: Config, document: LocatedDict, filename: str) -> None:
                 "shared database: a worker taking an instance over would find none of its revisions. Point it at a database "
                 f"every worker reaches ({d.datasource} itself will do)"
             )
+    spark = config.spark
+    if config.role != "manager" and not spark.master.startswith("local") and not spark.authenticate_secret:
+        if str(spark.conf.get("spark.authenticate", "")).lower() != "false":
+            raise _ctx(document, filename, "spark", "master").error(
+                f"is a cluster ({spark.master}) and spark.authenticateSecret is not set: anyone who reaches this worker's driver or "
+                "its executors could run code there. Set spark.authenticateSecret: ${SPARK_AUTH_SECRET} (the master and its workers "
+                'need the same secret), or spark.conf: {spark.authenticate: "false"} to run without on purpose'
+            )
     if d.app_creator_class == NATS_APP_CREATOR and not d.nats_server_url:
         raise _ctx(document, filename, "deployment.config", "natsServerUrl").error(
             "is required: appCreatorClass selects NATS, so expected NATS server URLs (nats://host:4222)"

@@ -194,6 +194,14 @@ class SparkConfig:
     master: str = setting("master", "local[*]", doc="the Spark master URL")
     app_name: str | None = setting("appName", None, shown="sp-dagster-worker-<id>", doc="the Spark application name")
     conf: dict[str, str] = setting("conf", factory=dict, doc="any `spark.*` settings")
+    authenticate_secret: str | None = setting(
+        "authenticateSecret",
+        None,
+        doc="with a master that is not `local[...]`: the secret Spark's RPC between this worker's driver, its executors and a standalone "
+        "master is authenticated with (`spark.authenticate`; the master and its workers need the same); write `${SPARK_AUTH_SECRET}` "
+        'to take it from the environment. Required there, unless `conf` sets `spark.authenticate: "false"` on purpose',
+        secret=True,
+    )
     kafka_source: str = setting(
         "kafkaSource",
         "auto",

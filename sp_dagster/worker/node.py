@@ -68,6 +68,21 @@ class RunningInstance:
     saved: float | None = None  # when its state was last saved to the revision store (monotonic)
 
 
+def spark_settings(config) -> dict[str, str]:
+    """The spark.* settings of the worker's session: ours, loopback in local mode, RPC authentication when a secret is set, then the conf's."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        # each batch writes a small changelog, not a state snapshot (one now and then)
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        **(LOOPBACK_ONLY if config.spark.master.startswith("local") else {}),
+        **({"spark.authenticate": "true", "spark.authenticate.secret": config.spark.authenticate_secret} if config.spark.authenticate_secret else {}),
+        **config.spark.conf,
+    }
+
+
 def spark_session(config):
     """The worker's one SparkSession: master and settings from config, sp-kafka registered."""
     from pyspark.sql import SparkSession
@@ -76,17 +91,7 @@ def spark_session(config):
     from sp_dagster.worker.nats_source import NatsPartitionsSource
 
     builder = SparkSession.builder.master(config.spark.master).appName(config.spark.app_name or f"sp-dagster-worker-{config.node_id}")
-    settings = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-        # each batch writes a small changelog, not a state snapshot (one now and then)
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        **(LOOPBACK_ONLY if config.spark.master.startswith("local") else {}),
-        **config.spark.conf,
-    }
-    for key, value in settings.items():
+    for key, value in spark_settings(config).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SP_SPARK_LOG_LEVEL", "ERROR"))

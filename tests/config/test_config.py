@@ -378,6 +378,16 @@ BAD_FILES = [
         "shared database: a worker taking an instance over would find none of its revisions. Point it at a database every worker reaches "
         "(SP_MGT_DB itself will do)",
     ),
+    (
+        "a Spark cluster without RPC authentication",
+        """
+        spark:
+          master: spark://spark.example:7077
+        """,
+        "bad.yaml:2:11: spark.master: is a cluster (spark://spark.example:7077) and spark.authenticateSecret is not set: anyone who "
+        "reaches this worker's driver or its executors could run code there. Set spark.authenticateSecret: ${SPARK_AUTH_SECRET} (the "
+        'master and its workers need the same secret), or spark.conf: {spark.authenticate: "false"} to run without on purpose',
+    ),
 ]
 
 
@@ -417,3 +427,17 @@ def test_readme_reference_is_current():
     start, end = "<!-- config-reference:start -->\n", "\n<!-- config-reference:end -->"
     section = readme[readme.index(start) + len(start) : readme.index(end)]
     assert section == reference_markdown(), "README's configuration reference is stale: paste `sp-dagster config reference`"
+
+
+def test_a_spark_cluster_authenticates_its_rpc_with_the_secret_from_the_environment(monkeypatch):
+    from sp_dagster.worker.node import spark_settings
+
+    monkeypatch.setenv("SPARK_AUTH_SECRET", "s3cr3t")
+    cluster = parse_config("spark:\n  master: spark://spark.example:7077\n  authenticateSecret: ${SPARK_AUTH_SECRET}\n")
+    settings = spark_settings(cluster)
+    assert (settings["spark.authenticate"], settings["spark.authenticate.secret"]) == ("true", "s3cr3t")
+    assert "s3cr3t" not in repr(cluster.spark), "the secret must not show where the config is printed"
+    opted_out = parse_config('spark:\n  master: spark://spark.example:7077\n  conf: {spark.authenticate: "false"}\n')
+    assert spark_settings(opted_out)["spark.authenticate"] == "false"
+    local = spark_settings(parse_config("spark:\n  master: local[2]\n"))
+    assert "spark.authenticate" not in local and local["spark.driver.bindAddress"] == "127.0.0.1"

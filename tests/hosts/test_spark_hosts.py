@@ -1,7 +1,9 @@
 """Workers on a Spark standalone cluster across machines: a master on one host, a Spark worker
 offering its cores on another, and `sp-dagster worker` (the driver) on a third, each a network
-namespace (tests/hosts/netns.py). The instances run as tasks on the executor host, talking to the
-driver and the broker over the bridge; outputs are exact and the worker reports the granted cores."""
+namespace (tests/hosts/netns.py). Spark's RPC is authenticated with one secret on all three
+(`spark.authenticateSecret` from the environment). The instances run as tasks on the executor host,
+talking to the driver and the broker over the bridge; outputs are exact and the worker reports the
+granted cores."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 from tests.cluster.helpers import wait_until
 from tests.hosts.netns import available
 from tests.hosts.test_hosts import Cluster, running, stream_with_fault
-from tests.worker.test_standalone_master import spark_class
+from tests.worker.test_standalone_master import AUTHENTICATED, SECRET, spark_class
 
 pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
@@ -57,10 +59,12 @@ class SparkCluster(Cluster):
             "SPARK_LOCAL_HOSTNAME": host.address,
             "SPARK_WORKER_DIR": str(host.home / "work"),
             "PYSPARK_PYTHON": sys.executable,
+            **AUTHENTICATED,
+            "SPARK_AUTH_SECRET": SECRET,  # what the sp-dagster worker's conf names
         }
 
     def worker_conf_for(self, host) -> str:
-        conf = self.worker_conf.replace("master: local[4]", f"master: {self.master_url}")
+        conf = self.worker_conf.replace("master: local[4]", f"master: {self.master_url}\n  authenticateSecret: ${{SPARK_AUTH_SECRET}}")
         extra = f"spark.executor.memory: 768m, spark.driver.host: {host.address}, spark.driver.bindAddress: {host.address}"
         assert "spark.driver.memory: 768m}" in conf
         return conf.replace("spark.driver.memory: 768m}", f"spark.driver.memory: 768m, {extra}}}")
@@ -90,5 +94,7 @@ def test_instances_run_on_the_executor_host_with_exact_outputs(spark_cluster):
     executor_logs = "".join(p.read_text(errors="replace") for p in (cluster.hosts["exec"].home / "work").glob("app-*/*/stderr"))
     print(json.dumps({"figure": "hosts-spark-standalone", "outputs": sum(counts.values()), "seconds": round(time.monotonic() - started, 1)}))
     # One long-running Python task per instance (two filters, two averages), on the executor host.
+    for daemon in (cluster.hosts["spark"].home / "master.log", cluster.hosts["exec"].home / "spark-worker.log"):
+        assert "authentication enabled" in daemon.read_text(errors="replace"), f"{daemon.name}: Spark's RPC runs without authentication"
     tasks = set(re.findall(r"Starting Python task execution - task \S+ in stage \S+ \(TID (\d+)\)", executor_logs))
     assert len(tasks) >= 4, f"{len(tasks)} Python task(s) ran on the executor host; the app has 4 instances\n{cluster.logs()}"

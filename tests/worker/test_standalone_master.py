@@ -16,6 +16,12 @@ from sp_dagster.embedded.broker import free_port, port_open
 pytestmark = [pytest.mark.slow]
 
 CORES = 3  # not Spark's floor of 2 for a default parallelism, nor local[4]'s
+SECRET = "spark-rpc-secret-for-the-test"
+# Spark's RPC authenticated on the master and its workers; an sp-dagster worker names the same secret.
+AUTHENTICATED = {
+    "SPARK_MASTER_OPTS": f"-Dspark.authenticate=true -Dspark.authenticate.secret={SECRET}",
+    "SPARK_WORKER_OPTS": f"-Dspark.authenticate=true -Dspark.authenticate.secret={SECRET}",
+}
 
 
 def spark_class() -> str:
@@ -26,7 +32,7 @@ def spark_class() -> str:
 
 
 def _start(log: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(log.parent / "work")}
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(log.parent / "work"), **AUTHENTICATED}
     with open(log, "ab") as out:
         return subprocess.Popen([spark_class(), *args], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -73,15 +79,16 @@ def standalone(tmp_path):
                 process.wait()
 
 
-def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(standalone, tmp_path):
+def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(standalone, tmp_path, monkeypatch):
     from sp_dagster.cluster.membership import read_nodes
     from sp_dagster.embedded.local_cluster import LocalCluster
 
     url, add_worker = standalone
+    monkeypatch.setenv("SPARK_AUTH_SECRET", SECRET)  # in the worker process's environment
     cluster = LocalCluster(tmp_path / "cluster", "127.0.0.1:9", workers=1)  # its worker only: no manager, no broker
     # Loopback only, for the driver too; executors small enough for the worker's 1g.
     extra = "spark.executor.memory: 512m, spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1"
-    conf = cluster.worker_conf.read_text().replace("master: local[6]", f"master: {url}")
+    conf = cluster.worker_conf.read_text().replace("master: local[6]", f"master: {url}\n  authenticateSecret: ${{SPARK_AUTH_SECRET}}")
     cluster.worker_conf.write_text(conf.replace("spark.driver.memory: 768m}", f"spark.driver.memory: 768m, {extra}}}"))
     plane = cluster.plane()  # the schema made first, so the reads below never race the worker's start
     # A process of its own, as `sp-dagster worker` runs: a Spark session of this test process (other
