@@ -94,6 +94,7 @@ class _Stats:
     latencies: list[tuple[float, int]] = field(default_factory=list)  # (ms, messages) per turn, since the last report
     window_start: float = field(default_factory=time.monotonic)
     window_in: int = 0
+    window_busy_s: float = 0.0  # time spent on the window's turns after their polls returned
 
 
 def _percentile(samples: list[tuple[float, int]], fraction: float) -> float | None:
@@ -372,6 +373,7 @@ class InstanceLoop:
             return 0
         self._advance_positions(messages)
         self._publish(out, now)
+        self.stats.window_busy_s += time.monotonic() - received
         if messages:
             self.stats.latencies.append(((time.monotonic() - received) * 1000, len(messages)))
             del self.stats.latencies[:-_LATENCY_WINDOW]
@@ -488,7 +490,8 @@ class InstanceLoop:
             log.warning("%s: could not list where the output topics end (%s)", self.plan.name, exc)
 
     def metrics(self) -> dict:
-        """Rows in/out, events/s, lag and processing latency (ms from a poll's return to its outputs' acknowledgement)."""
+        """Rows in/out, events/s, lag, processing latency (ms from a poll's return to its outputs' acknowledgement)
+        and busy (the fraction of the window's wall time spent processing and publishing, not waiting for input)."""
         now = time.monotonic()
         elapsed = max(now - self.stats.window_start, 1e-6)
         lag: dict[str, int] = {}
@@ -500,6 +503,7 @@ class InstanceLoop:
             "rows_in_total": self.stats.rows_in_total,
             "rows_out_total": self.stats.rows_out_total,
             "rows_per_s": round(self.stats.window_in / elapsed, 1),
+            "busy": round(min(1.0, self.stats.window_busy_s / elapsed), 3),
             "latency_ms_p50": _percentile(self.stats.latencies, 0.5),
             "latency_ms_p99": _percentile(self.stats.latencies, 0.99),
             "lag": sum(lag.values()),
@@ -511,7 +515,7 @@ class InstanceLoop:
             **({"state_note": self.state_note} if self.state_note else {}),
         }
         self.stats.latencies.clear()
-        self.stats.window_start, self.stats.window_in = now, 0
+        self.stats.window_start, self.stats.window_in, self.stats.window_busy_s = now, 0, 0.0
         self._last_metrics = now
         return values
 

@@ -426,6 +426,7 @@ class MicroBatchInstance:
             "batch": progress.get("batchId"),
             "rows_in": progress.get("numInputRows", 0),
             "rows_per_s": round(progress.get("processedRowsPerSecond", 0.0) or 0.0, 1),
+            "busy": _busy(progress),
             "rows_out": sink.get("numOutputRows", -1),
             "batch_ms": batch_ms,
             "latency_ms_p50": batch_ms,  # an event waits for its whole micro-batch
@@ -433,3 +434,10 @@ class MicroBatchInstance:
             "lag_by_partition": lag,
             **self.totals,
         }
+
+
+def _busy(progress: dict) -> float | None:
+    """The fraction of wall time the query spends running batches: events in per second over events
+    processed per second (a batch's rows over the time since the last one, over the same rows over its duration)."""
+    arriving, processed = progress.get("inputRowsPerSecond") or 0.0, progress.get("processedRowsPerSecond") or 0.0
+    return round(min(1.0, arriving / processed), 3) if processed > 0 else None

@@ -161,6 +161,8 @@ def test_loops_match_the_engine_and_resume_exactly_from_their_checkpoints(kafka)
     assert by_symbol(r for r, _ in got) == dict(everything)  # windows carried over, nothing twice
     metrics = [m for r in running.values() for m in r.line.metrics_seen if m["rows_in_total"]]
     assert metrics and all(m["mode"] == "continuous" and m["latency_ms_p50"] is not None for m in metrics if m["latency_ms_p50"] is not None)
+    assert all(0.0 <= m["busy"] <= 1.0 for m in metrics)
+    assert any(m["busy"] > 0 for m in metrics if m["rows_per_s"])  # windows that took events in spent time on them
 
 
 @pytest.mark.slow
