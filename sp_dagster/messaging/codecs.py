@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,11 +126,16 @@ class JsonCodec(Codec):
     def encode(self, row):
         self._check_width(row)
         document = {"event": dict(zip(self.names, row))}
-        if self._fast and all(row[i] is None or math.isfinite(row[i]) for i in self._floats):
-            try:
-                return orjson.dumps(document)
-            except orjson.JSONEncodeError:  # integers wider than 64 bits
-                pass
+        if self._fast:
+            for i in self._floats:
+                value = row[i]
+                if value is not None and value - value != 0:  # NaN or an infinity (x - x is NaN for both)
+                    break
+            else:
+                try:
+                    return orjson.dumps(document)
+                except orjson.JSONEncodeError:  # integers wider than 64 bits
+                    pass
         return json.dumps(document, separators=(",", ":"), default=str).encode("utf-8")
 
     def decode(self, data):
@@ -188,6 +192,28 @@ class BinaryCodec(Codec):
         self._plain_head = self._HEAD + self._no_nulls
         # Most rows have no nulls and no objects: each run of fixed-width values is then one pack call.
         self._runs = None if any(a.type == "object" for a in self.attributes) else self._fixed_runs()
+        self._readers = (
+            None if self._runs is None else [(None if pack is None else struct.Struct(pack.__self__.format), first) for pack, first, _end in self._runs]
+        )
+
+    def _plain(self, data: bytes) -> tuple:
+        """A row without nulls or objects: each run of fixed-width values is one unpack call."""
+        pos, values = len(self._plain_head), []
+        for reader, _first in self._readers:  # type: ignore[union-attr]
+            if reader is None:
+                (length,) = _LENGTH.unpack_from(data, pos)
+                pos += 4
+                end = pos + length
+                if end > len(data):
+                    raise struct.error("truncated string")
+                values.append(data[pos:end].decode("utf-8"))
+                pos = end
+            else:
+                values += reader.unpack_from(data, pos)
+                pos += reader.size
+        if pos != len(data):
+            raise struct.error("trailing bytes")
+        return tuple(values)
 
     def _fixed_runs(self) -> list[tuple[Any, int, int]]:
         """(pack, first, end) per run of fixed-width attributes, (None, i, i + 1) per string attribute."""
@@ -236,6 +262,11 @@ class BinaryCodec(Codec):
             return [row for value in batches.decode(data)[3] for row in self.decode(value)]
         if not data or data[0] != self.MAGIC:
             raise EventDecodeError("not a binary-encoded event (wrong codec on this topic?)")
+        if self._readers is not None and data.startswith(self._plain_head):
+            try:
+                return [self._plain(data)]
+            except (struct.error, UnicodeDecodeError):
+                pass  # the slow path below says what is wrong
         flags_end = 1 + self._flag_bytes
         flags, pos, values = data[1:flags_end], flags_end, []
         try:

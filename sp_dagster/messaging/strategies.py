@@ -44,6 +44,7 @@ def murmur2(data: bytes) -> int:
 
 
 @functools.lru_cache(maxsize=65_536)
+@functools.lru_cache(maxsize=65_536)  # keys repeat, and the hash runs in Python
 def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition Kafka's Java client would choose for this key: positive murmur2 modulo N."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
@@ -66,6 +67,10 @@ class Strategy:
     def key(self, row: Sequence[Any]) -> bytes | None:
         """The message key of this row (None: no key)."""
         return None
+
+    def place(self, row: Sequence[Any], partition_count: int) -> tuple[bytes | None, Sequence[int]]:
+        """The row's message key and partitions at once."""
+        return self.key(row), self.partitions(row, partition_count)
 
 
 @dataclass
@@ -96,6 +101,10 @@ class Partitioned(Strategy):
 
     def partitions(self, row, partition_count):
         return (partition_for_key(self.key(row), partition_count),)
+
+    def place(self, row, partition_count):
+        key = self.key(row)
+        return key, (partition_for_key(key, partition_count),)
 
 
 @dataclass

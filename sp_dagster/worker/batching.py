@@ -16,6 +16,8 @@ from sp_dagster.messaging import batches
 from sp_dagster.worker.instance_plan import InstancePlan
 from sp_dagster.worker.instance_runtime import Message
 
+_new = tuple.__new__  # makes a Message without its __new__'s keyword handling: one per event
+
 log = logging.getLogger(__name__)
 
 #: The map of inter-group topics (topology/partial_apps.MAPPING): their messages are batches.
@@ -46,7 +48,7 @@ def expand(topic: str, raws: Iterable[Sequence]) -> list[Message]:
             log.error("%s[%d]@%d: %s", topic, partition, offset, exc)
             out.append(Message(topic, partition, offset, stamp, key, value, origin))
             continue
-        out += [Message(topic, partition, offset, *event, index) for index, event in enumerate(zip(stamps, keys, values, origins))]
+        out += [_new(Message, (topic, partition, offset, *event, index)) for index, event in enumerate(zip(stamps, keys, values, origins))]
     return out
 
 

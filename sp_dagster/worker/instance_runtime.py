@@ -60,16 +60,28 @@ class Message(NamedTuple):
     index: int = -1  # its place in the batch it came in (worker/batching.py); -1: a message of its own
 
 
+_new = tuple.__new__  # makes a Message without its __new__'s keyword handling: a worker makes one per event
+_ORIGIN_KEYS: dict[bytes, str] = {}  # origin keys as read, decoded once: a partition's messages share a few
+
+
 def origin_of(message: Message) -> tuple[str, tuple[int, ...]]:
     """(origin key, sequence) of an input message: its header, or the message's own place."""
-    if message.origin:
-        key, _, sequence = message.origin.decode("utf-8").rpartition("|")
-        return key, tuple(map(int, sequence.split(".")))
+    origin = message.origin
+    if origin:
+        raw, _, sequence = origin.rpartition(b"|")
+        key = _ORIGIN_KEYS.get(raw)
+        if key is None:
+            if len(_ORIGIN_KEYS) >= 4096:
+                _ORIGIN_KEYS.clear()
+            key = _ORIGIN_KEYS[raw] = raw.decode("utf-8")
+        return key, tuple(map(int, sequence.split(b".")))
     return f"{message.topic}:{message.partition}", (message.offset,)
 
 
 def origin_prefix(key: str, sequence: tuple[int, ...]) -> str:
     """What the sp-origin header of (key, sequence + (n,)) holds before n: one send's outputs share it."""
+    if len(sequence) == 2:  # a message of a batch (offset, index), the most common
+        return f"{key}|{sequence[0]}.{sequence[1]}."
     return f"{key}|{'.'.join(map(str, sequence))}." if sequence else f"{key}|"
 
 
@@ -190,6 +202,18 @@ class InstanceRuntime:
         def publish(rows, stamps, origins) -> None:
             nonlocal count
             append, before = self._out.append, len(self._out)
+            if not output.topics and output.partition is None and not output.destination_partitions and not output.key:
+                # The common case (an inter-group topic, a user topic spread by a strategy): a lean loop.
+                if not count:
+                    count = self.partitions_of(output.topic) if self.partitions_of else 1
+                encode, place, topic = codec.encode, strategy.place, output.topic
+                for data, stamp, origin in zip(rows, stamps, origins):
+                    value = encode(data)
+                    key, chosen = place(data, count)
+                    for partition in chosen:
+                        append(_new(Message, (topic, partition, -1, stamp, key, value, origin, -1)))
+                self.rows_out += len(self._out) - before
+                return
             for data, stamp, origin in zip(rows, stamps, origins):
                 value = codec.encode(data)
                 if output.topics:
@@ -292,21 +316,24 @@ class InstanceRuntime:
             now = int(time.time() * 1000) if now is None else now
             self._advance(now)
         run = _Run()
+        seen, inputs, sequenced_topics, name_origin = self.seen, self._inputs, self._sequenced, self._origin
         for message in _in_order(messages):
-            if message.topic in self._sequenced:
+            topic = message.topic
+            if topic in sequenced_topics:
                 try:
                     message = sequenced(message)
                 except EventDecodeError as exc:
                     self._reject(message, str(exc))
                     continue
             key, sequence = origin_of(message)
-            place = (message.topic, message.partition, key)
-            if place in self.seen and sequence <= self.seen[place]:
+            place = (topic, message.partition, key)
+            last = seen.get(place)
+            if last is not None and sequence <= last:
                 self.duplicates += 1
                 continue
-            self.seen[place] = sequence
-            origin = self._origin(message.topic, message.partition, message.offset, key, sequence, message.index)
-            stream, codec = self._inputs[message.topic]
+            seen[place] = sequence
+            origin = name_origin(topic, message.partition, message.offset, key, sequence, message.index)
+            stream, codec = inputs[topic]
             try:
                 rows = codec.decode(message.value)
             except EventDecodeError as exc:
@@ -315,10 +342,12 @@ class InstanceRuntime:
             if not rows:
                 continue
             self.rows_in += len(rows)
-            if stream != run.stream or message.timestamp is None or message.timestamp < 0:
+            stamp = message.timestamp
+            if stream != run.stream or stamp is None or stamp < 0:
                 self._send(run)  # a message without its own time takes the clock's, as it stands after those before it
                 run = _Run(stream)
-            stamp = message.timestamp if message.timestamp is not None and message.timestamp >= 0 else self.engine.clock.now()
+                if stamp is None or stamp < 0:
+                    stamp = self.engine.clock.now()
             run.add(rows, stamp, origin)
         self._send(run)
         if self.on_wall_clock:
