@@ -420,13 +420,14 @@ def test_ignored_wso2_sections_warn(caplog):
     assert "wso2.metrics" in caplog.text and "no effect" in caplog.text
 
 
-def test_readme_reference_is_current():
+def test_docs_reference_is_current():
     from sp_dagster.config.reference import reference_markdown
 
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "configuration.md").read_text()
     start, end = "<!-- config-reference:start -->\n", "\n<!-- config-reference:end -->"
-    section = readme[readme.index(start) + len(start) : readme.index(end)]
-    assert section == reference_markdown(), "README's configuration reference is stale: paste `sp-dagster config reference`"
+    assert page.count(start) == 1 and page.count(end) == 1, "docs/configuration.md must hold the reference between one pair of markers"
+    section = page[page.index(start) + len(start) : page.index(end)]
+    assert section == reference_markdown(), "docs/configuration.md's reference is stale: paste `sp-dagster config reference`"
 
 
 def test_a_spark_cluster_authenticates_its_rpc_with_the_secret_from_the_environment(monkeypatch):

@@ -136,7 +136,7 @@ def test_the_component_is_registered_for_dg():
     assert EnvRegistryKey(name="SpDagsterComponent", namespace="sp_dagster.dagster") in discover_entry_point_package_objects()
 
 
-def test_the_readmes_composition_example_loads_from_another_directory(tmp_path):
+def test_the_docs_composition_example_loads_from_another_directory(tmp_path):
     import re
     import shutil
     import subprocess
@@ -144,8 +144,8 @@ def test_the_readmes_composition_example_loads_from_another_directory(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    code = re.search(r"Your own `Definitions`, under your own resource keys:\n\n```python\n(.*?)```", readme, re.S).group(1)
+    page = (root / "docs" / "dagster.md").read_text()
+    code = re.search(r"Your own `Definitions`, under your own resource keys:\n\n```python\n(.*?)```", page, re.S).group(1)
     project = tmp_path / "project"
     (project / "apps").mkdir(parents=True)
     shutil.copy(root / "apps" / "stock-alerts.siddhi", project / "apps")

@@ -188,7 +188,7 @@ def test_a_worker_killed_mid_stream_loses_no_output(deployed):
         publish(kafka, entry, rows[start : start + chunk], stamps[start : start + chunk])
         if start == 2 * chunk:
             # Let the workers get into the stream and save a revision. (On tansu a kill in the few ms
-            # between a turn's publish and its commit could repeat that turn on the final topic: see README.)
+            # between a turn's publish and its commit could repeat that turn on the final topic: see docs/concepts/delivery.md.)
             time.sleep(3)
             cluster.kill("worker-2")
         time.sleep(1)
