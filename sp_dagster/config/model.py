@@ -1,6 +1,6 @@
 """The typed configuration of a manager or worker node, in the shape of WSO2 SP's deployment.yaml.
 
-Each field names its YAML key; defaults are WSO2's own (see README "Configuration reference").
+Each field names its YAML key; defaults are WSO2's own (see docs/configuration.md).
 """
 
 from __future__ import annotations
