@@ -74,7 +74,10 @@ def origin_of(message: Message) -> tuple[str, tuple[int, ...]]:
             if len(_ORIGIN_KEYS) >= 4096:
                 _ORIGIN_KEYS.clear()
             key = _ORIGIN_KEYS[raw] = raw.decode("utf-8")
-        return key, tuple(map(int, sequence.split(b".")))
+        parts = sequence.split(b".")
+        if len(parts) == 2:  # the most common: (offset, n)
+            return key, (int(parts[0]), int(parts[1]))
+        return key, tuple(map(int, parts))
     return f"{message.topic}:{message.partition}", (message.offset,)
 
 
