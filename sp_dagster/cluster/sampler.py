@@ -58,7 +58,7 @@ class LoadSampler:
         self._thread = threading.Thread(target=self._sample_logged, name="load-sampler", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 1.0) -> None:
         """Wait (up to `timeout` seconds) for a sample under way."""
         if self._thread is not None:
             self._thread.join(timeout)
