@@ -46,14 +46,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_manager(args: argparse.Namespace) -> int:
     """Run a manager until SIGINT/SIGTERM."""
     from sp_dagster.cluster.manager import Manager, run_until_signalled
-    from sp_dagster.messaging import transport_for
 
     config = load_role_config(args, "manager", node=True)
-    transport = transport_for(config.messaging)  # the leader reads topics' end offsets for load samples (connects on first use)
+    made: list = []  # the transport, made by the first load sample that reads topics (the manager starts without it)
+
+    def topic_ends(topic: str) -> dict[int, int]:
+        if not made:
+            from sp_dagster.messaging import transport_for
+
+            made.append(transport_for(config.messaging))
+        return made[0].end_offsets(topic)
+
     try:
-        run_until_signalled(Manager(config, journal=args.journal, topic_ends=transport.end_offsets))
+        run_until_signalled(Manager(config, journal=args.journal, topic_ends=topic_ends))
     finally:
-        transport.close()
+        for transport in made:
+            transport.close()
     return 0
 
 
