@@ -1,4 +1,4 @@
-"""`sp-dagster manager` and `sp-dagster status`: run a manager node; show the cluster."""
+"""`sp-dagster manager`, `status` and `advise`: run a manager node; show the cluster and the parallelism its load advises."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from sp_dagster.cli.options import add_conf_option, load_role_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `manager` and `status` commands."""
+    """Add the `manager`, `status` and `advise` commands."""
     manager = subparsers.add_parser(
         "manager",
         help="run a manager node (leader election, membership, placement)",
@@ -30,12 +30,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(handler=show_status)
 
+    advise = subparsers.add_parser(
+        "advise",
+        help="show the parallelism each execution group's load advises",
+        description="Show, per execution group of each deployed app, its parallelism, maximum and the parallelism its load "
+        "advises (deployment.config.autoscaling), with the reason and the latest load the leader sampled: arrival and "
+        "processed events/s, the busiest instance's busy fraction and the lag.",
+    )
+    advise.add_argument("app", nargs="?", metavar="APP", help="only this app (default: every deployed app)")
+    add_conf_option(advise, "manager", "naming the control plane and the autoscaling settings")
+    advise.add_argument("--json", action="store_true", help="print JSON instead of text")
+    advise.set_defaults(handler=show_advice)
+
 
 def run_manager(args: argparse.Namespace) -> int:
     """Run a manager until SIGINT/SIGTERM."""
     from sp_dagster.cluster.manager import Manager, run_until_signalled
 
-    run_until_signalled(Manager(load_role_config(args, "manager", node=True), journal=args.journal))
+    config = load_role_config(args, "manager", node=True)
+    made: list = []  # the transport, made by the first load sample that reads topics (the manager starts without it)
+
+    def topic_ends(topic: str) -> dict[int, int]:
+        if not made:
+            from sp_dagster.messaging import transport_for
+
+            made.append(transport_for(config.messaging))
+        return made[0].end_offsets(topic)
+
+    try:
+        run_until_signalled(Manager(config, journal=args.journal, topic_ends=topic_ends))
+    finally:
+        for transport in made:
+            transport.close()
     return 0
 
 
@@ -50,4 +76,18 @@ def show_status(args: argparse.Namespace) -> int:
     with ControlPlane.from_config(config, migrate=False) as plane:
         status = cluster_status(plane)
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else render_status(status), end="\n" if args.json else "")
+    return 0
+
+
+def show_advice(args: argparse.Namespace) -> int:
+    """Print each group's advised parallelism (text or JSON)."""
+    import json
+
+    from sp_dagster.cluster.advising import group_advice, render_advice
+    from sp_dagster.cluster.db import ControlPlane
+
+    config = load_role_config(args)
+    with ControlPlane.from_config(config, migrate=False) as plane:
+        advice = group_advice(plane, config.deployment.autoscaling, args.app)
+    print(json.dumps(advice, indent=2) if args.json else render_advice(advice), end="\n" if args.json else "")
     return 0

@@ -25,6 +25,7 @@ from sp_dagster.cluster.db import Connectivity, ControlPlane, short_reason
 from sp_dagster.cluster.election import Elector, Leadership, LeadershipLost, rebalance_requests
 from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.reconcile import ReconcileResult, reconcile
+from sp_dagster.cluster.sampler import KEEP_AT_LEAST_S, LoadSampler, TopicEnds
 from sp_dagster.cluster.store.events import prune_events
 from sp_dagster.errors import DatabaseUnavailable
 from sp_dagster.subprocesses import on_stop_signal
@@ -67,6 +68,7 @@ class Manager:
         plane: ControlPlane | None = None,
         journal: str | Path | None = None,
         algorithm: AllocationAlgorithm | None = None,
+        topic_ends: TopicEnds | None = None,
     ):
         self.config = config
         self.node_id = config.node_id
@@ -101,6 +103,9 @@ class Manager:
         self._last_pass: ReconcileResult | None = None  # the latest leader pass (for /metrics)
         self._totals = {"reconciles": 0, "dead": 0, "placed": 0}
         self.metrics_endpoint = None
+        # The groups' load, for parallelism advice (arrival rates need `topic_ends`: the messaging layer's end offsets).
+        keep_s = max(KEEP_AT_LEAST_S, 2 * deployment.autoscaling.stabilization_seconds)
+        self.sampler = LoadSampler(self.plane, topic_ends, keep_s=keep_s)
 
     def describe(self) -> str:
         """One line: who this manager is and the timing it runs with."""
@@ -175,6 +180,7 @@ class Manager:
             log.info("%s %s joined: rebalancing", "node" if len(joined) == 1 else "nodes", ", ".join(sorted(joined)))
             self._rebalance_due = True
         self._report(result, rebalance)
+        self.sampler.tick()
         if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
             with self.plane.transaction() as conn:
                 prune_events(conn)
@@ -243,6 +249,7 @@ class Manager:
                 log.warning("manager %s could not resign (%s); its lease expires in %d ms", self.node_id, short_reason(exc), self.lease_ms)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()
+        self.sampler.stop()
         self.journal.close()
         self.plane.close()
 

@@ -198,6 +198,23 @@ moves = Table(
     Column("asked_at", BigInteger),  # when the owner was asked to stop it (None: waiting for its group's turn)
 )
 
+# --- version 7: load samples ----------------------------------------------------------------
+
+# The load of each execution group as the leader samples it, for parallelism advice (cluster.advice):
+# the last few minutes only (cluster.store.load prunes the rest).
+group_load = Table(
+    "sp_group_load",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("app", String(ID), nullable=False),
+    Column("group_name", String(ID), nullable=False),
+    Column("at", BigInteger, nullable=False),
+    Column("parallel", Integer, nullable=False),  # instances of the group when sampled
+    Column("input_end", BigInteger),  # the sum of its input topics' end offsets (None: not read)
+    Column("sample", Text, nullable=False),  # JSON: arrival_per_s, processed_per_s, busy, lag
+    Index("ix_sp_group_load_at", "app", "group_name", "at"),
+)
+
 # Tables that a later migration removed: kept here so that the migrations that created them
 # still do, and a fresh database passes through the same shapes as an upgraded one.
 retired = MetaData()
@@ -249,6 +266,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _create(state_drops),
     _create(moves),
     _add_columns(managers),  # metrics_url
+    _create(group_load),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

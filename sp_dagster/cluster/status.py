@@ -20,8 +20,8 @@ def _no_cluster(plane: ControlPlane, why: str) -> ControlPlaneError:
     return ControlPlaneError(f"the control plane {plane.safe_url} {why}; start a manager first: sp-dagster manager --conf FILE")
 
 
-def cluster_status(plane: ControlPlane) -> dict[str, Any]:
-    """The whole cluster as plain data (the `--json` form); read-only."""
+def require_cluster(plane: ControlPlane) -> int:
+    """The control plane's schema version; ControlPlaneError saying what to do when it holds no cluster of this version (read-only)."""
     url = make_url(plane.url)
     if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).expanduser().exists():
         raise _no_cluster(plane, "does not exist yet")
@@ -30,6 +30,12 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
         raise _no_cluster(plane, "holds no cluster yet")
     if version < SCHEMA_VERSION:
         raise _no_cluster(plane, f"has schema version {version}, older than this sp-dagster's ({SCHEMA_VERSION})")
+    return version
+
+
+def cluster_status(plane: ControlPlane) -> dict[str, Any]:
+    """The whole cluster as plain data (the `--json` form); read-only."""
+    version = require_cluster(plane)
     with plane.transaction() as conn:
         now = int(conn.execute(select(db_now_ms())).scalar_one())
         lease = read_lease(conn)
@@ -118,7 +124,8 @@ def _ago(ms: int) -> str:
     return f"{ms / 1000:.1f} s ago"
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """Rows of cells as left-aligned text columns under `header`."""
     cells = [header] + [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
@@ -176,7 +183,7 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"manager        {m['node']} ({role}, {m['address']}, heartbeat {_ago(m['last_heartbeat_ago_ms'])}{metrics})")
     lines.append("")
     if status["nodes"]:
-        lines += _table(
+        lines += table(
             ["NODE", "ROLE", "STATE", "INCARNATION", "LAST HEARTBEAT", "INSTANCES", "ADDRESS", "METRICS"],
             [
                 [
@@ -203,7 +210,7 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"app {d['app']}: {d['status']}, {placed}/{len(d['instances'])} instances placed{reason}")
         lines += [
             "  " + line
-            for line in _table(
+            for line in table(
                 ["INSTANCE", "NODE", "TERM", "STATUS", "EVENTS/S", "LAG", "LATENCY P50/P99", "DETAIL"],
                 [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), _detail(i)] for i in d["instances"]],
             )

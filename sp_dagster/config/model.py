@@ -104,6 +104,31 @@ class ZooKeeperConfig:
     session_timeout: int = setting("sessionTimeout", 10000, doc="ignored")
 
 
+def _utilization(value: Any, ctx: Context) -> float:
+    """A fraction of an instance's time: above 0, at most 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ctx.error(f"expected a fraction above 0 and at most 1 (0.7: busy 70% of the time), got {describe(value)}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class AutoscalingConfig:
+    """`deployment.config.autoscaling`: how the leader advises each execution group's parallelism (`sp-dagster advise`)."""
+
+    target_utilization: float = setting(
+        "targetUtilization",
+        0.7,
+        parse=_utilization,
+        doc="the fraction of its time an instance should be busy: advice gives enough instances to stay below it (0.1 either side is the band where advice holds)",
+    )
+    catch_up_seconds: int = setting(
+        "catchUpSeconds", 300, minimum=1, unit="seconds", doc="seconds within which advice drains a group's backlog (lag) on top of its arrival rate"
+    )
+    stabilization_seconds: int = setting(
+        "stabilizationSeconds", 120, minimum=0, unit="seconds", doc="seconds every load sample must agree before advice differs from the running parallelism"
+    )
+
+
 @dataclass(frozen=True)
 class DeploymentConfig:
     """`deployment.config`: distributed-deployment settings of a manager, worker or receiver node."""
@@ -143,6 +168,7 @@ class DeploymentConfig:
     resource_managers: tuple[HttpsInterface, ...] = setting("resourceManagers", (), doc="the managers; accepted for compatibility")
     is_receiver_node: bool = setting("isReceiverNode", False, doc="run only receiver (passthrough) partial apps")
     receiver_users: tuple[ReceiverUser, ...] = setting("receiverUsers", (), doc="users HTTP receivers with basic.auth.enabled accept: `[{username, password}]`")
+    autoscaling: AutoscalingConfig = setting("autoscaling", factory=AutoscalingConfig, doc="parallelism advice (`sp-dagster advise`)")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ heartbeat, the URLs receivers listen at; events per second since the previous ob
 - `lag_not_growing`: every instance runs (one that does not reads nothing, so its lag is not
   known but grows) and no instance's lag rose at each of the last `dagster.lagGrowthSamples`
   observations (failed, severity WARN, with the lag series or the instances not running).
+- `parallelism_advice`: the parallelism the group's load advises (`sp-dagster advise`) is the one
+  it runs at (failed, severity WARN, with the advice, its reason and the load as metadata).
 
 The same op observes the apps' topic assets: end offset per partition, the events they hold, events
 per second since the previous observation, and the lag of the partial apps that read them.
@@ -22,12 +24,13 @@ from typing import Any
 
 import dagster as dg
 
+from sp_dagster.cluster.rates import per_second
 from sp_dagster.cluster.status import receiver_urls
 from sp_dagster.orchestration.ops import user_errors
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
 from sp_dagster.wording import counted
 
-LIVE_WORKER, LAG_NOT_GROWING = "live_worker", "lag_not_growing"
+LIVE_WORKER, LAG_NOT_GROWING, PARALLELISM_ADVICE = "live_worker", "lag_not_growing", "parallelism_advice"
 # What workers report per instance: cumulative rows, the rate, the lag, processing latency (ms from
 # an event's arrival to its outputs' acknowledgement; a micro-batch's duration in micro-batch mode).
 METRICS = ("rows_in_total", "rows_out_total", "rows_per_s", "lag", "latency_ms_p50", "latency_ms_p99", "batch_ms")
@@ -116,11 +119,11 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
         metadata["receiver_urls"] = dg.MetadataValue.json(urls)
     if previous:
         then, last = previous[-1]
-        elapsed = now - then
-        for metric, rate in (("rows_in_total", "events_in_per_s"), ("rows_out_total", "events_out_per_s")):
+        for metric, name in (("rows_in_total", "events_in_per_s"), ("rows_out_total", "events_out_per_s")):
             before = last.get(metric)
-            if isinstance(before, (int, float)) and elapsed > 0 and totals[metric] >= before:  # a restarted worker counts from 0
-                metadata[rate] = round((totals[metric] - before) / elapsed, 2)
+            rate = per_second(before, then, totals[metric], now) if isinstance(before, (int, float)) else None
+            if rate is not None:
+                metadata[name] = round(rate, 2)
     return dg.AssetObservation(asset_key=key, metadata=metadata)
 
 
@@ -156,8 +159,9 @@ def observe_topic(key: dg.AssetKey, ends: dict[int, int], lag: float | None, pre
     if previous:
         then, last = previous[-1]
         before = last.get("events_total")
-        if isinstance(before, (int, float)) and now > then and total >= before:  # a recreated topic starts again from 0
-            metadata["events_per_s"] = round((total - before) / (now - then), 2)
+        rate = per_second(before, then, total, now) if isinstance(before, (int, float)) else None
+        if rate is not None:
+            metadata["events_per_s"] = round(rate, 2)
     return dg.AssetObservation(asset_key=key, metadata=metadata)
 
 
@@ -185,6 +189,7 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
     for key in targets:
         specs.append(dg.AssetCheckSpec(LIVE_WORKER, asset=key, description="every instance runs on a live, heartbeating worker"))
         specs.append(dg.AssetCheckSpec(LAG_NOT_GROWING, asset=key, description="no instance's lag keeps growing"))
+        specs.append(dg.AssetCheckSpec(PARALLELISM_ADVICE, asset=key, description="the group runs at the parallelism its load advises"))
 
     @dg.multi_asset_check(specs=specs, name="partial_app_health", can_subset=True, description="Observe the partial apps and check their workers and lag.")
     def partial_app_health(context: dg.AssetCheckExecutionContext, control_plane: ControlPlaneResource, messaging: MessagingResource):
@@ -192,6 +197,7 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
         with user_errors():
             status = control_plane.status()
             config = control_plane.config()
+            advice = control_plane.advice() if any(c.name == PARALLELISM_ADVICE for c in context.selected_asset_check_keys) else {"apps": []}
         max_age_ms = config.deployment.heartbeat_interval * config.deployment.heartbeat_max_retry
         samples = config.dagster.lag_growth_samples
         nodes = {n["node"]: n for n in status["nodes"]}
@@ -209,6 +215,8 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
                 history = [m.get("lag_by_instance") or {} for _, m in previous]
                 current = observation.metadata["lag_by_instance"].value
                 yield lag_result(key, app, instances, history, current, samples)
+            if dg.AssetCheckKey(key, PARALLELISM_ADVICE) in selected:
+                yield advice_result(key, app, exec_group, advice)
         _observe_topics(context, messaging, status, topics, {targets[c.asset_key][0] for c in selected}, now)
 
     return partial_app_health
@@ -250,4 +258,22 @@ def lag_result(key, app: str, instances: list[dict], history: list[dict], curren
         severity=dg.AssetCheckSeverity.WARN,
         description="; ".join(problems) if problems else (f"lag {sum(current.values())}" if current else "no lag reported yet"),
         metadata={"lag": sum(current.values()), "growing": dg.MetadataValue.json(growing), "not_running": dg.MetadataValue.json(sorted(idle))},
+    )
+
+
+def advice_result(key, app: str, exec_group: str, advice: dict) -> dg.AssetCheckResult:
+    """parallelism_advice: passed while the group runs at the parallelism its load advises (`advice`: `sp-dagster advise --json`)."""
+    found = next((g for a in advice["apps"] if a["app"] == app for g in a["groups"] if g["group"] == exec_group), None)
+    if found is None:
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=PARALLELISM_ADVICE, passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"{app} is not deployed any more"
+        )
+    same = found["advised"] == found["parallel"]
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=PARALLELISM_ADVICE,
+        passed=same,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"{'runs at' if same else 'advised ' + str(found['advised']) + ', runs at'} parallel {found['parallel']}: {found['reason']}",
+        metadata={k: v for k, v in found.items() if k != "group" and v is not None},
     )

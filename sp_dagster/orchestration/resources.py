@@ -75,6 +75,13 @@ class ControlPlaneResource(dg.ConfigurableResource):
         with self.reader() as plane:
             return cluster_status(plane)
 
+    def advice(self) -> dict[str, Any]:
+        """Each group's advised parallelism as `sp-dagster advise --json` shows it (ControlPlaneError when there is no cluster)."""
+        from sp_dagster.cluster.advising import group_advice
+
+        with self.reader() as plane:
+            return group_advice(plane, self.config().deployment.autoscaling)
+
     def group_id(self) -> str:
         """The manager group whose leader places instances."""
         return self.config().cluster.group_id

@@ -67,7 +67,7 @@ def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
     assert set(spec.kinds) == {"siddhi", "spark"}
 
     checks = {(key.asset_key, key.name) for key in graph(defs).asset_check_keys}
-    assert checks == {(k, n) for k in (FILTER, AVERAGE, ALERT) for n in ("live_worker", "lag_not_growing")}
+    assert checks == {(k, n) for k in (FILTER, AVERAGE, ALERT) for n in ("live_worker", "lag_not_growing", "parallelism_advice")}
     repo = defs.get_repository_def()
     assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "manager", "worker", "health"}
     assert {s.name for s in repo.schedule_defs} == {"rebalance_schedule", "health_schedule"}

@@ -64,6 +64,8 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
     failed = results[-1][("filter", "lag_not_growing")]
     assert failed.severity == dg.AssetCheckSeverity.WARN and "StockAlerts-filter-1: lag 10 -> 20 -> 30" in failed.description
     assert results[-1][("alert", "lag_not_growing")].passed
+    advice = results[-1][("filter", "parallelism_advice")]  # the leader's load samples of the filter group, read back
+    assert advice.passed and advice.metadata["parallel"].value == 2 and advice.metadata["advised"].value == 2
 
     observations = instance.fetch_observations(FILTER, limit=10).records
     assert len(observations) == 3

@@ -94,7 +94,7 @@ def test_sensor_deploys_assets_appear_health_runs_and_a_manager_run_stops_on_ter
         wait_until(lambda: status(url, "health", health) in ("SUCCESS", "FAILURE"), timeout=180, interval=1, what="the health run")
         assert status(url, "health", health) == "SUCCESS", messages(url, health)[-20:]
         checks = graphql(url, CHECKS)["assetNodes"][0]["assetChecksOrError"]["checks"]
-        assert {c["name"] for c in checks} == {"live_worker", "lag_not_growing"}
+        assert {c["name"] for c in checks} == {"live_worker", "lag_not_growing", "parallelism_advice"}
         kinds = [e["__typename"] for e in graphql(url, LOGS, {"id": health})["logsForRun"]["events"]]
         topics = [key for key in graph if key.startswith("topics/")]
         assert topics, graph

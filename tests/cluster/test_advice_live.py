@@ -1,0 +1,85 @@
+"""Advice on a live cluster: a group at parallel 1 fed faster than one instance goes is advised more within a minute."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from sp_dagster.deploy import load_app, plan_app
+from sp_dagster.embedded.local_cluster import LocalCluster
+from sp_dagster.messaging import Partitioned, codec_for
+from sp_dagster.worker.instance_plan import plan_instance
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker]
+
+# Twenty stateless queries in one group: every event in makes twenty events out, one message each.
+APP = "@App:name('Busy')\ndefine stream Trades (symbol string, price double, volume long);\n"
+APP += "@sink(type = 'kafka', topic = 'Busy.Out', @map(type = 'json'))\ndefine stream Out (symbol string, price double, volume long);\n"
+APP += "".join(
+    f"@dist(execGroup = 'work', parallel = '1')\nfrom Trades[volume >= {i}]\nselect symbol, price * {i} as price, volume\ninsert into Out;\n" for i in range(20)
+)
+FIELDS = {"group", "parallel", "max_parallel", "advised", "reason", "arrival_per_s", "processed_per_s", "busy", "lag"}
+
+
+def advise(cluster: LocalCluster) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "sp_dagster.cli", "advise", "Busy", "--json", "--conf", str(cluster.manager_conf)],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_group_fed_faster_than_one_instance_is_advised_more_within_a_minute(broker, kafka, tmp_path):
+    cluster = LocalCluster(tmp_path / "cluster", broker.bootstrap_servers, workers=1)
+    conf = cluster.manager_conf.read_text()
+    cluster.manager_conf.write_text(conf.replace("  type: distributed\n", "  type: distributed\n  autoscaling: {stabilizationSeconds: 10}\n", 1))
+    app_path = tmp_path / "busy.siddhi"
+    app_path.write_text(APP)
+    topology = plan_app(load_app(app_path))
+    first = topology.group("work").instances[0]
+    (entry,) = plan_instance(first.name, first.siddhi).inputs
+    stop, sent = threading.Event(), [0]
+
+    def produce() -> None:
+        publisher = kafka.publisher(entry.topic, codec_for(entry.codec, entry.attributes), Partitioned(0, "symbol"))
+        rows = [(f"S{i % 50}", 10.0 + i % 7, 5 + i % 30) for i in range(2000)]
+        while not stop.is_set():
+            publisher.send(rows, [1_700_000_000_000 + sent[0] + i for i in range(len(rows))])
+            publisher.flush(60)
+            sent[0] += len(rows)
+
+    cluster.start()
+    producer = threading.Thread(target=produce, daemon=True)
+    try:
+        cluster.deploy(app_path, timeout=240)
+        (before,) = advise(cluster)["apps"][0]["groups"]
+        assert before["parallel"] == 1 and before["advised"] == 1 and before["max_parallel"] is None, before  # stateless: a redeploy spreads it
+        producer.start()
+        started, seen = time.monotonic(), []
+        while time.monotonic() - started < 60:
+            (group,) = advise(cluster)["apps"][0]["groups"]
+            seen.append(group)
+            if group["advised"] > 1:
+                break
+            time.sleep(2)
+        assert seen[-1]["advised"] > 1, (seen[-3:], cluster.logs())
+        assert set(seen[-1]) == FIELDS and seen[-1]["reason"].startswith("scale up")
+        assert seen[-1]["busy"] > 0.8 and seen[-1]["arrival_per_s"] > seen[-1]["processed_per_s"] > 0 and seen[-1]["lag"] > 0  # the producer outruns it
+        text = subprocess.run(
+            [sys.executable, "-m", "sp_dagster.cli", "advise", "--conf", str(cluster.manager_conf)], capture_output=True, text=True, env=cluster.env, timeout=60
+        )
+        assert text.returncode == 0 and "Busy" in text.stdout and "scale up" in text.stdout, text.stdout + text.stderr
+    finally:
+        stop.set()
+        if producer.is_alive():
+            producer.join(30)
+        cluster.stop()
