@@ -36,9 +36,25 @@ _EXPORTS = {
     "DeployError": "sp_dagster.deploy.errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [  # every name _EXPORTS resolves, spelled out for type checkers
+    "__version__",
+    "AppRuntime",
+    "parse",
+    "plan",
+    "deploy",
+    "load_config",
+    "SpDagsterError",
+    "ConfigError",
+    "MessagingError",
+    "ControlPlaneError",
+    "SiddhiQLError",
+    "TopologyError",
+    "EngineError",
+    "DeployError",
+]
 
 if TYPE_CHECKING:  # what __getattr__ resolves, for type checkers (`X as X`: re-exported)
+    __version__: str
     from sp_dagster import deploy as deploy
     from sp_dagster.config.loader import load_config as load_config
     from sp_dagster.deploy.errors import DeployError as DeployError

@@ -98,6 +98,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     print(f"deployed {result.app}" + ("" if result.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in result.topics)}")
     for line in result.state_changes:
         print(f"  state: {line}")
+    assert result.state is not None  # deploy() always reports the state it reached
     print(result.state.describe())
     _refresh_dagster(config)
     return 0

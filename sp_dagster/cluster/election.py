@@ -161,6 +161,7 @@ class Elector:
             self.plane.run(self._ensure_lease_row)
         renewed, acquired = self.plane.run(lambda: self._tick_transaction(held, started))
         if renewed:
+            assert held is not None  # only a held lease is renewed
             self._leadership = replace(held, deadline=started + self.lease_ms / 1000)
             return self._leadership
         if held is not None:

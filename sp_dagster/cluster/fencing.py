@@ -171,7 +171,7 @@ class NodeSession:
             if self.incarnation is None or self.fenced:
                 self._register(started, metrics)
             else:
-                self._heartbeat(started, metrics)
+                self._heartbeat(self.incarnation, started, metrics)
         except DatabaseUnavailable as error:
             log.debug("node %s heartbeat failed: %s", self.node_id, error)
         return self.status()
@@ -183,8 +183,8 @@ class NodeSession:
         self._last_ok = self._last_leader_seen = started
         log.info("node %s registered as incarnation %d%s", self.node_id, self.incarnation, f" (was {previous})" if previous else "")
 
-    def _heartbeat(self, started: float, metrics: Mapping[str, Any] | None) -> None:
-        reply = heartbeat(self.plane, self.node_id, self.incarnation, metrics=dict(metrics) if metrics is not None else None)
+    def _heartbeat(self, incarnation: int, started: float, metrics: Mapping[str, Any] | None) -> None:
+        reply = heartbeat(self.plane, self.node_id, incarnation, metrics=dict(metrics) if metrics is not None else None)
         if not reply.accepted:
             self._fence(reply.reason or "heartbeat refused")
             return

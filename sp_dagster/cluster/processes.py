@@ -87,8 +87,9 @@ class ManagerProcess:
 
     def start(self) -> ManagerProcess:
         """Start the process (its output is appended to log_path, if given)."""
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self._log_offset = out.tell() if self.log_path else 0
+        log = open(self.log_path, "ab") if self.log_path else None
+        out = log if log is not None else subprocess.DEVNULL
+        self._log_offset = log.tell() if log is not None else 0
         try:
             self.process = subprocess.Popen(
                 self.command(),
@@ -99,8 +100,8 @@ class ManagerProcess:
                 preexec_fn=die_with_parent,
             )
         finally:
-            if self.log_path:
-                out.close()
+            if log is not None:
+                log.close()
         self.starts += 1
         return self
 
@@ -119,19 +120,23 @@ class ManagerProcess:
     @property
     def alive(self) -> bool:
         """True while the process runs (a paused one counts as running)."""
-        return self.process is not None and self.process.poll() is None
+        return self._running() is not None
+
+    def _running(self) -> subprocess.Popen | None:
+        """The process while it runs, else None."""
+        return self.process if self.process is not None and self.process.poll() is None else None
 
     def signal(self, signum: int) -> None:
         """Send a signal if the process runs."""
-        if self.alive:
-            self.process.send_signal(signum)
+        if (process := self._running()) is not None:
+            process.send_signal(signum)
 
     def kill(self) -> None:
         """SIGKILL: no clean-up at all, as in a crash."""
-        if self.alive:
-            self.process.send_signal(signal.SIGCONT)  # a paused process must also die now
-            self.process.kill()
-            self.process.wait(10)
+        if (process := self._running()) is not None:
+            process.send_signal(signal.SIGCONT)  # a paused process must also die now
+            process.kill()
+            process.wait(10)
 
     def stop(self, timeout: float = 15) -> int | None:
         """SIGTERM and wait (SIGKILL after `timeout`, its threads' stacks logged first); returns the exit code."""

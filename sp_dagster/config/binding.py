@@ -90,7 +90,7 @@ def bind_value(hint: Any, value: Any, ctx: Context, meta: dict | None = None) ->
         if optional:
             return None
         raise ctx.error(f"expected {_expected(hint, meta)}, got nothing")
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return bind_dataclass(hint, value, ctx)
     origin = typing.get_origin(hint)
     if origin is tuple:

@@ -77,7 +77,7 @@ def reference_rows(prefix: str, cls: type) -> list[tuple[str, str, str, str]]:
         if field.metadata.get("choices"):
             choices = "one of " + ", ".join(f"`{c}`" for c in field.metadata["choices"])
             description = f"{description}: {choices}" if description else choices
-        if nested is not None and dataclasses.is_dataclass(nested):
+        if isinstance(nested, type) and dataclasses.is_dataclass(nested):
             rows.append((path, "section", "", _summary(nested)))
             rows.extend(reference_rows(path, nested))
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def _carbon(kind: str, name: str, where: str, env) -> str:
     raise ConfigError(f"{where}: {what}, which is not set; export it (${{sys:carbon.home}} is $SP_DAGSTER_HOME)")
 
 
-def resolve_env(text: str, where: str, env: dict[str, str] | None = None) -> str:
+def resolve_env(text: str, where: str, env: Mapping[str, str] | None = None) -> str:
     """Replace each `${VAR}`, `${VAR:-default}` and Carbon `${sys:...}`/`${env:...}` in text; an unset one without default is an error."""
     env = os.environ if env is None else env
     text = _CARBON_REF.sub(lambda match: _carbon(match.group(1), match.group(2), where, env), text)

@@ -112,7 +112,9 @@ class ChaosRun:
             raise ValueError(f"the chaos app must declare its keyed group as {KEYED_GROUP.format('N')}")
         self.parallel = self.initial = int(declared.group(1))
         self.loaded = load_app(self.app_path)
-        first = plan_app(self.loaded).group("filter").instances[0]
+        group = plan_app(self.loaded).group("filter")
+        assert group is not None  # the chaos app's filter query has its own group
+        first = group.instances[0]
         (self.entry,) = plan_instance(first.name, first.siddhi).inputs
         self.output_topic = f"{self.loaded.name}.Averages"
         self.cluster = LocalCluster(self.home / "cluster", bootstrap, workers=workers, managers=2, slots=4, database=database_url)
@@ -216,7 +218,7 @@ class ChaosRun:
 
         with self.cluster.plane() as plane:
             lease = current_leader(plane)
-        holder = lease.holder if lease else "manager-1"
+        holder = lease.holder if lease is not None and lease.holder is not None else "manager-1"
         return "manager" if holder == "manager-1" else holder
 
     def _strike(self, kind: str, rng: random.Random) -> Fault:

@@ -52,6 +52,10 @@ class Clock:
     def wake(self, when: int) -> None:
         """A timer was armed for `when` (the wall clock reschedules its thread)."""
 
+    def advance(self, timestamp: int) -> None:
+        """Move time to `timestamp`, firing the timers due by then (clocks that follow events)."""
+        raise NotImplementedError
+
     def start(self) -> None:
         """Start firing timers (the wall clock's thread)."""
 

@@ -9,7 +9,6 @@ so stateless queries can filter and project whole batches with pyarrow.compute.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -25,9 +24,13 @@ class StreamEvent:
 
     def __init__(self, timestamp: int, data: tuple | None, type: int = CURRENT, output: tuple | None = None, key=None):
         self.timestamp = timestamp
-        self.data = data
+        #: the input attributes; None only in a TIMER event, whose data nothing reads (declared a
+        #: tuple so the per-event paths, which never see a TIMER's data, need no check)
+        self.data: tuple = data  # pyright: ignore[reportAttributeAccessIssue]
         self.type = type
-        self.output = output
+        #: the selector's output attributes; None until the selector has set them (declared a tuple
+        #: as what comes after the selector, the only code reading it, always finds one)
+        self.output: tuple = output  # pyright: ignore[reportAttributeAccessIssue]
         self.key = key
 
     def copy(self, type: int | None = None, timestamp: int | None = None) -> StreamEvent:
@@ -84,6 +87,6 @@ class ArrowChunk:
         return self._events
 
 
-def as_events(chunk: Sequence[StreamEvent] | ArrowChunk) -> list[StreamEvent]:
+def as_events(chunk: list[StreamEvent] | ArrowChunk) -> list[StreamEvent]:
     """A chunk as a list of StreamEvents, whichever form it travels in."""
     return chunk.events() if isinstance(chunk, ArrowChunk) else chunk

@@ -28,7 +28,7 @@ class Executor:
 
     __slots__ = ("type", "row", "arrow", "constant", "value", "aggregators", "reads")
 
-    def __init__(self, type: str, row: Row, arrow: Vector | None = None, *, constant: bool = False, value=None):
+    def __init__(self, type: str, row: Row, arrow: Vector | None = None, *, constant: bool = False, value: Any = None):
         self.type = type
         self.row = row
         self.arrow = arrow

@@ -89,7 +89,7 @@ def compile_expression(node: ast.Expression, scope: Scope) -> Executor:
         operand = compile_expression(node.operand, scope)
         row = operand.row
         vector = operand.arrow
-        result = Executor("bool", lambda e: row(e) is None, (lambda c: pc.is_null(vector(c))) if vector else None)
+        result = Executor("bool", lambda e: row(e) is None, (lambda c: pc.is_null(vector(c))) if vector else None)  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
         result.aggregators = operand.aggregators
         return result
     if isinstance(node, ast.FunctionCall):
@@ -232,7 +232,7 @@ def _arrow_arithmetic(op: str, kind: str, left: Executor, right: Executor) -> Ve
         a = pc.cast(lvec(chunk), target)
         b = pc.cast(rvec(chunk), target)
         if op == "/":
-            b = pc.if_else(pc.equal(b, pa.scalar(0, target)), pa.scalar(None, target), b)
+            b = pc.if_else(pc.equal(b, pa.scalar(0, target)), pa.scalar(None, target), b)  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
         return function(a, b)
 
     return vector
@@ -249,12 +249,12 @@ _PY_COMPARE = {
     "<=": lambda a, b: a <= b,
 }
 _ARROW_COMPARE = {
-    "==": pc.equal,
-    "!=": pc.not_equal,
-    ">": pc.greater,
-    "<": pc.less,
-    ">=": pc.greater_equal,
-    "<=": pc.less_equal,
+    "==": pc.equal,  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
+    "!=": pc.not_equal,  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
+    ">": pc.greater,  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
+    "<": pc.less,  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
+    ">=": pc.greater_equal,  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
+    "<=": pc.less_equal,  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
 }
 
 
@@ -300,10 +300,10 @@ def _logical(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor:
     lrow, rrow = left.row, right.row
     if node.op == "and":
         row = lambda e: lrow(e) is True and rrow(e) is True  # noqa: E731
-        arrow_function = pc.and_
+        arrow_function = pc.and_  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
     else:
         row = lambda e: lrow(e) is True or rrow(e) is True  # noqa: E731
-        arrow_function = pc.or_
+        arrow_function = pc.or_  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
     vector = None
     if left.arrow and right.arrow:
         lvec, rvec = left.arrow, right.arrow
@@ -321,7 +321,7 @@ def _not(operand: Executor) -> Executor:
         ivec = operand.arrow
 
         def vector(chunk):
-            return pc.invert(pc.fill_null(ivec(chunk), False))
+            return pc.invert(pc.fill_null(ivec(chunk), False))  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
 
     # Siddhi's not: anything but TRUE (false or null) gives true
     return Executor("bool", lambda e: inner(e) is not True, vector)

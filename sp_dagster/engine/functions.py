@@ -160,7 +160,7 @@ def _coalesce(node, args, kind, scope):
     vector = None
     if all(a.arrow for a in args):
         vectors = [a.arrow for a in args]
-        vector = lambda c: pc.coalesce(*[v(c) for v in vectors])  # noqa: E731
+        vector = lambda c: pc.coalesce(*[v(c) for v in vectors])  # noqa: E731  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
     return Executor(kind, row, vector)
 
 
@@ -171,7 +171,7 @@ def _if_then_else(node, args, kind, scope):
     vector = None
     if condition.arrow and then.arrow and otherwise.arrow:
         cv, tv, ov = condition.arrow, then.arrow, otherwise.arrow
-        vector = lambda chunk: pc.if_else(pc.fill_null(cv(chunk), False), tv(chunk), ov(chunk))  # noqa: E731
+        vector = lambda chunk: pc.if_else(pc.fill_null(cv(chunk), False), tv(chunk), ov(chunk))  # noqa: E731  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
     return Executor(kind, lambda e: t(e) if c(e) is True else o(e), vector)
 
 

@@ -61,12 +61,12 @@ def run_on_demand(runtime, text: str, source: str | None = None) -> OnDemandResu
         raise error.attach(text, source) from None
 
 
-def _run_aggregation(context, query: ast.OnDemandQuery, selection: ast.Selector, now: int) -> OnDemandResult:
+def _run_aggregation(context, store: ast.StoreInput, selection: ast.Selector, now: int) -> OnDemandResult:
     """`from A [on c] within ... per ... [select ...]`: the aggregation's rows through the selector."""
     from sp_dagster.engine.aggregation.retrieval import on_demand_rows
 
-    scope, rows = on_demand_rows(context, query.input, now)
-    schema = context.aggregations[query.input.store].schema
+    scope, rows = on_demand_rows(context, store, now)
+    schema = context.aggregations[store.store].schema
     selector = Selector(selection, schema, scope, current_on=True, expired_on=False, track_future=False)
     collect = _Collect()
     selector.next = collect
@@ -81,7 +81,7 @@ def _run(context, query: ast.OnDemandQuery) -> OnDemandResult:
     if query.input is not None:
         store = query.input
         if store.store in context.aggregations:
-            return _run_aggregation(context, query, selection, now)
+            return _run_aggregation(context, store, selection, now)
         table = context.tables.get(store.store)
         if table is None:
             raise app_error(f"'{store.store}' is not a table; the engine runs on-demand queries on tables only", store)
@@ -96,6 +96,7 @@ def _run(context, query: ast.OnDemandQuery) -> OnDemandResult:
             selector.process([StreamEvent(now, row) for row in rows])
         return OnDemandResult(selector.output_schema, [Event(e.timestamp, e.output) for e in collect.events])
     output = query.output
+    assert output is not None and not isinstance(output, ast.Return)  # a query without input modifies a table
     empty = Schema((), ())
     scope = JoinedScope([((), empty, 0)], context)
     selector = Selector(selection, empty, scope, current_on=True, expired_on=False, track_future=False)

@@ -20,7 +20,8 @@ log = logging.getLogger("sp_dagster.engine")
 class Processor:
     """One step of a query: process(chunk) and pass what results to `next`."""
 
-    next: Processor | None = None
+    #: the step after this one, wired when the query is built (the chain's end has none)
+    next: Processor
     accepts_arrow = False
 
     def process(self, chunk: list[StreamEvent]) -> None:

@@ -258,13 +258,13 @@ class QueryRuntime:
         if rate.kind == "time":
             limiter_class = TIME_LIMITERS[(rate.type, group_by)]
             scheduler = schedulers("rate") if limiter_class.uses_timers else None
-            limiter = limiter_class(self.output, rate.value.millis, self.context.clock, scheduler)
+            limiter = limiter_class(self.output, rate.period.millis, self.context.clock, scheduler)
             limiter.start()
             return limiter
         if query.output.event_type == "expired":
             raise app_error("snapshot rate limiting cannot insert only expired events", query.output)
         self.selector.batching = False
-        limiter = snapshot_limiter(self, rate.value.millis, schedulers("rate"))
+        limiter = snapshot_limiter(self, rate.period.millis, schedulers("rate"))
         limiter.start()
         return limiter
 

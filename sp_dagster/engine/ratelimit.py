@@ -8,7 +8,7 @@ so playback time drives them too).
 
 from __future__ import annotations
 
-from sp_dagster.engine.clock import Clock, Scheduler
+from sp_dagster.engine.clock import Clock, Scheduler, TimerQueue
 from sp_dagster.engine.events import CURRENT, EXPIRED, TIMER, ArrowChunk, StreamEvent
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.values import java_int_rem
@@ -75,6 +75,8 @@ class PassThrough(RateLimiter):
 class AllPerEvent(RateLimiter):
     """`output [all] every N events`: collect N rows, then emit them together."""
 
+    value: int  # the n of `every n events`
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.buffer: list = []
@@ -103,6 +105,8 @@ class AllPerEvent(RateLimiter):
 class FirstPerEvent(RateLimiter):
     """`output first every N events`: the first of every N events."""
 
+    value: int  # the n of `every n events`
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.counter = 0
@@ -126,6 +130,8 @@ class FirstPerEvent(RateLimiter):
 
 class FirstGroupByPerEvent(RateLimiter):
     """`output first every N events` with group by: per group, the first of every N."""
+
+    value: int  # the n of `every n events`
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -154,6 +160,8 @@ class FirstGroupByPerEvent(RateLimiter):
 class LastPerEvent(RateLimiter):
     """`output last every N events`: the N-th event of every N, each in its own chunk."""
 
+    value: int  # the n of `every n events`
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.counter = 0
@@ -178,6 +186,8 @@ class LastPerEvent(RateLimiter):
 
 class LastGroupByPerEvent(RateLimiter):
     """`output last every N events` with group by: every N rows, each group's latest row."""
+
+    value: int  # the n of `every n events`
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -215,11 +225,15 @@ class Periodic(RateLimiter):
     that pass while nothing happens are skipped: they would emit nothing new.
     """
 
+    value: int  # the period (ms)
+    clock: Clock
+    timers: TimerQueue  # uses_timers: RateLimiter made the queue
+
     uses_timers = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.scheduled = None
+        self.scheduled: int | None = None
 
     def start(self):
         if not self.clock.playback:
@@ -342,6 +356,9 @@ class LastGroupByPerTime(Periodic):
 class FirstPerTime(RateLimiter):
     """`output first every T`: a chunk's first row, then nothing until T after that row."""
 
+    value: int  # the period (ms)
+    clock: Clock
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.output_time = None
@@ -361,6 +378,9 @@ class FirstPerTime(RateLimiter):
 
 class FirstGroupByPerTime(RateLimiter):
     """`output first every T` with group by: the same, per group."""
+
+    value: int  # the period (ms)
+    clock: Clock
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -22,11 +22,12 @@ import io
 import pickle
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from sp_dagster.engine.aggregation import IncrementalAggregation
-from sp_dagster.engine.clock import Clock, ManualClock, PlaybackClock, WallClock
+from sp_dagster.engine.clock import Clock, ManualClock, PlaybackClock, Scheduler, WallClock
 from sp_dagster.engine.context import AppContext
 from sp_dagster.engine.errors import EngineError, app_error
 from sp_dagster.engine.events import ArrowChunk, Event, StreamEvent
@@ -46,6 +47,14 @@ from sp_dagster.siddhi.validate import check
 SNAPSHOT_VERSION = 1
 #: Record batches of at most this many rows are sent as rows: building Arrow chunks costs more.
 SMALL_BATCH = 8
+
+
+class Part(Protocol):
+    """What a snapshot holds the state of: a query, partition, table, aggregation, named window or trigger."""
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, state: Any) -> None: ...
 
 
 class AppRuntime:
@@ -173,10 +182,10 @@ class AppRuntime:
         self.context.callbacks_for(name)
         return name
 
-    def _scheduler_slots(self, name: str) -> Callable[[str], object]:
-        schedulers: dict = {}
+    def _scheduler_slots(self, name: str) -> Callable[[str], Scheduler]:
+        schedulers: dict[str, Scheduler] = {}
 
-        def scheduler(slot: str):
+        def scheduler(slot: str) -> Scheduler:
             if slot not in schedulers:
                 schedulers[slot] = self.clock.scheduler(f"{name}.{slot}")
             return schedulers[slot]
@@ -187,10 +196,13 @@ class AppRuntime:
 
     def schema(self, stream: str) -> Schema:
         """The attributes of `stream`."""
+        return self._junction(stream).schema
+
+    def _junction(self, stream: str) -> StreamJunction:
         junction = self.context.junctions.get(stream)
         if junction is None:
             raise EngineError(f"app has no stream '{stream}'; it has {', '.join(sorted(self.context.junctions))}")
-        return junction.schema
+        return junction
 
     def query_schema(self, query: str) -> Schema:
         """The output attributes of `query`."""
@@ -258,7 +270,9 @@ class AppRuntime:
                         self.clock.advance(timestamps[0])
                     junction.send([StreamEvent(timestamps[0], row)])
                 return
-        schema = junction.schema if junction is not None else self.schema(stream)
+        if junction is None:
+            junction = self._junction(stream)  # raises: the app has no such stream
+        schema = junction.schema
         rows, batch = self.conform(stream, schema, rows)
         count = batch.num_rows if batch is not None else len(rows)
         if count == 0:
@@ -269,7 +283,7 @@ class AppRuntime:
             if timestamps is None:
                 times = [self.clock.now()] * count
             else:
-                times = timestamps.to_pylist() if isinstance(timestamps, (pa.Array, pa.ChunkedArray)) else list(timestamps)
+                times = timestamps.to_pylist() if isinstance(timestamps, (pa.Array, pa.ChunkedArray)) else list(timestamps)  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow's classes are untyped: isinstance does not narrow
                 if len(times) != count:
                     raise EngineError(f"{count} events but {len(times)} timestamps sent to '{stream}'")
             if count == 1:
@@ -354,7 +368,7 @@ class AppRuntime:
 
     # -- state
 
-    def _parts(self) -> Iterable[tuple[str, object]]:
+    def _parts(self) -> Iterable[tuple[str, Part]]:
         for name, query in self.queries.items():
             yield f"query:{name}", query
         for index, partition in enumerate(self.partitions):

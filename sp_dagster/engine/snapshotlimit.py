@@ -35,6 +35,14 @@ class SnapshotLimiter(Periodic):
         """Fold one selector output event into the state."""
         raise NotImplementedError
 
+    def dump(self):
+        """The rows and aggregates kept, as plain data."""
+        raise NotImplementedError
+
+    def load(self, saved) -> None:
+        """Inverse of dump()."""
+        raise NotImplementedError
+
     def snapshot(self):
         return [self.timer_state(), self.dump()]
 

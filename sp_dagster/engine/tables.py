@@ -170,9 +170,10 @@ def primary_key(definition: ast.TableDefinition, schema: Schema) -> list[int] | 
     if key is None:
         return None
     positions = [schema.index(e.value) for e in key.elements]
-    if None in positions:
+    found = [p for p in positions if p is not None]
+    if len(found) != len(positions):
         raise app_error(f"@primaryKey names an attribute table {definition.name} does not have", key)
-    return positions
+    return found
 
 
 # --------------------------------------------------------------------------- reading the scope
@@ -242,9 +243,9 @@ class TableOutput:
                     index = table.schema.index(name)
                     if index is not None:
                         self.assignments.append(Assignment(index, _reader(position), False))
-        self.by_name = [schema.index(n) for n in table.schema.names]
-        if None in self.by_name:
-            self.by_name = None
+        positions = [schema.index(n) for n in table.schema.names]
+        found = [p for p in positions if p is not None]
+        self.by_name: list[int] | None = found if len(found) == len(positions) else None
 
     def send(self, chunk) -> None:
         """Deliver a chunk of selector output."""

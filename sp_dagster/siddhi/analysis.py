@@ -419,7 +419,7 @@ class _Analyzer:
             seen.add(attribute.name)
 
     def _rate(self, rate: ast.OutputRate) -> None:
-        amount = rate.value if rate.kind == "events" else rate.value.millis
+        amount = rate.value if isinstance(rate.value, int) else rate.value.millis  # an int: `every N events`
         if amount <= 0:
             self.report("An output rate must be greater than zero.", rate)
 

@@ -42,9 +42,9 @@ def check_annotations(app: ast.App, report: Report) -> None:
             _element_annotation(annotation, element, place, report)
         info = element.annotation("info") if place not in (_PARTITION, _AGGREGATION) else None
         name = info.get("name") if info else None
-        if name is not None:
+        if info is not None and name is not None:
             if name in names:
-                report(f"Query name '{name}' is already used on line {names[name].line}.", info.element("name"))
+                report(f"Query name '{name}' is already used on line {names[name].line}.", info.present("name"))
             else:
                 names[name] = info
 
@@ -104,7 +104,7 @@ def _info(annotation: ast.Annotation, element: ast.Annotated, report: Report) ->
     if annotation.get("name") is None:
         report("@info needs a name, as in @info(name = 'query1').", annotation)
     elif not annotation.get("name", "").strip():
-        report("@info(name) must not be empty.", annotation.element("name"))
+        report("@info(name) must not be empty.", annotation.present("name"))
 
 
 def _dist(annotation: ast.Annotation, element: ast.Annotated | None, report: Report) -> None:
@@ -161,12 +161,12 @@ def _attribute_list(annotation: ast.Annotation, element: ast.Annotated, report: 
 def _partition_by_id(annotation: ast.Annotation, element: ast.Annotated, report: Report) -> None:
     enable = annotation.get("enable")
     if enable is not None:
-        _boolean(annotation.element("enable"), enable, report)
+        _boolean(annotation.present("enable"), enable, report)
 
 
 def _purge(annotation: ast.Annotation, element: ast.Annotated, report: Report) -> None:
     if annotation.get("enable") is not None:
-        _boolean(annotation.element("enable"), annotation.get("enable"), report)
+        _boolean(annotation.present("enable"), annotation.get("enable"), report)
     interval = annotation.element("interval")
     if interval is not None and not _is_time(interval.value):
         report(f"@purge(interval) must be a time such as '10 sec', not '{interval.value}'.", interval)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from typing import overload
 
 #: The attribute types of SiddhiQL, as written in definitions.
 TYPES = ("string", "int", "long", "float", "double", "bool", "object")
@@ -76,6 +77,10 @@ class Annotation(Node):
     elements: tuple[AnnotationElement, ...] = ()
     annotations: tuple[Annotation, ...] = ()
 
+    @overload
+    def get(self, key: str) -> str | None: ...
+    @overload
+    def get(self, key: str, default: str) -> str: ...
     def get(self, key: str, default: str | None = None) -> str | None:
         """The value of element `key` (case-insensitive), or `default`."""
         key = key.lower()
@@ -88,6 +93,12 @@ class Annotation(Node):
         """The element named `key` (case-insensitive), or None."""
         key = key.lower()
         return next((e for e in self.elements if e.key is not None and e.key.lower() == key), None)
+
+    def present(self, key: str) -> AnnotationElement:
+        """The element named `key`, which the caller knows is there (get(key) is not None)."""
+        element = self.element(key)
+        assert element is not None, key
+        return element
 
     @property
     def values(self) -> tuple[str, ...]:
@@ -499,6 +510,12 @@ class OutputRate(Node):
     kind: str
     value: int | TimeConstant
     type: str | None = "all"
+
+    @property
+    def period(self) -> TimeConstant:
+        """The period of a "time" or "snapshot" rate."""
+        assert isinstance(self.value, TimeConstant), self.kind
+        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 from importlib import resources
+from typing import Any
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -80,7 +81,9 @@ def parse_expression(text: str, source: str | None = None) -> ast.Expression:
     return _parse(text, "expression", source)
 
 
-def _parse(text: str, start: str, source: str | None):
+def _parse(text: str, start: str, source: str | None) -> Any:
+    # Any: lark types parse() as a ParseTree, but with AstBuilder as its transformer it returns
+    # the AST node of rule `start` (parse() and the other wrappers above name which)
     try:
         return _parser().parse(text, start=start)
     except (UnexpectedInput, SiddhiQLError) as exc:

@@ -147,6 +147,7 @@ def render_constant(constant: ast.Constant) -> str:
     """A literal: `5`, `5L`, `5.0f`, `5.0`, `'text'`, `true`."""
     value, type_ = constant.value, constant.type
     if type_ == "string":
+        assert isinstance(value, str)  # a string constant's value
         return quote(value)
     if type_ == "bool":
         return "true" if value else "false"
@@ -285,9 +286,9 @@ def _order(order: ast.OrderBy) -> str:
 
 def _rate(rate: ast.OutputRate) -> str:
     if rate.kind == "snapshot":
-        return f"output snapshot every {render_time(rate.value)}"
+        return f"output snapshot every {render_time(rate.period)}"
     kind = "" if rate.type == "all" else f"{rate.type} "
-    every = f"{rate.value} events" if rate.kind == "events" else render_time(rate.value)
+    every = f"{rate.value} events" if rate.kind == "events" else render_time(rate.period)
     return f"output {kind}every {every}"
 
 

@@ -67,7 +67,9 @@ class Scope:
                 return Resolution(found.type)
         matches = [s for s in self.sources if s.attribute(variable.name) is not None]
         if len(matches) == 1:
-            return Resolution(matches[0].attribute(variable.name).type)
+            attribute = matches[0].attribute(variable.name)
+            assert attribute is not None  # matches has the sources that have it
+            return Resolution(attribute.type)
         if matches:
             labels = [s.label for s in matches]
             if all(labels) and len(set(labels)) == len(labels):
@@ -79,6 +81,7 @@ class Scope:
 
     def _qualified(self, variable: ast.Variable) -> Resolution:
         # `#S.x` names only an inner stream; `S.x` names a stream, alias or event called S.
+        assert variable.stream is not None  # resolve() sends only qualified names here
         candidates = [s for s in self.sources if variable.stream in s.qualifiers and (s.inner or not variable.inner)]
         if not candidates:
             shown = ("#" if variable.inner else "") + variable.stream

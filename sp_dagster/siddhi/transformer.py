@@ -377,6 +377,7 @@ class AstBuilder(Transformer):
 
     def update(self, children: list[Any]) -> ast.Update:
         tags, condition, at = self._output_parts(children)
+        assert condition is not None  # the grammar requires `on <condition>`
         return ast.Update(tags["target"][0], condition, tags.get("set", ()), tags.get("event_type", "current"), **_pos(at))
 
     def update_or_insert(self, children: list[Any]) -> ast.UpdateOrInsert:

@@ -201,7 +201,7 @@ def _properties_option(element: ast.AnnotationElement | None, report: Report) ->
 def _kafka_source(annotation: ast.Annotation, destinations, report: Report) -> None:
     topics = [t for t in (annotation.get("topic.list") or "").split(",") if t.strip()]
     if annotation.get("topic.list") is not None and not topics:
-        report("topic.list must name at least one topic.", annotation.element("topic.list"))
+        report("topic.list must name at least one topic.", annotation.present("topic.list"))
     _int_list_option(annotation.element("partition.no.list"), report)
     _boolean_option(annotation, "seq.enabled", report)
     _properties_option(annotation.element("optional.configuration"), report)
@@ -266,7 +266,9 @@ def _http_sink(annotation: ast.Annotation, destinations, report: Report) -> None
                 report(f"{exc}.", element)
     user, password = annotation.element("basic.auth.username"), annotation.element("basic.auth.password")
     if (user is None) != (password is None):
-        report("basic.auth.username and basic.auth.password go together.", user or password)
+        given = user or password
+        assert given is not None  # exactly one of them is given
+        report("basic.auth.username and basic.auth.password go together.", given)
 
 
 def _nats_source(annotation: ast.Annotation, destinations, report: Report) -> None:

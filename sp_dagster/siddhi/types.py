@@ -177,7 +177,7 @@ def check_arguments(
         elif found is not None and not accepts(kind, found):
             report(f"Argument {position + 1} of '{name}' must be {_kind_words(kind)}, not {found}.", arg)
             ok = False
-    if name in ("cast", "convert") and ok and spec.returns(types, args) is None:
+    if name in ("cast", "convert") and ok and spec.returns is not None and spec.returns(types, args) is None:
         report(f"The second argument of '{name}' must name a type such as 'double'.", args[1])
         ok = False
     return ok

@@ -209,8 +209,9 @@ def element_label(info: ElementInfo, query: ast.Query | None = None) -> str:
     """How messages name an element: the @info name of the query, else of the element."""
     for node in (query, info.element):
         annotation = node.annotation("info") if node is not None else None
-        if annotation is not None and annotation.get("name"):
-            return annotation.get("name")
+        name = annotation.get("name") if annotation is not None else None
+        if name:
+            return name
     if isinstance(info.element, ast.AggregationDefinition):
         return info.element.name
     return "Query/Partition" if info.is_partition else "Query"

@@ -115,6 +115,7 @@ def _wire(
     round_robin = 0
     for name, choice in remote.items():
         if choice.strategy == FIELD_GROUPING:
+            assert choice.key is not None  # field grouping is on a key
             keyed[choice.key] = max(keyed.get(choice.key, 0), parallelism[name])
         elif choice.strategy == ROUND_ROBIN:
             round_robin = max(round_robin, parallelism[name])
@@ -142,7 +143,11 @@ def _wire(
         flows.publications.setdefault(emitter, []).extend(publications)
 
     for name, choice in remote.items():
-        topic = keyed_topics[choice.key] if choice.strategy == FIELD_GROUPING else unkeyed_topic
+        if choice.strategy == FIELD_GROUPING:
+            assert choice.key is not None  # field grouping is on a key
+            topic = keyed_topics[choice.key]
+        else:
+            topic = unkeyed_topic
         flows.subscribe(name, Subscription(stream, choice.strategy, choice.key, topic))
         if topic is not None and topic != (unkeyed_topic if entry else None):
             for emitter in emitters:

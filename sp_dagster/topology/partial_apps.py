@@ -207,6 +207,7 @@ def _rename_stream(node, old: str, new: str):
 def _passthrough_elements(group: GroupSpec, index: int, instance: str, context: Context) -> list[ast.Element]:
     """`define stream passthroughS` fed by the user @source (or the entry topic), published as S."""
     stream = group.stream
+    assert stream is not None  # a passthrough group carries one stream
     attributes = _attributes(stream, group, context)
     inner = f"{_PASSTHROUGH_PREFIX}{stream}"
     subscription = context.flows.subscriptions[group.name][stream]
@@ -216,7 +217,9 @@ def _passthrough_elements(group: GroupSpec, index: int, instance: str, context: 
         source = _kafka_source(subscription, group, index, instance, context)
     sinks = [_kafka_sink(p) for p in context.flows.publications.get(group.name, [])]
     if group.source is not None:
-        user_sinks = context.catalog.stream(stream).annotations_named("sink")
+        definition = context.catalog.stream(stream)
+        assert definition is not None  # a passthrough carries a defined stream
+        user_sinks = definition.annotations_named("sink")
         sinks = [_on_cluster(a, context.app_name, stream) for a in user_sinks] + sinks
     query = ast.Query(
         input=ast.StreamInput(inner),
@@ -255,7 +258,9 @@ def _map(kind: str = MAPPING) -> ast.Annotation:
 
 def _kafka_source(subscription: Subscription, group: GroupSpec, index: int, instance: str, context: Context) -> ast.Annotation:
     """`@source(type='kafka', ...)` reading exactly this instance's partitions of the topic."""
-    partitions = context.topics[subscription.topic].partitions
+    topic = subscription.topic
+    assert topic is not None  # only a subscription to a topic is read with a kafka source
+    partitions = context.topics[topic].partitions
     assigned = assigned_partitions(subscription.strategy, group.parallelism, partitions, index)
     # Broadcast: a consumer group per instance, so each reads everything; otherwise the
     # instances share the group's id and split the partitions by explicit assignment.
@@ -263,19 +268,20 @@ def _kafka_source(subscription: Subscription, group: GroupSpec, index: int, inst
     threading = "partition.wise" if subscription.strategy == FIELD_GROUPING else "single.thread"
     elements = (
         _element("type", "kafka"),
-        _element("topic.list", subscription.topic),
+        _element("topic.list", topic),
         _element("group.id", group_id),
         _element("partition.no.list", ",".join(map(str, assigned))),
         _element("threading.option", threading),
         _element("bootstrap.servers", BOOTSTRAP),
     )
-    entry = context.topics[subscription.topic].role == ENTRY
+    entry = context.topics[topic].role == ENTRY
     return ast.Annotation("source", elements, (_map(ENTRY_MAPPING if entry else MAPPING),))
 
 
 def _kafka_sink(publication: Publication) -> ast.Annotation:
     """`@sink(type='kafka', ...)` spreading events over every partition of the topic."""
     if publication.strategy == FIELD_GROUPING:
+        assert publication.partition_key is not None  # field grouping is on a key
         options = (_element("strategy", "partitioned"), _element("partitionKey", publication.partition_key))
     else:
         options = (_element("strategy", "roundRobin"),)

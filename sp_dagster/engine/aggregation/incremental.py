@@ -16,7 +16,7 @@ import logging
 
 from sp_dagster.engine.aggregation.executor import Executor
 from sp_dagster.engine.aggregation.plan import Plan
-from sp_dagster.engine.aggregation.store import AGG_TS, BASES, EVENT_TS, GROUPS, LAST_TS, LASTS, MemoryStore
+from sp_dagster.engine.aggregation.store import AGG_TS, BASES, EVENT_TS, GROUPS, LAST_TS, LASTS, MemoryStore, RdbmsStore
 from sp_dagster.engine.aggregation.timing import DURATIONS, FROM_AST, bucket_start, next_start, parse_timestamp, zone
 from sp_dagster.engine.errors import EngineError, app_error
 from sp_dagster.engine.events import CURRENT, as_events
@@ -58,10 +58,11 @@ class IncrementalAggregation:
         self.shard = options.get("shardId")
         if self.distributed and self.shard is None:
             raise app_error("Configuration 'shardId' not provided for @partitionById annotation", definition)
-        self.external = definition.aggregate_by is not None
+        aggregate_by = definition.aggregate_by
+        self.external = aggregate_by is not None
         self.has_last = self.external and bool(self.plan.last_names)
-        if self.external:
-            by = compile_expression(definition.aggregate_by, scope)
+        if aggregate_by is not None:
+            by = compile_expression(aggregate_by, scope)
             read = by.row
             self.event_time = (lambda e: _text_time(read(e))) if by.type == "string" else read
         self.retention = _purge(definition, self.durations)
@@ -85,13 +86,12 @@ class IncrementalAggregation:
                 raise app_error(f"aggregations do not keep '{name}' granularities; they keep {', '.join(d.lower() for d in DURATIONS)}", definition)
         return tuple(FROM_AST[d] for d in names)
 
-    def _store(self, definition: ast.AggregationDefinition):
+    def _store(self, definition: ast.AggregationDefinition) -> MemoryStore | RdbmsStore:
         store = definition.annotation("store")
         if store is None or (store.get("type") or "").lower() in ("in-memory", "inmemory"):
             return MemoryStore(self.durations)
         if (store.get("type") or "").lower() != "rdbms":
             raise app_error(f"@store with type '{store.get('type')}' is not supported for aggregations; use type='rdbms'", store)
-        from sp_dagster.engine.aggregation.store import RdbmsStore
         from sp_dagster.engine.store.options import parse_store
         from sp_dagster.engine.store.rdbms import Connections
 
@@ -108,6 +108,7 @@ class IncrementalAggregation:
         for duration in reversed(self.durations):
             child = Executor(duration, self.plan, self.tz, self.external, self.shard if self.distributed else None, self.store, child)
             self.executors[duration] = child
+        assert child is not None  # an aggregation has at least one granularity
         self.root = child
 
     # -- events in
@@ -153,13 +154,15 @@ class IncrementalAggregation:
     def _initialise(self) -> None:
         """Rebuild the executors above the root from a database store (this shard's rows), once."""
         self.initialised = True
-        if not self.store.persistent:
+        store = self.store
+        if not isinstance(store, RdbmsStore):  # in memory: nothing stored before this runtime
             return
         shard = self.shard if self.distributed else None
-        newest = self.store.newest(shard)
+        newest = store.newest(shard)
         for index in range(len(self.durations) - 1, 0, -1):
             duration, finer = self.durations[index], self.durations[index - 1]
-            since = next_start(newest[duration], duration, self.tz) if newest[duration] is not None else None
+            last = newest[duration]
+            since = next_start(last, duration, self.tz) if last is not None else None
             rows = sorted(self.store.read(finer, AGG_TS, since=since, shard=shard), key=lambda r: r[AGG_TS])
             for record in rows:
                 self.executors[duration].execute(record)
@@ -251,7 +254,8 @@ class IncrementalAggregation:
         """What an asset observation reports: rows and the newest bucket written, per granularity (and
         rows per shard, over all granularities, of a distributed aggregation in a database)."""
         seen = {"rows": self.store.counts(), "newest_bucket": self.store.newest(), "shard_id": self.shard if self.distributed else None}
-        seen["rows_by_shard"] = self.store.counts_by_shard() if self.distributed and self.store.persistent else None
+        store = self.store
+        seen["rows_by_shard"] = store.counts_by_shard() if self.distributed and isinstance(store, RdbmsStore) else None
         return seen
 
     def snapshot(self):
@@ -264,8 +268,9 @@ class IncrementalAggregation:
             "fed": self.fed,
             "store": self.store.snapshot(),
         }
-        if self.store.persistent and self.distributed and not self.initialised:
-            state["newest"] = self.store.newest(self.shard if self.distributed else None)
+        store = self.store
+        if isinstance(store, RdbmsStore) and self.distributed and not self.initialised:
+            state["newest"] = store.newest(self.shard if self.distributed else None)
         return state
 
     def restore(self, state) -> None:
@@ -281,10 +286,10 @@ class IncrementalAggregation:
         self.fed = state.get("fed", False)
         if state["store"] is not None:
             self.store.restore(state["store"])
-        if self.store.persistent and (self.distributed or self.fed):
-            self._discard_after(state)
+        if isinstance(self.store, RdbmsStore) and (self.distributed or self.fed):
+            self._discard_after(self.store, state)
 
-    def _discard_after(self, state) -> None:
+    def _discard_after(self, store: RdbmsStore, state) -> None:
         shard = self.shard if self.distributed else None
         newest = state.get("newest")
         if not self.initialised and newest is None:
@@ -297,7 +302,7 @@ class IncrementalAggregation:
             else:
                 before = (newest or {}).get(duration)
                 since = None if before is None else before + 1
-            dropped = self.store.discard(duration, since, shard)
+            dropped = store.discard(duration, since, shard)
             if dropped:
                 log.info("aggregation %s: dropped %s written after the restored snapshot", self.name, counted(dropped, f"{duration} row"))
 

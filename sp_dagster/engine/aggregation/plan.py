@@ -91,6 +91,7 @@ class Plan:
             column, kind_type, read = "AGG_COUNT", "long", None
         else:
             prefix = {"sum": "AGG_SUM_", "min": "AGG_MIN_", "max": "AGG_MAX_", "set": "AGG_SET_"}[kind]
+            assert variable is not None  # every base but count reads an attribute
             column = prefix + variable.name
             if kind == "sum":
                 kind_type = "long" if executor.type in INTEGRAL else "double"
@@ -158,9 +159,9 @@ class Plan:
             if base.kind == "count":
                 values.append(1)
             elif base.kind == "set":
-                values.append(frozenset((base.read(event),)))
+                values.append(frozenset((base.read(event),)))  # pyright: ignore[reportOptionalCall]  # only count has no read
             else:
-                values.append(base.read(event))
+                values.append(base.read(event))  # pyright: ignore[reportOptionalCall]  # only count has no read
         return values
 
     def merge(self, into: list, other: list) -> None:
@@ -177,7 +178,7 @@ class Plan:
             elif output.source == "last":
                 row.append(lasts[output.index])
             else:
-                row.append(output.compute(bases))
+                row.append(output.compute(bases))  # pyright: ignore[reportOptionalCall]  # every function output has one
         return tuple(row)
 
     @property

@@ -137,7 +137,7 @@ class RdbmsStore:
 
     def __init__(self, name: str, durations: tuple[str, ...], plan, distributed: bool, external: bool, options, connections):
         import sqlalchemy as sa
-        import sqlalchemy.exc  # noqa: F401  (sa.exc below)
+        import sqlalchemy.exc
 
         from sp_dagster.engine.store.rdbms import _READERS, column_type
 
@@ -179,7 +179,7 @@ class RdbmsStore:
         try:
             metadata.create_all(self.engine, checkfirst=True)
             existing = {d: sa.Table(t.name, sa.MetaData(), autoload_with=self.engine) for d, t in self.tables.items()}
-        except sa.exc.SQLAlchemyError as exc:
+        except sqlalchemy.exc.SQLAlchemyError as exc:
             connections.release(self.engine_key)
             raise EngineError(f"aggregation {name}: its tables at {options.shown} cannot be created: {exc}") from None
         for duration, table in existing.items():

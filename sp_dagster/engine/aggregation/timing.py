@@ -9,7 +9,7 @@ zone (`aggTimeZone`, GMT by default), as Siddhi's IncrementalTimeConverterUtil d
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sp_dagster.engine.errors import EngineError
@@ -46,7 +46,7 @@ def normalize_per(value) -> str | None:
     return next((d for d, names in _PER_NAMES.items() if text in names), None)
 
 
-def _local(ts: int, tz) -> datetime:
+def _local(ts: int, tz: tzinfo) -> datetime:
     return datetime.fromtimestamp(ts / 1000, tz)
 
 
@@ -54,7 +54,7 @@ def _millis(moment: datetime) -> int:
     return int(moment.timestamp()) * 1000
 
 
-def bucket_start(ts: int, duration: str, tz=GMT) -> int:
+def bucket_start(ts: int, duration: str, tz: tzinfo = GMT) -> int:
     """The start of the `duration` bucket holding `ts` (epoch ms)."""
     fixed = _FIXED.get(duration)
     if fixed is not None:
@@ -71,7 +71,7 @@ def bucket_start(ts: int, duration: str, tz=GMT) -> int:
     return _millis(_wall(local, tz))
 
 
-def next_start(ts: int, duration: str, tz=GMT) -> int:
+def next_start(ts: int, duration: str, tz: tzinfo = GMT) -> int:
     """The start of the bucket after the one holding `ts`: when that bucket rolls over."""
     fixed = _FIXED.get(duration)
     if fixed is not None:
@@ -88,7 +88,7 @@ def next_start(ts: int, duration: str, tz=GMT) -> int:
     return _millis(_wall(naive.replace(tzinfo=tz), tz))
 
 
-def _wall(local: datetime, tz) -> datetime:
+def _wall(local: datetime, tz: tzinfo) -> datetime:
     """A local wall time in `tz` (re-attached so the offset is that of the wall time)."""
     return local.replace(tzinfo=None).replace(tzinfo=tz)
 

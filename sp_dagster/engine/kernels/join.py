@@ -128,7 +128,7 @@ class JoinKernel(Kernel):
         other_columns, _ = held_columns(self.other, self.other_schema)
         held = len(other_columns[0]) if other_columns else 0
         count = arrivals.num_rows
-        encoded = pc.dictionary_encode(pa.concat_arrays([other_columns[theirs], arrivals.column(mine)]))
+        encoded = pc.dictionary_encode(pa.concat_arrays([other_columns[theirs], arrivals.column(mine)]))  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
         codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         held_codes, arrival_codes = codes[:held], codes[held:]
         by_key = np.argsort(held_codes, kind="stable")

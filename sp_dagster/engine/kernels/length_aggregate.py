@@ -290,7 +290,7 @@ class LengthAggregateKernel(Kernel):
         """Group keys, and the group code of every held event then every arrival (`size` in all)."""
         if self.group is None:
             return [None], np.zeros(size, np.int64)
-        encoded = pc.dictionary_encode(columns[self.group])
+        encoded = pc.dictionary_encode(columns[self.group])  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
         keys = encoded.dictionary.to_pylist()
         indices = encoded.indices
         if indices.null_count:

@@ -88,7 +88,7 @@ class PartitionKernel(Kernel):
     def run(self, run, start, end):
         lo, hi = int(run.bounds[start]), int(run.bounds[end])
         batch = run.batch().slice(lo, hi - lo)
-        encoded = pc.dictionary_encode(batch.column(self.index))
+        encoded = pc.dictionary_encode(batch.column(self.index))  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
         codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         rows = np.flatnonzero(codes >= 0)
         codes = codes[rows]

@@ -289,7 +289,7 @@ class _Compiler:
             column = table.column(index)
             kind = self.schema.types[index]
             if kind == "string":
-                encoded = pc.dictionary_encode(column)
+                encoded = pc.dictionary_encode(column)  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
                 arrays[index] = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
                 arrays[("dictionary", index)] = {v: i for i, v in enumerate(encoded.dictionary.to_pylist())}
             elif kind in FLOATING:

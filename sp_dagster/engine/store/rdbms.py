@@ -33,7 +33,7 @@ import logging
 from pathlib import Path
 
 import sqlalchemy as sa
-import sqlalchemy.exc  # sa.exc: imported by name, not only as a side effect of sqlalchemy's own imports
+import sqlalchemy.exc  # imported by name, not only as a side effect of sqlalchemy's own imports
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.pool import StaticPool
 
@@ -53,7 +53,7 @@ STRING_SIZE = 254  # siddhi-store-rdbms's default VARCHAR length
 
 
 def _string(value):
-    return value.decode("utf-8") if isinstance(value, (bytes, bytearray, memoryview)) and not isinstance(value, str) else str(value)
+    return str(value, "utf-8") if isinstance(value, (bytes, bytearray, memoryview)) else str(value)
 
 
 _READERS = {
@@ -81,7 +81,7 @@ class Connections:
             try:
                 with engine.connect():
                     pass
-            except sa.exc.SQLAlchemyError as exc:
+            except sqlalchemy.exc.SQLAlchemyError as exc:
                 engine.dispose()
                 raise unreachable(table, options, exc) from None
             self.engines[key] = engine
@@ -89,8 +89,8 @@ class Connections:
         self.users[key] += 1
         return key, self.engines[key]
 
-    def release(self, key: tuple) -> None:
-        """One table is done with an engine; the last one disposes of it."""
+    def release(self, key: tuple | None) -> None:
+        """One table is done with an engine; the last one disposes of it (None: already given back)."""
         if key in self.users:
             self.users[key] -= 1
             if self.users[key] <= 0:
@@ -252,7 +252,7 @@ class RdbmsTable(Table):
             try:
                 with self.engine.connect() as conn:
                     conn.execute(sa.text(self.options.check_query))
-            except sa.exc.DBAPIError:
+            except sqlalchemy.exc.DBAPIError:
                 return None
         names = sa.inspect(self.engine).get_table_names()
         if wanted in names:
@@ -287,11 +287,11 @@ class RdbmsTable(Table):
             yield
         except EngineError:
             raise
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
             if getattr(exc, "connection_invalidated", False) or _is_connection_problem(exc):
                 raise unreachable(self.name, self.options, exc) from None
             raise EngineError(f"table {self.name}: {doing} failed at {self.options.shown}: {_reason(exc)}") from None
-        except sa.exc.SQLAlchemyError as exc:
+        except sqlalchemy.exc.SQLAlchemyError as exc:
             raise EngineError(f"table {self.name}: {doing} failed at {self.options.shown}: {_reason(exc)}") from None
 
     @contextlib.contextmanager

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import overload
 
-from sp_dagster.engine.clock import Clock, Scheduler
+from sp_dagster.engine.clock import Clock, Scheduler, TimerQueue
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import EXPIRED, RESET, TIMER, StreamEvent
 from sp_dagster.engine.expressions import Executor
@@ -54,7 +55,10 @@ class WindowProcessor(Processor):
         self.context = context
         self.clock = context.clock
         self.expects_expired = context.expects_expired
-        self.timers = context.scheduler.queue(self.on_timer) if self.uses_timers else None
+        self.timers: TimerQueue | None = None
+        if self.uses_timers:
+            assert context.scheduler is not None, "a window with timers is given its query's scheduler"
+            self.timers = context.scheduler.queue(self.on_timer)
         self.configure()
 
     def configure(self) -> None:
@@ -188,6 +192,10 @@ def dump_events(events: Iterable[StreamEvent] | None):
     return None if events is None else [e.dump() for e in events]
 
 
-def load_events(state) -> list[StreamEvent] | None:
+@overload
+def load_events(state: list) -> list[StreamEvent]: ...
+@overload
+def load_events(state: None) -> None: ...
+def load_events(state: list | None) -> list[StreamEvent] | None:
     """Inverse of dump_events()."""
     return None if state is None else [StreamEvent.load(s) for s in state]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import deque
 
+from sp_dagster.engine.clock import TimerQueue
 from sp_dagster.engine.events import CURRENT, EXPIRED, RESET, TIMER
 from sp_dagster.engine.values import java_int_rem
 from sp_dagster.engine.windows.base import WindowProcessor, dump_events, load_events
+from sp_dagster.siddhi import ast
 
 
 class ExternalTimeWindow(WindowProcessor):
@@ -49,6 +51,7 @@ class ExternalTimeBatchWindow(WindowProcessor):
     name = "externalTimeBatch"
     mode = "batch"
     uses_timers = True
+    timers: TimerQueue  # uses_timers: WindowProcessor made the queue
 
     def configure(self):
         self.arity(2, 3, 4, 5)
@@ -68,6 +71,12 @@ class ExternalTimeBatchWindow(WindowProcessor):
                 raise self.error("start.time must be an int or long constant or a long attribute", 2)
         self.timeout = self.duration(3, "timeout") if len(self.params) >= 4 else 0
         self.replace_timestamp = self.constant(4, ("bool",), "replace.with.batchend") if len(self.params) == 5 else False
+        if self.replace_timestamp:
+            node = self.params[0].node
+            assert isinstance(node, ast.Variable)  # self.attribute(0, ...) checked it
+            index = self.context.schema.index(node.name)
+            assert index is not None  # the attribute is the input's
+            self.timestamp_index = index
         self.store_expired = self.expects_expired or self.context.findable
         self.current: list = []
         self.expired: list | None = [] if (self.expects_expired or self.timeout > 0 or self.context.findable) else None
@@ -137,14 +146,11 @@ class ExternalTimeBatchWindow(WindowProcessor):
         clone = event.copy()
         if self.replace_timestamp:
             data = list(clone.data)
-            data[self._timestamp_index()] = self.end_time
+            data[self.timestamp_index] = self.end_time
             clone.data = tuple(data)
         self.current.append(clone)
         if self.reset is None:
             self.reset = event.copy(RESET)
-
-    def _timestamp_index(self) -> int:
-        return self.context.schema.index(self.params[0].node.name)
 
     def _flush(self, chunks, now, preserve_current):
         out = []
@@ -155,6 +161,7 @@ class ExternalTimeBatchWindow(WindowProcessor):
         if self.expired is not None:
             self.expired = []
         if self.current:
+            assert self.reset is not None  # set by the batch's first event
             self.reset.timestamp = now
             out.append(self.reset)
             self.reset = None
@@ -169,6 +176,7 @@ class ExternalTimeBatchWindow(WindowProcessor):
                 if self.expects_expired:
                     out.append(expired.copy(timestamp=now))
                 resent.append(expired.copy(CURRENT))
+            assert self.reset is not None  # set by the batch's first event
             out.append(self.reset.copy(RESET, now))
             out.extend(resent)
         self._close_batch(chunks, out, preserve_current)
@@ -176,6 +184,7 @@ class ExternalTimeBatchWindow(WindowProcessor):
     def _close_batch(self, chunks, out, preserve_current):
         if self.current:
             if preserve_current or self.store_expired:
+                assert self.expired is not None  # kept whenever batches are preserved or stored
                 self.expired.extend(e.copy(EXPIRED) for e in self.current)
             out.extend(self.current)
         self.current = []

@@ -90,7 +90,7 @@ class LengthBatchWindow(BatchWindow):
                     self.expired.append(event.copy(EXPIRED))
             else:
                 self.note(event)
-                self.current.append(event.copy())
+                self.current.append(event.copy())  # pyright: ignore[reportOptionalMemberAccess] # a list unless stream_current
                 self.count += 1
                 if self.count == self.length:
                     self.flush(out, now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sp_dagster.engine.clock import TimerQueue
 from sp_dagster.engine.events import CURRENT, EXPIRED
 from sp_dagster.engine.javahash import hash_order
 from sp_dagster.engine.windows.base import WindowProcessor, dump_events, load_events
@@ -45,6 +46,7 @@ class SessionWindow(WindowProcessor):
     name = "session"
     mode = "group"
     uses_timers = True
+    timers: TimerQueue  # uses_timers: WindowProcessor made the queue
 
     def configure(self):
         self.arity(1, 2, 3)

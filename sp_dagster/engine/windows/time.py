@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from sp_dagster.engine.clock import TimerQueue
 from sp_dagster.engine.events import CURRENT, EXPIRED
 from sp_dagster.engine.values import java_int_rem
 from sp_dagster.engine.windows.base import BatchWindow, WindowProcessor, dump_events, load_events
@@ -24,6 +25,7 @@ class _Holding(WindowProcessor):
     """Keeps events in arrival order for a duration, arming a timer per newer timestamp."""
 
     uses_timers = True
+    timers: TimerQueue  # uses_timers: WindowProcessor made the queue
     parameter = ""
 
     def configure(self):
@@ -86,6 +88,7 @@ class TimeBatchWindow(BatchWindow):
 
     name = "timeBatch"
     uses_timers = True
+    timers: TimerQueue  # uses_timers: WindowProcessor made the queue
 
     def configure(self):
         self.arity(1, 2, 3)
@@ -122,7 +125,7 @@ class TimeBatchWindow(BatchWindow):
                 continue
             self.note(event)
             if not self.stream_current:
-                self.current.append(event.copy())
+                self.current.append(event.copy())  # pyright: ignore[reportOptionalMemberAccess] # a list unless stream_current
             else:
                 if self.expired is not None:
                     self.expired.append(event.copy(EXPIRED))
@@ -150,6 +153,7 @@ class TimeLengthWindow(WindowProcessor):
 
     name = "timeLength"
     uses_timers = True
+    timers: TimerQueue  # uses_timers: WindowProcessor made the queue
 
     def configure(self):
         self.arity(2)
