@@ -1,9 +1,8 @@
-"""Helpers of the control-plane tests: waiting for a condition, workers that heartbeat in a thread."""
+"""Helpers of the control-plane tests: workers that heartbeat in a thread, a settled cluster."""
 
 from __future__ import annotations
 
 import threading
-import time
 
 from sqlalchemy import BigInteger, Column, Integer, LargeBinary, MetaData, String, Table, select
 
@@ -12,17 +11,6 @@ from sp_dagster.cluster.fencing import NodeSession
 from sp_dagster.cluster.membership import list_nodes
 from sp_dagster.cluster.schema import assignments
 from sp_dagster.cluster.store.deployments import list_instances
-
-
-def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def all_at_once(function, items) -> list:

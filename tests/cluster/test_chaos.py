@@ -34,8 +34,9 @@ from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import current_leader
 from sp_dagster.cluster.processes import ManagerProcess, manager_config
 from sp_dagster.cluster.store.deployments import InstanceSpec, list_instances, record_deployment, remove_deployment
-from tests.cluster.helpers import Workers, settled, wait_until
+from tests.cluster.helpers import Workers, settled
 from tests.cluster.history import Observer, check_history
+from tests.fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGERS = 4

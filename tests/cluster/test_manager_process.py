@@ -16,7 +16,8 @@ from sp_dagster.cluster.election import current_leader
 from sp_dagster.cluster.processes import ManagerProcess, manager_config
 from sp_dagster.cluster.store.deployments import InstanceSpec, get_deployment, list_instances, record_deployment
 from sp_dagster.embedded.broker import free_port
-from tests.cluster.helpers import Workers, wait_until
+from tests.cluster.helpers import Workers
+from tests.fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # Workers fence themselves after about interval x retry without a renewed heartbeat: on a loaded

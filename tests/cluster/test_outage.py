@@ -15,8 +15,9 @@ from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.membership import list_nodes
 from sp_dagster.cluster.processes import ManagerProcess, manager_config
 from sp_dagster.cluster.store.deployments import InstanceSpec, get_deployment, list_instances, record_deployment
-from tests.cluster.helpers import Workers, settled, wait_until
+from tests.cluster.helpers import Workers, settled
 from tests.cluster.history import Observer, check_history
+from tests.fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = dict(heartbeat_interval_ms=200, heartbeat_max_retry=3, event_polling_interval_ms=200, worker_heartbeat_interval_ms=150, worker_heartbeat_max_retry=4)

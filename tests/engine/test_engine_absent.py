@@ -12,6 +12,7 @@ import pytest
 
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import WallClock
+from tests.fixtures.waiting import wait_until
 
 STREAMS = "define stream A (id string, v int);\ndefine stream B (id string, v int);\ndefine stream C (id string, v int);\n"
 PLAYBACK = "@app:playback\n" + STREAMS
@@ -32,13 +33,6 @@ def run(app: str, inputs, query: str = "q", clock=None):
     finally:
         runtime.shutdown()
     return out
-
-
-def wait_for(condition, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
 
 
 # -- playback
@@ -193,7 +187,7 @@ def test_wall_clock_timer_fires_an_absence_without_further_events():
         runtime.send("A", [("k1", 0)])
         runtime.send("A", [("k2", 0)])
         runtime.send("B", [("k2", 0)])  # k2 is paid in time
-        assert wait_for(lambda: out)
+        wait_until(lambda: out, 5.0, 0.01, what="the absence to fire")
         time.sleep(0.3)
         assert out == [("k1",)]
     finally:
@@ -224,7 +218,7 @@ def test_wall_clock_periodic_absence_on_a_moved_clock_and_restore():
 
     try:
         move(1_001_000)
-        assert wait_for(lambda: times == [1_001_000])
+        wait_until(lambda: times == [1_001_000], 5.0, 0.01, what="the first absence at its deadline")
         move(1_001_500)
         runtime.send("A", [("a", 5)])  # kills the period begun at 1_001_000; the next ends at 1_002_500
         move(1_002_200)
@@ -240,7 +234,7 @@ def test_wall_clock_periodic_absence_on_a_moved_clock_and_restore():
     try:
         restored.restore(state)
         move(1_002_500)
-        assert wait_for(lambda: times == [1_001_000, 1_002_500])
+        wait_until(lambda: times == [1_001_000, 1_002_500], 5.0, 0.01, what="the second absence at its deadline")
         move(1_003_400)
         time.sleep(0.1)
         assert times == [1_001_000, 1_002_500]

@@ -24,7 +24,7 @@ from datetime import datetime
 import pytest
 
 from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, messaging_conf
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 from tests.hosts.netns import HostedPostgres, Network, available
 from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, expected_outputs, trades
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 from tests.hosts.netns import available
 from tests.hosts.test_hosts import Cluster, running, stream_with_fault
 from tests.worker.test_standalone_master import AUTHENTICATED, SECRET, spark_class

@@ -15,7 +15,7 @@ import pytest
 from sp_dagster.embedded.broker import free_port
 from sp_dagster.orchestration.processes import stop_process, webserver_command, workspace_yaml
 from sp_dagster.subprocesses import die_with_parent
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_APP = REPO / "apps" / "stock-alerts.siddhi"

@@ -13,7 +13,7 @@ from sp_dagster.config.loader import load_config
 from sp_dagster.embedded.broker import free_port
 from sp_dagster.messaging import transport_for
 from sp_dagster.orchestration.processes import Detached, alive, group_members
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 from tests.orchestration.conftest import REPO
 
 

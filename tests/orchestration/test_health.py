@@ -8,7 +8,7 @@ from sp_dagster.cluster.store.deployments import list_instances
 from sp_dagster.deploy import load_app, plan_app, record
 from sp_dagster.orchestration.definitions import build_definitions
 from sp_dagster.orchestration.health import growing_lags, worker_problems
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 from tests.orchestration.standin import StandInWorker
 
 FILTER, ALERT = dg.AssetKey(["StockAlerts", "filter"]), dg.AssetKey(["StockAlerts", "alert"])

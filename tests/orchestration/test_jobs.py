@@ -12,7 +12,7 @@ from sp_dagster.cluster.election import current_leader, rebalance_requests
 from sp_dagster.cluster.store.deployments import get_deployment, list_instances
 from sp_dagster.orchestration.jobs import deploy_job, rebalance_job, undeploy_job
 from sp_dagster.orchestration.sensors import build_app_repository_sensor
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 from tests.orchestration.standin import StandInWorker
 
 DEPLOY_STEPS = ["load_app", "plan_app", "create_topics", "record_deployment", "refresh_asset_graph", "wait_until_placed", "wait_until_running"]

@@ -92,6 +92,7 @@ def test_run_requests_are_valid_run_config_for_their_jobs(repo):
     requests, _, cursor = tick(sensor)
     (repo / "a.siddhi").unlink()
     requests += tick(sensor, cursor)[0]
+    assert [r.job_name for r in requests] == ["deploy", "undeploy"]  # one of each, or there is nothing to validate
     jobs = {"deploy": deploy_job, "undeploy": undeploy_job}
     for request in requests:
         dg.validate_run_config(jobs[request.job_name], request.run_config)

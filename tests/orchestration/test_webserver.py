@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 from tests.orchestration.conftest import command_lines
 from tests.orchestration.standin import StandInWorker
 

@@ -7,7 +7,7 @@ import time
 from sp_dagster.config.model import MessagingSettings
 from sp_dagster.embedded import EmbeddedBroker
 from sp_dagster.worker.broker_watch import REACHABLE, UNREACHABLE, BrokerWatch
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 
 
 def test_the_probe_follows_a_real_broker_going_away_and_coming_back(tmp_path):

@@ -10,7 +10,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 import uuid
 
 import pytest
@@ -25,6 +24,7 @@ from sp_dagster.worker.http_receiver import HostedReceiver
 from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
+from tests.fixtures.waiting import wait_until
 from tests.worker.test_continuous import Running
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -70,15 +70,6 @@ class Collector:
 
     def events(self) -> list[dict]:
         return [json.loads(b)["event"] for b in list(self.bodies)]
-
-
-def wait_for(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 SEED_004 = """@App:name('{name}')
@@ -140,14 +131,14 @@ def test_seed_004_http_in_partitioned_http_out(kafka):
             event = {"meta_clientType": "app", "apiName": "late", "username": f"u{n}", "userTenantDomain": tenants[n % 5], "responseTime": n}
             assert requests.post(url, json={"event": event}, auth=auth).status_code == 200
             sent.append(event)
-        wait_for(lambda: len({e["username"] for e in one.events() + two.events()}) == len(sent), what="every event at a destination")
+        wait_until(lambda: len({e["username"] for e in one.events() + two.events()}) == len(sent), timeout=60, what="every event at a destination")
         for index, collector in enumerate((one, two)):
             for event in collector.events():
                 assert java_hash_destination(event["userTenantDomain"], 2) == index, event
         assert {e["username"] for e in one.events()} | {e["username"] for e in two.events()} == {e["username"] for e in sent}
         assert one.events() and two.events()
         assert all(h.get("X-From") == "sp-dagster" for h in one.headers + two.headers)
-        wait_for(lambda: receiver.metrics().get("accepted_total") == len(sent), what="the receiver's metrics")
+        wait_until(lambda: receiver.metrics().get("accepted_total") == len(sent), timeout=60, what="the receiver's metrics")
         assert receiver.metrics()["receiver_urls"] == [url] and receiver.metrics()["refused_total"] == 3
         with pytest.raises(OSError):  # the port is taken: the instance fails to start, and says why
             HostedReceiver(receiver.loop.plan, kafka, settings).start()
@@ -192,7 +183,7 @@ define stream Out (k string, v int);
     try:
         reader = kafka.reader(f"{name}-out", {p: EARLIEST for p in range(kafka.require_topic(f"{name}-out").partitions)}, RawCodec())
         got = []
-        wait_for(lambda: got.extend(reader.poll(1000, 0.5).events) or len(got) >= 40, what="40 events out")
+        wait_until(lambda: got.extend(reader.poll(1000, 0.5).events) or len(got) >= 40, timeout=60, what="40 events out")
         values = sorted(int(e.row[0].decode().split("v:")[1]) for e in got)
         assert values == list(range(40))
         assert {e.key for e in got} == {f"k{n}".encode() for n in range(40)}
@@ -235,13 +226,13 @@ from In select k, v insert into ByPartition;
                 by_topic[suffix] += [json.loads(e.row[0])["event"]["k"] for e in reader.poll(100, 0.2).events]
             return len(by_topic["a"]) + len(by_topic["b"]) >= 10
 
-        wait_for(poll, what="events at both topics")
+        wait_until(poll, timeout=60, what="events at both topics")
         assert sorted(by_topic["a"] + by_topic["b"]) == sorted(f"key{n}" for n in range(10))
         for index, suffix in enumerate("ab"):
             assert all(java_hash_destination(k, 2) == index for k in by_topic[suffix])
         reader = kafka.reader(f"{name}-p", {p: EARLIEST for p in range(3)}, RawCodec())
         got = []
-        wait_for(lambda: got.extend(reader.poll(100, 0.3).events) or len(got) >= 10, what="partitioned events")
+        wait_until(lambda: got.extend(reader.poll(100, 0.3).events) or len(got) >= 10, timeout=60, what="partitioned events")
         assert sorted({e.partition for e in got}) == [0, 2]
         assert all(e.row[0].startswith(b"<events><event>") for e in got)
     finally:
@@ -286,7 +277,7 @@ define stream Out (k string, v int);
             assert keys and all(java_hash_destination(k, 2) == index for k in keys)
         reader = kafka.reader(dead, {0: EARLIEST}, RawCodec())
         letters = []
-        wait_for(lambda: letters.extend(reader.poll(10, 0.5).events) or letters, what="the dead letter")
+        wait_until(lambda: letters.extend(reader.poll(10, 0.5).events) or letters, timeout=60, what="the dead letter")
         assert b"not-a-number" in letters[0].row[0]
     finally:
         for query in queries:

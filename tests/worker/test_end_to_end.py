@@ -19,7 +19,7 @@ from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.worker.instance_plan import plan_instance
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 

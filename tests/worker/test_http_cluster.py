@@ -20,7 +20,8 @@ from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.worker.sinks import java_hash_destination
-from tests.worker.test_edges import Collector, free_port, wait_for
+from tests.fixtures.waiting import wait_until
+from tests.worker.test_edges import Collector, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -129,14 +130,14 @@ def test_http_in_partitioned_http_out_through_a_worker_kill(cluster):
 
     # the receivers' URLs, as `sp-dagster status` shows them
     shown = lambda: render_status(cluster_status(plane))  # noqa: E731
-    wait_for(lambda: f"receiving at {seed.url}" in shown() and f"receiving at {energy.url}" in shown(), timeout=30, what="receiver URLs in the status")
+    wait_until(lambda: f"receiving at {seed.url}" in shown() and f"receiving at {energy.url}" in shown(), timeout=30, what="receiver URLs in the status")
 
     def processes() -> list[int]:
         """How many processes each receiver serves from, as its worker reports."""
         receivers = [i for d in cluster_status(plane)["deployments"] for i in d["instances"] if i["receiver"]]
         return sorted((i["metrics"] or {}).get("processes") or 0 for i in receivers)
 
-    wait_for(lambda: processes() == [1, 2], timeout=30, what="one receiver on 1 process, the Energy one on 2")
+    wait_until(lambda: processes() == [1, 2], timeout=30, what="one receiver on 1 process, the Energy one on 2")
 
     assert post(seed.url, seed_event(0)).status_code == 401
     bad = requests.post(seed.url, data=b'{"event": {"username": 3}}', auth=auth, timeout=30)
@@ -160,8 +161,8 @@ def test_http_in_partitioned_http_out_through_a_worker_kill(cluster):
     alerts = lambda: collections.Counter(tuple(e[f] for f in alert_fields) for e in energy.received())  # noqa: E731
     users = {e["username"] for e in seed_sent}
     try:
-        wait_for(lambda: {e["username"] for e in seed.received()} >= users, timeout=240, what="every seed 004 request at a destination")
-        wait_for(lambda: not wanted - alerts(), timeout=240, what="every Energy alert at a destination")
+        wait_until(lambda: {e["username"] for e in seed.received()} >= users, timeout=240, what="every seed 004 request at a destination")
+        wait_until(lambda: not wanted - alerts(), timeout=240, what="every Energy alert at a destination")
     except AssertionError:
         print(running.logs(80))
         raise

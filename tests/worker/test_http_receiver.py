@@ -27,7 +27,8 @@ from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import Message
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
-from tests.worker.test_edges import free_port, start_app, wait_for
+from tests.fixtures.waiting import wait_until
+from tests.worker.test_edges import free_port, start_app
 
 pytestmark = [pytest.mark.broker]
 
@@ -107,7 +108,7 @@ class Receiver:
             got.extend(expand(self.output.topic, self.reader.poll_raw(1000, 0.2, ORIGIN_HEADER)))
             return len(got) >= at_least
 
-        wait_for(more, what=f"{at_least} events in the entry topic")
+        wait_until(more, timeout=60, what=f"{at_least} events in the entry topic")
         got.extend(expand(self.output.topic, self.reader.poll_raw(1000, 0.5, ORIGIN_HEADER)))  # nothing more should come
         return [(tuple(self.codec.decode(m.value)[0]), m.origin) for m in got]
 
@@ -140,7 +141,7 @@ def test_requests_waiting_for_a_flush_are_published_as_one_batch_and_answered_on
     later = [receiver.post_later(event(f"b{n}", n + 1)) for n in range(8)]
     bad = receiver.post(b'{"event": {"deviceID": "x", "power": "many"}}')
     assert bad.status_code == 400 and "does not decode" in bad.text, bad.text
-    wait_for(lambda: len(receiver.loop._waiting) == 8, what="eight requests waiting for the next batch")
+    wait_until(lambda: len(receiver.loop._waiting) == 8, timeout=60, what="eight requests waiting for the next batch")
     # Nothing is answered before the broker acknowledged: the flush still waits.
     assert not blocked.done() and not any(f.done() for f in later)
     assert receiver.publisher.produced == 2  # the first request's event and the held batch's: the waiting ones are not produced yet
@@ -183,7 +184,7 @@ def test_an_event_over_the_message_limit_is_refused_413_with_the_limit_and_the_r
     later = []
     for n, device in enumerate(["s0", "x" * 1_500_000, "s1", "s2"]):
         later.append(receiver.post_later(event(device, n + 1)))
-        wait_for(lambda: len(receiver.loop._waiting) == n + 1, what=f"{n + 1} requests waiting")
+        wait_until(lambda: len(receiver.loop._waiting) == n + 1, timeout=60, what=f"{n + 1} requests waiting")
     held.released.set()
     answers = [f.result(60) for f in later]
     assert [a.status_code for a in answers] == [200, 413, 200, 200], [a.text[:200] for a in answers]
@@ -229,7 +230,7 @@ def test_stopping_answers_the_batch_in_flight_once_durable_and_the_waiting_reque
     in_flight = receiver.post_later(event("in-flight", 1))
     assert held.flushing.wait(30)
     waiting = receiver.post_later(event("waiting", 2))
-    wait_for(lambda: len(receiver.loop._waiting) == 1, what="a request waiting for the next batch")
+    wait_until(lambda: len(receiver.loop._waiting) == 1, timeout=60, what="a request waiting for the next batch")
     stopping = threading.Thread(target=receiver.hosted.stop)
     stopping.start()
     answer = waiting.result(60)
@@ -267,14 +268,18 @@ def test_worker_count_serves_one_url_from_several_processes_and_loses_nothing(ka
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             answers = list(pool.map(post, range(200)))
         assert answers == [200] * 200
-        wait_for(lambda: hosted.metrics().get("accepted_total") == 200, what="both processes' counts in the receiver's metrics")
+        wait_until(lambda: hosted.metrics().get("accepted_total") == 200, timeout=60, what="both processes' counts in the receiver's metrics")
         assert hosted.metrics()["processes"] == 2
         assert 0 < hosted.loop.accepted < 200 and helpers.newest[0]["accepted_total"] == 200 - hosted.loop.accepted
         output = plan.outputs[0]
         reader = kafka.reader(output.topic, {p: EARLIEST for p in range(kafka.require_topic(output.topic).partitions)}, RawCodec())
         codec = mapper_for(output.mapping or output.codec, output.attributes)
         got: list[Message] = []
-        wait_for(lambda: got.extend(expand(output.topic, reader.poll_raw(1000, 0.2, ORIGIN_HEADER))) or len(got) >= 200, what="200 events in the entry topic")
+        wait_until(
+            lambda: got.extend(expand(output.topic, reader.poll_raw(1000, 0.2, ORIGIN_HEADER))) or len(got) >= 200,
+            timeout=60,
+            what="200 events in the entry topic",
+        )
         got.extend(expand(output.topic, reader.poll_raw(1000, 0.5, ORIGIN_HEADER)))
         reader.close()
         rows = sorted(tuple(codec.decode(m.value)[0]) for m in got)

@@ -14,8 +14,9 @@ from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.nats import NatsTransport
 from sp_dagster.worker.instance_plan import NatsEndpoint, plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
+from tests.fixtures.waiting import wait_until
 from tests.worker.test_continuous import Running
-from tests.worker.test_edges import start_app, wait_for
+from tests.worker.test_edges import start_app
 
 pytestmark = [pytest.mark.nats]
 
@@ -32,7 +33,7 @@ def _read(transport, topic, count):
     reader = transport.reader(topic, {p: EARLIEST for p in range(partitions)}, RawCodec())
     got = []
     try:
-        wait_for(lambda: got.extend(reader.poll(1000, 0.3).events) or len(got) >= count, what=f"{count} events on {topic}")
+        wait_until(lambda: got.extend(reader.poll(1000, 0.3).events) or len(got) >= count, timeout=60, what=f"{count} events on {topic}")
     finally:
         reader.close()
     return got
@@ -62,7 +63,7 @@ define stream Out (k string, v int);
     loops = [Running(kafka, plan_instance(i.name, i.siddhi)) for g in topology.groups for i in g.instances]
     readers = {}
     try:
-        wait_for(lambda: all(user.topic_info(f"{name}.{s}") for s in "ab"), what="the sink to make its topics")
+        wait_until(lambda: all(user.topic_info(f"{name}.{s}") for s in "ab"), timeout=60, what="the sink to make its topics")
         readers.update({suffix: user.reader(f"{name}.{suffix}", {0: EARLIEST}, RawCodec()) for suffix in "ab"})
         got = {suffix: [] for suffix in "ab"}
 
@@ -73,7 +74,7 @@ define stream Out (k string, v int);
                 got[suffix] += [json.loads(e.row[0])["event"] for e in reader.poll(1000, 0.2).events]
             return len(got["a"]) + len(got["b"]) >= 40
 
-        wait_for(poll, what="40 events out")
+        wait_until(poll, timeout=60, what="40 events out")
         assert sorted(e["v"] for e in got["a"] + got["b"]) == list(range(40))
         for index, suffix in enumerate("ab"):
             assert all(java_hash_destination(e["k"], 2) == index for e in got[suffix])
@@ -105,7 +106,7 @@ from In[v >= 0] select k, v insert into Out;
     (instance,) = start_app(nats, text).partial_apps
     running = Running(nats, plan_instance(instance.name, instance.siddhi))
     try:
-        wait_for(lambda: nats.topic_info(f"{name}-out") is not None, what="the sink's topic")
+        wait_until(lambda: nats.topic_info(f"{name}-out") is not None, timeout=60, what="the sink's topic")
         publisher.produce(f"{name}-in", json.dumps({"event": {"k": "late", "v": 5}}).encode(), None, 0, None)
         publisher.flush()
         got = [json.loads(e.row[0])["event"]["v"] for e in _read(nats, f"{name}-out", 4)]

@@ -12,7 +12,7 @@ from sp_dagster.embedded import EmbeddedBroker
 from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.messaging.kafka import KafkaTransport
 from sp_dagster.worker.instance_plan import plan_instance
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, collect, expected_outputs, publish, trades
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]

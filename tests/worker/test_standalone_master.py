@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sp_dagster.embedded.broker import free_port, port_open
+from tests.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -100,18 +101,16 @@ def test_a_worker_reports_the_cores_its_application_was_granted_as_task_slots(st
         with plane.transaction() as conn:
             return next(((n.metrics or {}).get("slots") for n in read_nodes(conn) if n.node_id == "worker-1"), None)
 
-    def wait_for(check, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not check() and time.monotonic() < deadline and worker.poll() is None:
-            time.sleep(0.5)
+    def gone() -> bool:
+        assert worker.poll() is None, f"worker-1 exited ({worker.poll()})\n{cluster.logs()}"
+        return False
 
     try:
-        wait_for(lambda: reported() is not None, 180)  # up, with no executor yet: Spark's floor
+        wait_until(lambda: gone() or reported() is not None, 180, 0.5, what="worker-1's first slot count")  # up, with no executor yet: Spark's floor
         before = reported()
         assert before is not None and before < CORES, f"the worker reported {before} slot(s) before any executor registered"
         add_worker()  # an executor registers later, as on a cluster manager that grants cores as it can
-        wait_for(lambda: reported() == CORES, 120)
-        assert reported() == CORES, f"the worker reported {reported()} slot(s); its application was granted {CORES} cores"
+        wait_until(lambda: gone() or reported() == CORES, 120, 0.5, what=f"worker-1 to report the {CORES} cores its application was granted")
     finally:
         cluster.stop()
         plane.close()
