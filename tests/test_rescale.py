@@ -17,7 +17,7 @@ from sp_dagster.messaging.strategies import partition_for_key
 from sp_dagster.worker.checkpoints import Checkpoint, resume, split_checkpoints
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
-from tests.worker.test_instance_queries import APP, reference, trades
+from tests.fixtures.trades import APP, reference, trades
 
 
 def _deploy(plane, text, *, fresh=False):

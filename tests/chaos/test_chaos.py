@@ -11,7 +11,7 @@ import pytest
 
 from sp_dagster.embedded.chaos import DURABLE_FAULTS, FAULTS, SERVER_FAULTS, ChaosRun
 from sp_dagster.embedded.s3 import EmbeddedS3
-from tests.worker.test_end_to_end import APP_PATH
+from tests.fixtures.trades import APP_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 

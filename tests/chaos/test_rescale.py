@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sp_dagster.embedded.chaos import KEYED_GROUP, ChaosRun
-from tests.worker.test_end_to_end import APP_PATH
+from tests.fixtures.trades import APP_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 

@@ -24,9 +24,9 @@ from datetime import datetime
 import pytest
 
 from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, messaging_conf
+from tests.fixtures.trades import APP_PATH, SYMBOLS, expected_outputs, trades
 from tests.fixtures.waiting import wait_until
 from tests.hosts.netns import HostedPostgres, Network, available
-from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, expected_outputs, trades
 
 pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
@@ -216,7 +216,7 @@ def stream_with_fault(cluster: Cluster, fault, arrivals: dict | None = None) -> 
     deployed = cluster.operator("deploy", app.name, "--timeout", "300")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr + cluster.logs()
     timed = TimedConsumer(cluster) if arrivals is not None else None
-    rows, stamps = trades(12_000, seed=21)
+    rows, stamps = trades(12_000, seed=21, symbols=SYMBOLS)
     # One `produce` reading a pipe, fed a steady 300 events/s (30 every 0.1 s) for 40 s, through the fault and the heal.
     host = cluster.hosts["operator"]
     command = host.command(*cluster.cli("produce", "Trades:TradeStream", "--key", "symbol"))
@@ -398,7 +398,7 @@ def test_drop_state_from_the_operators_machine_then_a_redeploy_starts_empty(clus
     app.write_text(APP_PATH.read_text())
     deployed = cluster.operator("deploy", app.name, "--timeout", "300")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr + cluster.logs()
-    rows, stamps = trades(3_000, seed=31)
+    rows, stamps = trades(3_000, seed=31, symbols=SYMBOLS)
     first = expected_outputs(APP_PATH.read_text(), rows, stamps)
     assert collections.Counter(produce_and_read(cluster, rows, stamps, len(first))) == collections.Counter(first), cluster.logs()
     held = lambda: [p for w in cluster.WORKERS for p in cluster.hosts[w].home.glob("**/checkpoints/Trades-*")]  # noqa: E731
@@ -410,7 +410,7 @@ def test_drop_state_from_the_operators_machine_then_a_redeploy_starts_empty(clus
     wait_until(lambda: not held(), timeout=60, what="the workers deleting their checkpoint folders")
     deployed = cluster.operator("deploy", app.name, "--timeout", "300")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr + cluster.logs()
-    rows, stamps = trades(2_000, seed=32)
+    rows, stamps = trades(2_000, seed=32, symbols=SYMBOLS)
     later = [s + 10_000 for s in stamps]
     second = expected_outputs(APP_PATH.read_text(), rows, later)  # as if nothing came before: empty windows
     got = collections.Counter(produce_and_read(cluster, rows, later, len(first) + len(second)))

@@ -12,8 +12,8 @@ from sp_dagster.worker.checkpoints import SET_ASIDE, Checkpoint, predecessor, un
 from sp_dagster.worker.continuous import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
-from tests.worker.test_continuous import APP, Running, by_symbol, deploy_topics, first_half_through, publish, read_outputs, running_app
-from tests.worker.test_instance_queries import reference, trades
+from tests.fixtures.loops import Running, by_symbol, deploy_topics, first_half_through, publish_trades, read_outputs, running_app
+from tests.fixtures.trades import APP, reference, trades
 
 
 def test_offsets_past_a_partitions_end_or_another_topic_id_do_not_fit():
@@ -92,7 +92,7 @@ def test_checkpoints_of_recreated_topics_reset_state_and_offsets_together_and_sa
     deploy_topics(kafka, text)
     kafka.ensure_topic(f"{name}.Averages", 1)
     running = {n: Running(kafka, plans[n], checkpoint=saved[n]) for n in plans}
-    publish(kafka, topology, rows[half:], stamps[half:])
+    publish_trades(kafka, topology, rows[half:], stamps[half:])
     second = reference(rows[half:], stamps[half:])  # only what the new topics hold
     got = read_outputs(kafka, f"{name}.Averages", sum(map(len, second.values())) + 1, timeout=15)
     for r in running.values():

@@ -8,7 +8,6 @@ driver's control line.
 from __future__ import annotations
 
 import collections
-import threading
 import time
 import uuid
 
@@ -19,128 +18,13 @@ from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
 from sp_dagster.worker.checkpoints import Checkpoint, CheckpointError
-from sp_dagster.worker.instance_loop import InstanceLoop, LoopSettings
+from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
-from tests.worker.test_instance_queries import APP, BATCHES, CLOCK_APP, GONE, reference, trades
+from tests.fixtures.clock import BATCHES, CLOCK_APP, GONE
+from tests.fixtures.loops import Running, by_symbol, checkpoints_now, deploy_topics, first_half_through, publish_trades, read_outputs, running_app
+from tests.fixtures.trades import APP, reference, trades
 
 pytestmark = [pytest.mark.broker]
-
-AVERAGES = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
-
-
-class Line:
-    """A Control for loops run in threads: commands in, checkpoints and metrics out."""
-
-    def __init__(self):
-        self.queue: list[tuple] = []
-        self.checkpoints: list[bytes] = []
-        self.metrics_seen: list[dict] = []
-        self.lease = True
-
-    def commands(self):
-        queue, self.queue = self.queue, []
-        return queue
-
-    def lease_ok(self):
-        return self.lease
-
-    def lease_left(self):
-        return 60.0 if self.lease else 0.0
-
-    def checkpoint(self, data):
-        self.checkpoints.append(data)
-
-    def metrics(self, values):
-        self.metrics_seen.append(values)
-
-
-class Running:
-    """An InstanceLoop on a thread of its own."""
-
-    def __init__(self, kafka, instance, checkpoint=None, dead_letters=None, interval=0.3, transactions=True):
-        self.line = Line()
-        settings = LoopSettings(dead_letters, transactions=transactions, checkpoint_interval_s=interval, metrics_interval_s=0.2)
-        self.loop = InstanceLoop(instance, kafka, settings, checkpoint=checkpoint, control=self.line)
-        self.reason = self.error = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        try:
-            self.reason = self.loop.run()
-        except Exception as exc:  # as a Spark task fails: the worker sees it and retries later
-            self.error = exc
-
-    def stop(self, save=True, timeout=30):
-        self.line.queue.append(("stop", save))
-        self.thread.join(timeout)
-        assert not self.thread.is_alive()
-        return self.line.checkpoints[-1] if self.line.checkpoints else None
-
-
-def checkpoints_now(running: dict) -> dict:
-    """Ask every loop for a checkpoint; each one's first from now on, once all have one."""
-    before = {n: len(r.line.checkpoints) for n, r in running.items()}
-    for r in running.values():
-        r.line.queue.append(("checkpoint",))
-    deadline = time.monotonic() + 30
-    while not all(len(r.line.checkpoints) > before[n] for n, r in running.items()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return {n: r.line.checkpoints[before[n]] for n, r in running.items()}
-
-
-def deploy_topics(kafka, text):
-    topology = plan(parse(text))
-    for topic in topology.topics:
-        kafka.ensure_topic(topic.name, topic.partitions)
-    return topology
-
-
-def running_app(kafka, prefix: str, **options):
-    """The test app under a fresh name, its topics made and a loop per instance: (name, topology, plans, running)."""
-    name = f"{prefix}{uuid.uuid4().hex[:8]}"
-    topology = deploy_topics(kafka, APP.replace("Trades", name))
-    plans = {i.name: plan_instance(i.name, i.siddhi) for i in topology.partial_apps}
-    return name, topology, plans, {n: Running(kafka, p, **options) for n, p in plans.items()}
-
-
-def publish(kafka, topology, rows, stamps):
-    first = topology.group("filter").instances[0]
-    (entry,) = plan_instance(first.name, first.siddhi).inputs
-    publisher = kafka.publisher(entry.topic, codec_for(entry.codec, entry.attributes), Partitioned(0, "symbol"))
-    publisher.send(rows, stamps)
-    publisher.flush()
-
-
-def first_half_through(kafka, name, topology, rows, stamps, running) -> int:
-    """Publish the first half of the rows and wait for their outputs, checked against the engine's; returns where the half ends."""
-    half = len(rows) // 2
-    publish(kafka, topology, rows[:half], stamps[:half])
-    first = reference(rows[:half], stamps[:half])
-    got = read_outputs(kafka, f"{name}.Averages", sum(map(len, first.values())))
-    assert by_symbol(r for r, _ in got) == dict(first), [r.error for r in running.values()]
-    return half
-
-
-def read_outputs(kafka, topic, count, timeout=60):
-    """(row, origin) of every message on the topic, once `count` have arrived (or time is up)."""
-    reader = kafka.reader(topic, {0: EARLIEST}, codec_for("raw", [("value", "object")]))
-    codec = codec_for("json", AVERAGES)
-    got, deadline = [], time.monotonic() + timeout
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            got += [(codec.decode(e.row[0])[0], e.header("sp-origin")) for e in reader.poll(timeout=0.3).events]
-        got += [(codec.decode(e.row[0])[0], e.header("sp-origin")) for e in reader.poll(timeout=1.0).events]
-    finally:
-        reader.close()
-    return got
-
-
-def by_symbol(rows):
-    out = collections.defaultdict(list)
-    for row in rows:
-        out[row[0]].append(row)
-    return dict(out)
 
 
 @pytest.mark.slow
@@ -153,7 +37,7 @@ def test_loops_match_the_engine_and_resume_exactly_from_their_checkpoints(kafka)
     assert all(saved.values()) and all(r.reason == "stopped" for r in running.values())
     assert any(Checkpoint.decode(c).positions for c in saved.values())
     running = {n: Running(kafka, plans[n], checkpoint=saved[n]) for n in plans}
-    publish(kafka, topology, rows[half:], stamps[half:])
+    publish_trades(kafka, topology, rows[half:], stamps[half:])
     everything = reference(rows, stamps)
     got = read_outputs(kafka, f"{name}.Averages", sum(map(len, everything.values())))
     for r in running.values():
@@ -171,7 +55,7 @@ def test_without_transactions_a_restore_from_an_older_checkpoint_replays_with_th
     name, topology, plans, running = running_app(kafka, "Replay", interval=3600, transactions=False)
     early = checkpoints_now(running)
     rows, stamps = trades(3000, seed=9)
-    publish(kafka, topology, rows, stamps)
+    publish_trades(kafka, topology, rows, stamps)
     expected = reference(rows, stamps)
     total = sum(map(len, expected.values()))
     assert len(read_outputs(kafka, f"{name}.Averages", total)) == total
@@ -204,7 +88,7 @@ def test_with_transactions_a_crash_and_a_restore_from_an_older_checkpoint_publis
     for n in plans:
         running[n].stop(save=False)
     running = {n: Running(kafka, plans[n], checkpoint=early[n]) for n in plans}
-    publish(kafka, topology, rows[half:], stamps[half:])
+    publish_trades(kafka, topology, rows[half:], stamps[half:])
     everything = reference(rows, stamps)
     total = sum(map(len, everything.values()))
     got = read_outputs(kafka, f"{name}.Averages", total + 1, timeout=20)
@@ -246,7 +130,7 @@ def test_outputs_a_killed_owner_left_in_an_open_transaction_are_published_once(k
     victims = [n for n in plans if "-average-" in n]
     for n in victims:
         killed_before_commit(running[n].loop)
-    publish(kafka, topology, rows[half:], stamps[half:])
+    publish_trades(kafka, topology, rows[half:], stamps[half:])
     for n in victims:
         running[n].thread.join(60)
         assert isinstance(running[n].error, Killed), running[n].error
@@ -271,7 +155,7 @@ def test_outputs_an_owner_killed_before_its_first_periodic_checkpoint_left_open_
     for n in victims:
         killed_before_commit(running[n].loop)
     rows, stamps = trades(2000, seed=23)
-    publish(kafka, topology, rows, stamps)
+    publish_trades(kafka, topology, rows, stamps)
     for n in victims:
         running[n].thread.join(60)
         assert isinstance(running[n].error, Killed), running[n].error
@@ -293,7 +177,7 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
     instance = topology.group("filter").instances[0]
     rows, stamps = trades(1000, seed=2)
     old = Running(kafka, plan_instance(instance.name, instance.siddhi))
-    publish(kafka, topology, rows[:500], stamps[:500])
+    publish_trades(kafka, topology, rows[:500], stamps[:500])
     deadline = time.monotonic() + 60
     while not old.loop.stats.rows_in_total and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -301,7 +185,7 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
     new = Running(kafka, plan_instance(instance.name, instance.siddhi))
     while not (new.loop._txn is not None and new.loop.stats.replayed and not new.loop.replay_until) and time.monotonic() < deadline + 60:
         time.sleep(0.05)  # the new owner took over: it replayed what the old one had committed
-    publish(kafka, topology, rows[500:], stamps[500:])
+    publish_trades(kafka, topology, rows[500:], stamps[500:])
     old.thread.join(60)
     assert not old.thread.is_alive() and isinstance(old.error, ProducerFenced), old.error  # its commit was refused
     assert new.thread.is_alive() and new.error is None
@@ -386,7 +270,7 @@ def test_instances_run_as_long_running_spark_tasks_under_the_control_line(spark,
     ]
     try:
         rows, stamps = trades(3000, seed=21)
-        publish(kafka, topology, rows, stamps)
+        publish_trades(kafka, topology, rows, stamps)
         expected = reference(rows, stamps)
         got = read_outputs(kafka, f"{name}.Averages", sum(map(len, expected.values())), timeout=120)
         assert by_symbol(r for r, _ in got) == dict(expected)

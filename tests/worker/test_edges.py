@@ -6,70 +6,24 @@ Spark tasks on workers."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import threading
 import uuid
 
 import pytest
 import requests
-from aiohttp import web
 
+from sp_dagster.embedded.broker import free_port
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.siddhi import parse
-from sp_dagster.topology import plan
 from sp_dagster.worker.http_receiver import HostedReceiver
 from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
+from tests.fixtures.http import Collector
+from tests.fixtures.loops import Running, deploy_topics
 from tests.fixtures.waiting import wait_until
-from tests.worker.test_continuous import Running
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Collector:
-    """A real HTTP server (aiohttp, in a thread) that keeps every request body it receives."""
-
-    def __init__(self, fail_first: int = 0):
-        self.port = free_port()
-        self.bodies: list[bytes] = []
-        self.headers: list[dict] = []
-        self.fail_first = fail_first
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
-        ready.wait(10)
-
-    def _serve(self, ready):
-        asyncio.set_event_loop(self.loop)
-
-        async def handle(request):
-            if self.fail_first > 0:
-                self.fail_first -= 1
-                return web.Response(status=503)
-            self.bodies.append(await request.read())
-            self.headers.append(dict(request.headers))
-            return web.Response(text="ok")
-
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", handle)
-        runner = web.AppRunner(app)
-        self.loop.run_until_complete(runner.setup())
-        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        ready.set()
-        self.loop.run_forever()
-
-    def events(self) -> list[dict]:
-        return [json.loads(b)["event"] for b in list(self.bodies)]
 
 
 SEED_004 = """@App:name('{name}')
@@ -91,17 +45,10 @@ insert into Request;
 """
 
 
-def start_app(kafka, text):
-    topology = plan(parse(text))
-    for topic in topology.topics:
-        kafka.ensure_topic(topic.name, topic.partitions)
-    return topology
-
-
 def test_seed_004_http_in_partitioned_http_out(kafka):
     name = f"Seed004x{uuid.uuid4().hex[:6]}"
     port, one, two = free_port(), Collector(fail_first=2), Collector()
-    topology = start_app(kafka, SEED_004.format(name=name, port=port, p1=one.port, p2=two.port))
+    topology = deploy_topics(kafka, SEED_004.format(name=name, port=port, p1=one.port, p2=two.port))
     receiver_group, work = topology.groups
     assert receiver_group.receiver and not work.receiver
     settings = LoopSettings(None, metrics_interval_s=0.2, idle_wait_s=0.05)
@@ -171,7 +118,7 @@ define stream In (k string, v int);
 define stream Out (k string, v int);
 @dist(execGroup='work', parallel='1') from In select k, v insert into Out;
 """
-    topology = start_app(kafka, text)
+    topology = deploy_topics(kafka, text)
     passthrough = topology.groups[0]
     shares = [plan_instance(i.name, i.siddhi).inputs[0].share for i in passthrough.instances]
     assert shares == [(1, 2), (2, 2)]
@@ -207,7 +154,7 @@ define stream ByPartition (k string, v int);
 from In select k, v insert into ByTopic;
 from In select k, v insert into ByPartition;
 """
-    topology = start_app(kafka, text)
+    topology = deploy_topics(kafka, text)
     sizes = {t.name: t.partitions for t in topology.topics}
     assert sizes[f"{name}-a"] == 1 and sizes[f"{name}-b"] == 1 and sizes[f"{name}-p"] == 3
     (instance,) = topology.partial_apps
@@ -255,7 +202,7 @@ define stream In (k string, v int);
 define stream Out (k string, v int);
 @dist(execGroup='work', parallel='1') from In[v >= 0] select k, v insert into Out;
 """
-    topology = start_app(kafka, text)
+    topology = deploy_topics(kafka, text)
     publisher = kafka.raw_publisher()
     for n in range(40):
         publisher.produce(topic, f"k{n % 7},{n}".encode(), None, n % 4, None)

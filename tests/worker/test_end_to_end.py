@@ -6,54 +6,18 @@ The app: a filter group (parallel 2) feeding a partitioned window aggregation gr
 from __future__ import annotations
 
 import collections
-import random
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from sp_dagster.deploy import load_app, plan_app
 from sp_dagster.embedded.local_cluster import LocalCluster
-from sp_dagster.engine import AppRuntime
-from sp_dagster.engine.clock import PlaybackClock
-from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.worker.instance_plan import plan_instance
+from tests.fixtures.trades import APP_PATH, SYMBOLS, collect, expected_outputs, publish, trades
 from tests.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
-
-APP_PATH = Path(__file__).parent / "apps" / "trades.siddhi"
-SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
-OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
-
-
-def trades(count: int, seed: int):
-    rng = random.Random(seed)
-    rows = [(rng.choice(SYMBOLS), round(rng.uniform(10, 200), 2), rng.randint(1, 40)) for _ in range(count)]
-    return rows, [1_700_000_000_000 + i for i in range(count)]
-
-
-def expected_outputs(text: str, rows, stamps) -> list[tuple]:
-    out = []
-    with AppRuntime(text, clock=PlaybackClock()) as runtime:
-        runtime.add_callback("AverageStream", lambda events: out.extend((*e.data, e.timestamp) for e in events if not e.is_expired))
-        runtime.send("TradeStream", rows, stamps)
-    return out
-
-
-def collect(kafka, topic: str, expected: list[tuple], timeout: float, start: int = EARLIEST) -> list[tuple]:
-    """Read outputs until every expected one has arrived (duplicates may come too) or time is up."""
-    reader = kafka.reader(topic, {0: start}, codec_for("json", OUTPUT))
-    wanted = collections.Counter(expected)
-    got, deadline = [], time.monotonic() + timeout
-    try:
-        while wanted - collections.Counter(got) and time.monotonic() < deadline:
-            got += [(*e.row, e.timestamp) for e in reader.poll(max_events=50_000, timeout=1.0).events]
-        got += [(*e.row, e.timestamp) for e in reader.poll(timeout=2.0).events]  # anything beyond
-    finally:
-        reader.close()
-    return got
 
 
 @pytest.fixture(scope="module", params=["continuous", "microbatch", "continuous-nats"])
@@ -102,16 +66,9 @@ class History:
         self.exactly_once = exactly_once
 
 
-def publish(kafka, entry, rows, stamps) -> None:
-    # Keyed by symbol so each symbol's events keep their order through both groups.
-    publisher = kafka.publisher(entry.topic, codec_for(entry.codec, entry.attributes), Partitioned(0, "symbol"))
-    publisher.send(rows, stamps)
-    publisher.flush(60)
-
-
 def test_100k_events_match_the_in_process_engine(deployed):
     cluster, loaded, entry, history, kafka = deployed
-    rows, stamps = trades(100_000, seed=11)
+    rows, stamps = trades(100_000, seed=11, symbols=SYMBOLS)
     expected = expected_outputs(loaded.text, rows, stamps)
     publish(kafka, entry, rows, stamps)
     got = collect(kafka, f"{loaded.name}.Averages", expected, timeout=300)
@@ -173,7 +130,7 @@ def test_a_worker_killed_mid_stream_loses_no_output(deployed):
     from sp_dagster.cluster.store.deployments import list_instances
 
     cluster, loaded, entry, history, kafka = deployed
-    rows, stamps = trades(60_000, seed=12)
+    rows, stamps = trades(60_000, seed=12, symbols=SYMBOLS)
     stamps = [(history.stamps[-1] if history.stamps else 1_700_000_000_000) + 1 + i for i in range(len(rows))]
     # The windows carry over from the events before: the engine replays everything.
     everything = expected_outputs(loaded.text, history.rows + rows, history.stamps + stamps)
@@ -217,7 +174,7 @@ def test_a_worker_back_takes_its_share_from_a_last_checkpoint_without_replay(dep
     from sp_dagster.cluster.store.events import recent_events
 
     cluster, loaded, entry, history, kafka = deployed
-    pool, pool_stamps = trades(200_000, seed=13)
+    pool, pool_stamps = trades(200_000, seed=13, symbols=SYMBOLS)
     first = (history.stamps[-1] if history.stamps else 1_700_000_000_000) + 1
     pool_stamps = [first + i for i in range(len(pool))]
     start_offset = kafka.end_offsets(f"{loaded.name}.Averages")[0]

@@ -16,12 +16,13 @@ import requests
 
 from sp_dagster.cluster.status import cluster_status, render_status
 from sp_dagster.cluster.store.deployments import list_instances
+from sp_dagster.embedded.broker import free_port
 from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.worker.sinks import java_hash_destination
+from tests.fixtures.http import Collector
 from tests.fixtures.waiting import wait_until
-from tests.worker.test_edges import Collector, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 

@@ -17,6 +17,7 @@ import uuid
 import pytest
 import requests
 
+from sp_dagster.embedded.broker import free_port
 from sp_dagster.errors import MessagingError
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
@@ -27,8 +28,8 @@ from sp_dagster.worker.instance_loop import LoopSettings
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import Message
 from sp_dagster.worker.spark_types import ORIGIN_HEADER
+from tests.fixtures.loops import deploy_topics
 from tests.fixtures.waiting import wait_until
-from tests.worker.test_edges import free_port, start_app
 
 pytestmark = [pytest.mark.broker]
 
@@ -82,7 +83,7 @@ class Receiver:
         self.kafka = kafka
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/readings"
-        topology = start_app(kafka, APP.format(name=f"Recv{uuid.uuid4().hex[:6]}", port=self.port))
+        topology = deploy_topics(kafka, APP.format(name=f"Recv{uuid.uuid4().hex[:6]}", port=self.port))
         instance = next(i for g in topology.groups if g.receiver for i in g.instances)
         self.plan = plan_instance(instance.name, instance.siddhi)
         settings = LoopSettings(None, metrics_interval_s=0.1, idle_wait_s=0.05, flush_timeout_s=30)
@@ -249,7 +250,7 @@ def test_worker_count_serves_one_url_from_several_processes_and_loses_nothing(ka
 
     port = free_port()
     app = APP.format(name=f"Recv{uuid.uuid4().hex[:6]}", port=port).replace("basic.auth.enabled='true'", "basic.auth.enabled='true', worker.count='2'")
-    topology = start_app(kafka, app)
+    topology = deploy_topics(kafka, app)
     instance = next(i for g in topology.groups if g.receiver for i in g.instances)
     plan = plan_instance(instance.name, instance.siddhi)
     assert [i.workers for i in plan.http_inputs] == [2]

@@ -8,36 +8,17 @@ import json
 import random
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-from sp_dagster.engine import AppRuntime
-from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
 from sp_dagster.worker.instance_plan import plan_instance
 from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, identity_copy
 from sp_dagster.worker.spark_query import QuerySettings, start_query
-
-APP = (Path(__file__).parent / "apps" / "trades.siddhi").read_text()
-SYMBOLS = ["IBM", "WSO2", "ORCL", "MSFT", "GOOG", "AMZN", "SAP"]
-
-
-def trades(count: int, seed: int = 7):
-    rng = random.Random(seed)
-    rows = [(rng.choice(SYMBOLS), round(rng.uniform(10, 200), 2), rng.randint(1, 40)) for _ in range(count)]
-    return rows, [1_700_000_000_000 + i for i in range(count)]
-
-
-def reference(rows, stamps, stream="AverageStream"):
-    """What the whole app gives in process, per symbol in order."""
-    out = collections.defaultdict(list)
-    with AppRuntime(APP, clock=PlaybackClock()) as runtime:
-        runtime.add_callback(stream, lambda events: [out[e.data[0]].append(e.data) for e in events if not e.is_expired])
-        runtime.send("TradeStream", rows, stamps)
-    return out
+from tests.fixtures.clock import BATCHES, CLOCK_APP, GONE
+from tests.fixtures.trades import APP, reference, trades
 
 
 def test_instance_runtime_rejects_bad_messages_to_the_dead_letter_topic():
@@ -131,21 +112,6 @@ def test_stateless_instances_pass_origins_on():
     assert [m.origin for m in out] == [f"Trades-filter>{source.topic}:1|7.1".encode()]
     again = runtime.process([Message(source.topic, 1, 7, 5, None, codec.encode(("IBM", 1.0, 50)))])
     assert again == [] and runtime.duplicates == 1
-
-
-CLOCK_APP = """@App:name('{name}')
-define stream TradeStream (symbol string, price double, volume long);
-@sink(type = 'kafka', topic = '{name}.Batches', @map(type = 'json'))
-define stream BatchStream (symbol string, total long);
-@sink(type = 'kafka', topic = '{name}.Gone', @map(type = 'json'))
-define stream GoneStream (symbol string, price double);
-@dist(execGroup = 'clock')
-from TradeStream#window.timeBatch(1 sec) select symbol, sum(volume) as total group by symbol insert into BatchStream;
-@dist(execGroup = 'clock')
-from TradeStream#window.time(1 sec) select symbol, price insert expired events into GoneStream;
-"""
-BATCHES = [("symbol", "string"), ("total", "long")]
-GONE = [("symbol", "string"), ("price", "double")]
 
 
 def _clock_instance(name: str, playback: bool = False):

@@ -14,9 +14,8 @@ from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.nats import NatsTransport
 from sp_dagster.worker.instance_plan import NatsEndpoint, plan_instance
 from sp_dagster.worker.sinks import java_hash_destination
+from tests.fixtures.loops import Running, deploy_topics
 from tests.fixtures.waiting import wait_until
-from tests.worker.test_continuous import Running
-from tests.worker.test_edges import start_app
 
 pytestmark = [pytest.mark.nats]
 
@@ -54,7 +53,7 @@ define stream In (k string, v int);
 define stream Out (k string, v int);
 @dist(execGroup='work', parallel='1') from In select k, v insert into Out;
 """
-    topology = start_app(kafka, text)
+    topology = deploy_topics(kafka, text)
     assert not any(t.name.startswith(f"{name}.in") for t in topology.topics)  # nothing of the user's NATS lands on Kafka
     publisher = user.raw_publisher()
     for n in range(40):
@@ -103,7 +102,7 @@ define stream In (k string, v int);
 define stream Out (k string, v int);
 from In[v >= 0] select k, v insert into Out;
 """
-    (instance,) = start_app(nats, text).partial_apps
+    (instance,) = deploy_topics(nats, text).partial_apps
     running = Running(nats, plan_instance(instance.name, instance.siddhi))
     try:
         wait_until(lambda: nats.topic_info(f"{name}-out") is not None, timeout=60, what="the sink's topic")
@@ -132,7 +131,7 @@ def test_an_unreachable_user_nats_server_is_named_with_the_option_to_fix(nats):
     from sp_dagster.embedded import free_port
     from sp_dagster.errors import BrokerUnavailable
     from sp_dagster.worker.instance_loop import InstanceLoop, LoopSettings
-    from tests.worker.test_continuous import Line
+    from tests.fixtures.loops import Line
 
     address = f"nats://127.0.0.1:{free_port()}"
     text = f"@App:name('Gone')\n@source(type='nats', destination='in', bootstrap.servers='{address}')\ndefine stream In (k string);\nfrom In select k insert into Out;\n"

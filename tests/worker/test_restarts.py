@@ -12,8 +12,8 @@ from sp_dagster.embedded import EmbeddedBroker
 from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.messaging.kafka import KafkaTransport
 from sp_dagster.worker.instance_plan import plan_instance
+from tests.fixtures.trades import APP_PATH, SYMBOLS, collect, expected_outputs, publish, trades
 from tests.fixtures.waiting import wait_until
-from tests.worker.test_end_to_end import APP_PATH, SYMBOLS, collect, expected_outputs, publish, trades
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -42,7 +42,7 @@ def test_up_deploy_produce_down_up_produce_gives_exact_results_per_key(tmp_path,
         kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
         try:
             cluster.deploy(app_path, timeout=240)  # the second time: unchanged, its topics created afresh
-            rows, stamps = trades(20_000, seed=seed)
+            rows, stamps = trades(20_000, seed=seed, symbols=SYMBOLS)
             expected = expected_outputs(loaded.text, rows, stamps)  # the new topics hold only this round's events
             publish(kafka, entry, rows, stamps)
             got = collect(kafka, f"{loaded.name}.Averages", expected, timeout=180)
@@ -94,7 +94,7 @@ def test_a_redeploy_after_drop_state_from_another_machine_starts_empty_at_the_co
         kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
         try:
             cluster.deploy(app_path, timeout=240)
-            rows, stamps = trades(3_000, seed=41)
+            rows, stamps = trades(3_000, seed=41, symbols=SYMBOLS)
             expected = expected_outputs(loaded.text, rows, stamps)
             publish(kafka, entry, rows, stamps)
             assert len(collect(kafka, topic, expected, timeout=180)) == len(expected), cluster.logs()
@@ -122,7 +122,7 @@ def test_a_redeploy_after_drop_state_from_another_machine_starts_empty_at_the_co
             wait_until(lambda: not held(), 60, 0.5, "the worker deleting the checkpoint folders of the dropped state")
             end = kafka.end_offsets(topic)[0]
             cluster.deploy(app_path, timeout=240)
-            rows, stamps = trades(2_000, seed=42)
+            rows, stamps = trades(2_000, seed=42, symbols=SYMBOLS)
             expected = expected_outputs(loaded.text, rows, [s + 10_000 for s in stamps])  # as if nothing came before
             publish(kafka, entry, rows, [s + 10_000 for s in stamps])
             got = collect(kafka, topic, expected, timeout=180, start=end)
