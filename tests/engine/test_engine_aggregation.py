@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sp_dagster.engine import AppRuntime, EngineError
 from sp_dagster.engine.aggregation.settings import property_settings
 from sp_dagster.siddhi import SiddhiQLError
-from tests.engine.test_engine_store import store  # noqa: F401  (the SQLite/MariaDB/PostgreSQL fixture)
+from tests.fixtures.partial_apps import engine_only
 
 BASE = 1496289950000  # 2017-06-01 04:05:50 GMT
 
@@ -188,20 +188,6 @@ def test_a_join_reads_within_and_per_from_the_event_and_an_unmatched_trigger_sti
         runtime.shutdown()
 
 
-def _engine_only(app):
-    """A partial app without its transport annotations, in playback (the test moves events itself)."""
-    import dataclasses
-
-    from sp_dagster.siddhi import ast
-
-    elements = tuple(
-        dataclasses.replace(e, annotations=tuple(a for a in e.annotations if a.name.lower() not in ("source", "sink")))
-        if isinstance(e, ast.StreamDefinition) else e
-        for e in app.elements
-    )  # fmt: skip
-    return dataclasses.replace(app, elements=elements, annotations=(*app.annotations, ast.Annotation("app:playback")))
-
-
 def test_planned_shards_fed_round_robin_merge_and_survive_a_move(store):  # noqa: F811
     """Seed 002 distributed: an aggregation group with parallel 2, events round robin, a lookup
     in another group joins the merged totals; a shard moved mid-bucket (snapshot, restore on a
@@ -221,8 +207,8 @@ select A.symbol, A.total, A.n insert into TotalsStream;
     topology = plan(parse(app))
     shards = topology.group("Trades-aggregation-TradeAgg").instances
     (lookup,) = topology.group("Trades-lookup").instances
-    runtimes = [AppRuntime(_engine_only(s.app), shard_id=s.shard_id) for s in shards]
-    reader = AppRuntime(_engine_only(lookup.app), shard_id=lookup.shard_id)
+    runtimes = [AppRuntime(engine_only(s.app), shard_id=s.shard_id) for s in shards]
+    reader = AppRuntime(engine_only(lookup.app), shard_id=lookup.shard_id)
     totals = []
     reader.add_callback("TotalsStream", lambda events: totals.extend(e.data for e in events))
     try:
@@ -231,7 +217,7 @@ select A.symbol, A.total, A.n insert into TotalsStream;
             runtimes[number % 2].send("TradeStream", [("WSO2", 1.0, quantity, BASE + number)], [BASE + number])
         moved = runtimes[1].snapshot()  # shard 2 dies mid-bucket; its instance resumes elsewhere
         runtimes[1].shutdown()
-        runtimes[1] = AppRuntime(_engine_only(shards[1].app), shard_id=shards[1].shard_id)
+        runtimes[1] = AppRuntime(engine_only(shards[1].app), shard_id=shards[1].shard_id)
         runtimes[1].restore(moved)
         for number, quantity in enumerate(quantities[3:], 3):
             runtimes[number % 2].send("TradeStream", [("WSO2", 1.0, quantity, BASE + number)], [BASE + number])
@@ -354,8 +340,8 @@ select A.symbol, A.total insert into TotalsStream;
     topology = plan(parse(app))
     (writer_app,) = topology.group("Trades-aggregation-TradeAgg").instances
     (lookup,) = topology.group("Trades-lookup").instances
-    writer = AppRuntime(_engine_only(writer_app.app))
-    reader = AppRuntime(_engine_only(lookup.app))
+    writer = AppRuntime(engine_only(writer_app.app))
+    reader = AppRuntime(engine_only(lookup.app))
     totals = []
     reader.add_callback("TotalsStream", lambda events: totals.extend(e.data for e in events))
     try:
@@ -368,7 +354,7 @@ select A.symbol, A.total insert into TotalsStream;
         rows = writer.aggregations()["TradeAgg"]["rows"]
         assert rows == {"SECONDS": 2, "MINUTES": 1, "HOURS": 0}
         reader.shutdown()
-        reader = AppRuntime(_engine_only(lookup.app))
+        reader = AppRuntime(engine_only(lookup.app))
         reader.add_callback("TotalsStream", lambda events: totals.extend(e.data for e in events))
         reader.restore(saved)
         assert writer.aggregations()["TradeAgg"]["rows"] == rows

@@ -5,16 +5,11 @@ Every case must pass; a case the parser cannot read would be a strict xfail nami
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from sp_dagster.engine.conformance import load_cases, run_case
 from sp_dagster.siddhi import SiddhiQLError, parse
-
-SHARED = Path(os.environ.get("SP_DAGSTER_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-FILES = sorted((SHARED / "conformance").glob("**/*.jsonl")) if (SHARED / "conformance").is_dir() else []
+from tests.fixtures.conformance import FILES, SHARED
 
 
 def _params(snapshot: bool):

@@ -16,7 +16,7 @@ from sp_dagster.engine.conformance import load_cases
 from sp_dagster.engine.values import coerce
 from sp_dagster.siddhi import SiddhiQLError
 from tests.engine.sequential_harness import assert_same, random_sizes
-from tests.engine.test_engine_conformance import FILES
+from tests.fixtures.conformance import FILES
 
 
 def _cases():

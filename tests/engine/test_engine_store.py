@@ -8,10 +8,8 @@ The conformance cases that use tables are replayed the same way, and must still 
 
 from __future__ import annotations
 
-import re
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -20,44 +18,8 @@ from sp_dagster.embedded.broker import free_port
 from sp_dagster.engine import AppRuntime, EngineError
 from sp_dagster.engine.conformance import load_cases, run_case
 from sp_dagster.siddhi import SiddhiQLError
-from tests.engine.test_engine_conformance import FILES
-from tests.fixtures.databases import BACKENDS
-
-
-class Store:
-    """Where a test's store tables go: a JDBC URL (and user) for @store, the SQLAlchemy URL to look."""
-
-    def __init__(self, kind: str, jdbc: str, username: str, url: str):
-        self.kind = kind
-        self.jdbc = jdbc
-        self.username = username
-        self.url = url
-
-    def annotation(self, **extra: str) -> str:
-        options = {"type": "rdbms", "jdbc.url": self.jdbc, "username": self.username, **extra}
-        return "@store(" + ", ".join(f"{k}='{v}'" for k, v in options.items() if v) + ")"
-
-    def rewrite(self, app: str, **extra: str) -> str:
-        """`app` with every `define table` kept in this store."""
-        return re.sub(r"(?<![\w@])define\s+table\b", lambda m: f"{self.annotation(**extra)}\n{m.group(0)}", app)
-
-
-def _store(kind: str, url: str, tmp_path: Path) -> Store:
-    if kind == "sqlite":
-        path = tmp_path / "tables.db"
-        return Store(kind, f"jdbc:sqlite:{path}", "", f"sqlite:///{path}")
-    parsed = sa.engine.make_url(url)
-    scheme = "mysql" if kind == "mariadb" else "postgresql"
-    return Store(kind, f"jdbc:{scheme}://{parsed.host}:{parsed.port}/{parsed.database}", parsed.username, url)
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request, tmp_path) -> Store:
-    """A fresh empty database on SQLite, MariaDB and PostgreSQL in turn, as @store sees it."""
-    kind = request.param
-    url = "" if kind == "sqlite" else request.getfixturevalue(f"{'postgres' if kind == 'postgresql' else kind}_url")
-    return _store(kind, url, tmp_path)
-
+from tests.fixtures.conformance import FILES
+from tests.fixtures.stores import store_for
 
 # --------------------------------------------------------------------------- scenarios
 
@@ -258,7 +220,7 @@ def test_rows_outlive_the_runtime_and_are_not_in_snapshots(store):
 @pytest.mark.parametrize("kind", ["postgresql", "mariadb"])
 def test_a_database_that_goes_away_fails_the_send_and_is_used_again_when_back(database_server_factory, tmp_path, kind):
     server = database_server_factory(kind)
-    store = _store(kind, server.create_database(), tmp_path)
+    store = store_for(kind, server.create_database(), tmp_path)
     runtime = AppRuntime(store.rewrite("define stream S (k string);\ndefine table T (k string);\nfrom S insert into T;"))
     try:
         runtime.send("S", [("before",)])

@@ -13,20 +13,16 @@ from __future__ import annotations
 import collections
 import json
 import re
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
 
-from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, messaging_conf
 from tests.fixtures.trades import APP_PATH, SYMBOLS, expected_outputs, trades
 from tests.fixtures.waiting import wait_until
-from tests.hosts.netns import HostedPostgres, Network, available
+from tests.hosts.cluster import Cluster, event_lines, running, stream_with_fault
+from tests.hosts.netns import available
 
 pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
@@ -39,86 +35,10 @@ MANAGER_LEASE_S = 0.5 * 3  # MANAGER_CONF: strategyConfig heartbeatInterval 500 
 BROKER_UNREACHABLE = re.compile(r"^(\S+ \S+) .*the messaging layer .* has not answered")
 
 
-class Cluster:
-    """The machines and the `sp-dagster` processes on them."""
-
-    MANAGERS, WORKERS, OTHERS = ("m1", "m2"), ("w1", "w2"), ()
-
-    def __init__(self, root):
-        self.network = Network(root)
-        names = ("db", "broker", *self.MANAGERS, *self.OTHERS, *self.WORKERS, "operator")
-        self.hosts = {name: self.network.host(name) for name in names}
-        self.database = None
-
-    def start(self) -> None:
-        db, broker = self.hosts["db"], self.hosts["broker"]
-        self.database = HostedPostgres(db).start()
-        url = self.database.create_database("sp")
-        layer = messaging_conf("kafka", f"{broker.address}:9092")
-        self.manager_conf = MANAGER_CONF.format(messaging=layer, control_db=url)
-        self.worker_conf = WORKER_CONF.format(
-            messaging=layer, control_db=url, persistence_db=url, interval=0.05, mode="continuous", slots=4, exactly_once="true", receiver=""
-        )
-        broker.start("broker", sys.executable, "-m", "sp_dagster.cli", "broker", "--host", broker.address, "--port", "9092", env=self.env(broker))
-        for name in (*self.MANAGERS, "operator"):
-            (self.hosts[name].home / "deployment.yaml").write_text(self.manager_conf)
-        for name in self.MANAGERS:
-            self.hosts[name].start("manager", *self.cli("manager", "--id", f"manager-{name[1:]}"), env=self.env(self.hosts[name]))
-        for name in self.WORKERS:
-            host = self.hosts[name]
-            (host.home / "deployment.yaml").write_text(self.worker_conf_for(host))
-            host.start("worker", *self.cli("worker", "--id", f"worker-{name[1:]}"), env=self.env(host))
-
-    def worker_conf_for(self, host) -> str:
-        """The deployment.yaml of the worker on `host`."""
-        return self.worker_conf
-
-    @staticmethod
-    def cli(*args: str) -> list[str]:
-        return [sys.executable, "-m", "sp_dagster.cli", *args, "--conf", "deployment.yaml"]
-
-    @staticmethod
-    def env(host) -> dict:
-        import os
-
-        return {**os.environ, "SP_DAGSTER_HOME": str(host.home), "PYTHONUNBUFFERED": "1"}
-
-    def operator(self, *args: str, stdin: str | None = None, timeout: float = 300):
-        """Run `sp-dagster ARGS` on the operator's machine."""
-        host = self.hosts["operator"]
-        return host.run(*self.cli(*args), env=self.env(host), stdin=stdin, timeout=timeout)
-
-    def logs(self) -> str:
-        parts = []
-        for host in self.hosts.values():
-            for log in sorted(host.home.glob("*.log")):
-                parts.append(f"--- {host.name}/{log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
-        return "\n".join(parts)
-
-    def remove(self) -> None:
-        self.network.remove()
-        if self.database is not None:
-            self.database.remove()
-
-
-@contextmanager
-def running(made: Cluster):
-    """`made`, started, and removed with everything on its hosts afterwards."""
-    try:
-        made.start()
-        yield made
-    finally:
-        made.remove()
-
-
 @pytest.fixture
 def cluster(tmp_path):
     with running(Cluster(tmp_path)) as made:
         yield made
-
-
-def event_lines(rows, stamps) -> str:
-    return "".join(json.dumps({"data": {"symbol": s, "price": p, "volume": v}, "timestamp": t}) + "\n" for (s, p, v), t in zip(rows, stamps, strict=True))
 
 
 def status_of(cluster: Cluster, node: str) -> list[str]:
@@ -140,42 +60,6 @@ def log_times(log: str, pattern: re.Pattern, since: float) -> dict[str, float]:
             if at >= since:
                 found.setdefault(match.group(2) if pattern.groups > 1 else line, round(at - since, 2))
     return found
-
-
-class TimedConsumer:
-    """`sp-dagster consume` of the app's output, following, on the operator's machine: when each
-    symbol's outputs arrived there (wall-clock seconds), to measure how long a key went silent."""
-
-    def __init__(self, cluster: Cluster):
-        host = cluster.hosts["operator"]
-        self.path = host.home / "consume.log"
-        self.process = host.start("consume", *cluster.cli("consume", "Trades:AverageStream", "--from-beginning"), env=cluster.env(host))
-        self.arrivals: dict[str, list[float]] = collections.defaultdict(list)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._follow, daemon=True)
-        self._thread.start()
-
-    def _follow(self) -> None:
-        with open(self.path, "rb") as lines:
-            pending = b""
-            while not self._stop.is_set():
-                chunk = lines.read()
-                if not chunk:
-                    time.sleep(0.02)
-                    continue
-                now, (*complete, pending) = time.time(), (pending + chunk).split(b"\n")
-                for line in complete:
-                    if line.startswith(b"{"):
-                        self.arrivals[json.loads(line)["data"][0]].append(now)
-
-    def stop(self) -> dict[str, list[float]]:
-        """Stop following; the arrival times by symbol."""
-        self.process.terminate()
-        self.process.wait(30)
-        time.sleep(0.1)
-        self._stop.set()
-        self._thread.join(5)
-        return dict(self.arrivals)
 
 
 def longest_silences(arrivals: dict[str, list[float]], start: float, end: float) -> dict[str, float]:
@@ -205,54 +89,6 @@ def silence_figures(silences: dict[str, float]) -> dict:
     if not ranked:
         return {"keys": 0}
     return {"longest_s": ranked[-1], "median_key_s": ranked[len(ranked) // 2], "keys_over_2s": sum(s > 2 for s in ranked), "keys": len(ranked)}
-
-
-def stream_with_fault(cluster: Cluster, fault, arrivals: dict | None = None) -> tuple[collections.Counter, collections.Counter, list]:
-    """Deploy the two-group app, stream 12,000 trades at 300 a second from the operator's machine,
-    call `fault()` 6 s in, and read every output: (outputs got, outputs expected, in the order read);
-    with `arrivals`, fill it with when each symbol's outputs arrived (TimedConsumer)."""
-    app = cluster.hosts["operator"].home / "trades.siddhi"
-    app.write_text(APP_PATH.read_text())
-    deployed = cluster.operator("deploy", app.name, "--timeout", "300")
-    assert deployed.returncode == 0, deployed.stdout + deployed.stderr + cluster.logs()
-    timed = TimedConsumer(cluster) if arrivals is not None else None
-    rows, stamps = trades(12_000, seed=21, symbols=SYMBOLS)
-    # One `produce` reading a pipe, fed a steady 300 events/s (30 every 0.1 s) for 40 s, through the fault and the heal.
-    host = cluster.hosts["operator"]
-    command = host.command(*cluster.cli("produce", "Trades:TradeStream", "--key", "symbol"))
-    producer = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cluster.env(host), cwd=host.home, text=True)
-    errors: list[str] = []
-
-    def stream() -> None:
-        assert producer.stdin is not None
-        for i in range(0, len(rows), 30):
-            producer.stdin.write(event_lines(rows[i : i + 30], stamps[i : i + 30]))
-            producer.stdin.flush()
-            time.sleep(0.1)
-        _out, err = producer.communicate(timeout=120)
-        if producer.returncode != 0:
-            errors.append(err)
-
-    streaming = threading.Thread(target=stream, daemon=True)
-    streaming.start()
-    time.sleep(6)
-    fault()
-    streaming.join(300)
-    assert not errors, errors
-    expected = expected_outputs(APP_PATH.read_text(), rows, stamps)
-    got: list[tuple] = []
-    deadline = time.monotonic() + 300
-    while len(got) < len(expected) and time.monotonic() < deadline:
-        read = cluster.operator("consume", "Trades:AverageStream", "--from-beginning", "--timeout", "10")
-        got = [(*line["data"], line["timestamp"]) for line in map(json.loads, read.stdout.splitlines())]
-    if timed is not None:
-        arrivals.update(timed.stop())
-    counts, wanted = collections.Counter(got), collections.Counter(expected)
-    assert not wanted - counts, f"{sum((wanted - counts).values())} outputs lost\n{cluster.logs()}"
-    assert sum(counts.values()) == sum(wanted.values()), f"{sum(counts.values()) - sum(wanted.values())} outputs repeated or wrong"
-    by_symbol = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
-    assert by_symbol(got) == by_symbol(expected)
-    return counts, wanted, got
 
 
 def worker_log(cluster: Cluster, name: str) -> str:

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
+from tests.fixtures.spark import AUTHENTICATED, SECRET, spark_class
 from tests.fixtures.waiting import wait_until
+from tests.hosts.cluster import Cluster, running, stream_with_fault
 from tests.hosts.netns import available
-from tests.hosts.test_hosts import Cluster, running, stream_with_fault
-from tests.worker.test_standalone_master import AUTHENTICATED, SECRET, spark_class
 
 pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available() is not None, reason=str(available()))]
 

@@ -7,8 +7,8 @@ import dagster as dg
 from sp_dagster.deploy import load_app, plan_app, record
 from sp_dagster.engine import AppRuntime
 from sp_dagster.orchestration.definitions import build_definitions
-from tests.engine.test_engine_aggregation import _engine_only
-from tests.engine.test_engine_store import _store
+from tests.fixtures.partial_apps import engine_only
+from tests.fixtures.stores import store_for
 
 K = dg.AssetKey
 APP = """@App:name('Seed')
@@ -39,7 +39,7 @@ def deploy_record(cluster, plane, store_annotation: str):
 def write_as_the_shards(topology) -> None:
     """Run each shard's partial app as its worker would (its own shard id), events round robin."""
     shards = topology.group("Seed-aggregation-TradeAgg").instances
-    runtimes = [AppRuntime(_engine_only(s.app), shard_id=s.shard_id) for s in shards]
+    runtimes = [AppRuntime(engine_only(s.app), shard_id=s.shard_id) for s in shards]
     try:
         events = [("IBM", 1.0, 10, BASE), ("ORCL", 1.0, 20, BASE + 1000), ("IBM", 1.0, 30, BASE + 61_000)]
         for number, row in enumerate(events):
@@ -64,7 +64,7 @@ def health_results(cluster):
 
 
 def test_an_aggregation_is_an_asset_fed_by_its_partial_app_and_observed_from_its_tables(cluster, plane, postgres_url, tmp_path):
-    store = _store("postgresql", postgres_url, tmp_path)
+    store = store_for("postgresql", postgres_url, tmp_path)
     topology = deploy_record(cluster, plane, store.annotation())
     write_as_the_shards(topology)
 

@@ -31,7 +31,7 @@ from sp_dagster.messaging import EARLIEST, RoundRobin, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology.partial_apps import reader_view
 from sp_dagster.worker.instance_plan import plan_instance
-from tests.engine.test_engine_store import _store
+from tests.fixtures.stores import store_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -129,7 +129,7 @@ def deployed(request, broker, tmp_path_factory):
     kind = request.param
     server = request.getfixturevalue("postgres_server" if kind == "postgresql" else "mariadb_server")
     home = tmp_path_factory.mktemp(f"seed002-{kind}")
-    store = _store(kind, server.create_database(), home)
+    store = store_for(kind, server.create_database(), home)
     name = f"Seed002{kind.title()}"
     app_path = home / "seed002.siddhi"
     app_path.write_text(APP.format(name=name, store=store.annotation()), encoding="utf-8")

@@ -10,25 +10,13 @@ from confluent_kafka import Producer
 from sp_dagster.messaging import EARLIEST, BinaryCodec, JsonCodec, Partitioned, RoundRobin
 from sp_dagster.messaging.strategies import key_string, partition_for_key
 from sp_dagster.worker.spark_types import attributes_option
+from tests.fixtures.spark import ATTRS, collect_stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
-
-ATTRS = [("symbol", "string"), ("price", "double"), ("volume", "long")]
 
 
 def source_options(broker, topic, partitions, **extra):
     return {"bootstrap.servers": broker.bootstrap_servers, "topic": topic, "partitions": partitions, "attributes": attributes_option(ATTRS), **extra}
-
-
-def collect_stream(frame, checkpoint):
-    """Run a streaming frame until it has read everything available; returns its rows and progress."""
-    rows = []
-    query = frame.writeStream.foreachBatch(lambda batch, _id: rows.extend(batch.collect())).option("checkpointLocation", checkpoint).start()
-    try:
-        query.processAllAvailable()
-        return rows, query.recentProgress
-    finally:
-        query.stop()
 
 
 def read_topic(kafka, topic, partitions, codec, expected):

@@ -7,8 +7,8 @@ import pytest
 from sp_dagster.messaging import BinaryCodec, JsonCodec, RoundRobin
 from sp_dagster.messaging.strategies import key_string, partition_for_key
 from sp_dagster.worker.spark_types import attributes_option
+from tests.fixtures.spark import ATTRS, collect_stream
 from tests.messaging.helpers import read_all
-from tests.worker.test_spark_kafka import ATTRS, collect_stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.nats]
 

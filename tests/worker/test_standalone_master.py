@@ -12,24 +12,12 @@ from pathlib import Path
 import pytest
 
 from sp_dagster.embedded.broker import free_port, port_open
+from tests.fixtures.spark import AUTHENTICATED, SECRET, spark_class
 from tests.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.slow]
 
 CORES = 3  # not Spark's floor of 2 for a default parallelism, nor local[4]'s
-SECRET = "spark-rpc-secret-for-the-test"
-# Spark's RPC authenticated on the master and its workers; an sp-dagster worker names the same secret.
-AUTHENTICATED = {
-    "SPARK_MASTER_OPTS": f"-Dspark.authenticate=true -Dspark.authenticate.secret={SECRET}",
-    "SPARK_WORKER_OPTS": f"-Dspark.authenticate=true -Dspark.authenticate.secret={SECRET}",
-}
-
-
-def spark_class() -> str:
-    """pip pyspark's `spark-class` script."""
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 
 
 def _start(log: Path, *args: str) -> subprocess.Popen:
