@@ -331,6 +331,11 @@ class ReceiverLoop:
             self.close()
 
     @property
+    def waiting(self) -> int:
+        """How many requests wait for the next batch."""
+        return len(self._waiting)
+
+    @property
     def helper_pids(self) -> list[int]:
         """The process ids of the helper processes serving beside this one (worker.count)."""
         return self._helpers.pids if self._helpers is not None else []

@@ -150,7 +150,7 @@ def test_outputs_an_owner_killed_before_its_first_periodic_checkpoint_left_open_
     name, topology, plans, running = running_app(kafka, "EarlyLeak", interval=3600)
     victims = [n for n in plans if "-average-" in n]
     deadline = time.monotonic() + 60
-    while not all(running[n].loop._txn for n in victims) and time.monotonic() < deadline:
+    while not all(running[n].loop.delivery == "exactly-once" for n in victims) and time.monotonic() < deadline:
         time.sleep(0.05)  # started: its transactions begun
     for n in victims:
         killed_before_commit(running[n].loop)
@@ -183,7 +183,7 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
         time.sleep(0.05)
     assert old.loop.stats.rows_in_total, "the first owner read nothing"
     new = Running(kafka, plan_instance(instance.name, instance.siddhi))
-    while not (new.loop._txn is not None and new.loop.stats.replayed and not new.loop.replay_until) and time.monotonic() < deadline + 60:
+    while not (new.loop.delivery == "exactly-once" and new.loop.stats.replayed and not new.loop.replay_until) and time.monotonic() < deadline + 60:
         time.sleep(0.05)  # the new owner took over: it replayed what the old one had committed
     publish_trades(kafka, topology, rows[500:], stamps[500:])
     old.thread.join(60)

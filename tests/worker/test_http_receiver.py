@@ -142,7 +142,7 @@ def test_requests_waiting_for_a_flush_are_published_as_one_batch_and_answered_on
     later = [receiver.post_later(event(f"b{n}", n + 1)) for n in range(8)]
     bad = receiver.post(b'{"event": {"deviceID": "x", "power": "many"}}')
     assert bad.status_code == 400 and "does not decode" in bad.text, bad.text
-    wait_until(lambda: len(receiver.loop._waiting) == 8, timeout=60, what="eight requests waiting for the next batch")
+    wait_until(lambda: receiver.loop.waiting == 8, timeout=60, what="eight requests waiting for the next batch")
     # Nothing is answered before the broker acknowledged: the flush still waits.
     assert not blocked.done() and not any(f.done() for f in later)
     assert receiver.publisher.produced == 2  # the first request's event and the held batch's: the waiting ones are not produced yet
@@ -185,7 +185,7 @@ def test_an_event_over_the_message_limit_is_refused_413_with_the_limit_and_the_r
     later = []
     for n, device in enumerate(["s0", "x" * 1_500_000, "s1", "s2"]):
         later.append(receiver.post_later(event(device, n + 1)))
-        wait_until(lambda: len(receiver.loop._waiting) == n + 1, timeout=60, what=f"{n + 1} requests waiting")
+        wait_until(lambda: receiver.loop.waiting == n + 1, timeout=60, what=f"{n + 1} requests waiting")
     held.released.set()
     answers = [f.result(60) for f in later]
     assert [a.status_code for a in answers] == [200, 413, 200, 200], [a.text[:200] for a in answers]
@@ -231,7 +231,7 @@ def test_stopping_answers_the_batch_in_flight_once_durable_and_the_waiting_reque
     in_flight = receiver.post_later(event("in-flight", 1))
     assert held.flushing.wait(30)
     waiting = receiver.post_later(event("waiting", 2))
-    wait_until(lambda: len(receiver.loop._waiting) == 1, timeout=60, what="a request waiting for the next batch")
+    wait_until(lambda: receiver.loop.waiting == 1, timeout=60, what="a request waiting for the next batch")
     stopping = threading.Thread(target=receiver.hosted.stop)
     stopping.start()
     answer = waiting.result(60)

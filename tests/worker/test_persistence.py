@@ -195,13 +195,13 @@ def test_a_worker_saves_under_its_current_incarnation_and_not_after_a_restart(da
         reconcile(plane, elector.tick(), algorithm=BalancedAllocation(), min_resource_count=1, node_max_age_ms=60_000)
         checkpoint = worker.checkpoints / INSTANCE
         write_checkpoint(checkpoint, 1)
-        running = RunningInstance(INSTANCE, "h", handle=None, checkpoint=checkpoint)
-        worker._save(running)
+        worker.running[INSTANCE] = RunningInstance(INSTANCE, "h", handle=None, checkpoint=checkpoint)
+        worker.save_all()
         assert [(r.revision, r.saved_by) for r in worker.store.revisions.revisions(INSTANCE)] == [(1, "w1/1")]
 
         register_node(plane, "w1")  # the same id started elsewhere: this process is superseded
         with caplog.at_level("INFO", logger="sp_dagster.worker.node"):
-            worker._save(running)
+            worker.save_all()
         assert f"instance {INSTANCE} is not assigned to node w1 incarnation 1; its state was not saved" in caplog.text
         assert [r.revision for r in worker.store.revisions.revisions(INSTANCE)] == [1]
     finally:
