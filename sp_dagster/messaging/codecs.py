@@ -70,18 +70,17 @@ def checker(attribute: Attribute):
     if attribute.type in _INT_RANGE:
         low, high = _INT_RANGE[attribute.type]
 
-        def check(value):
+        def in_range(value):
             return value if type(value) is int and low <= value <= high else check_value(attribute, value)
-    elif exact is not None:
 
-        def check(value):
+        return in_range
+    if exact is not None:
+
+        def exactly(value):
             return value if type(value) is exact else check_value(attribute, value)
-    else:
 
-        def check(value):
-            return check_value(attribute, value)
-
-    return check
+        return exactly
+    return lambda value: check_value(attribute, value)
 
 
 class Codec:

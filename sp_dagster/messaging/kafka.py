@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions, NewTopic  # where they are defined (confluent_kafka.admin re-imports them)
 
 from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingError, ProducerFenced, TopicError
 from sp_dagster.messaging import batches
@@ -242,7 +243,9 @@ class KafkaTransport(Transport):
                 for message in consumer.consume(num_messages=10_000, timeout=0.2):
                     error = message.error()
                     if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                        ends[message.partition()] = message.offset()
+                        partition, offset = message.partition(), message.offset()
+                        assert partition is not None and offset is not None  # an end-of-partition event names both
+                        ends[partition] = offset
                     elif error is not None and not (error.code() in _UNREACHABLE and not error.fatal()):
                         raise self.unreachable(KafkaException(error), f"reading the end offsets of '{topic}'")
             consumer.unassign()

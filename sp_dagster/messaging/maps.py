@@ -206,6 +206,15 @@ class TextMapper(Mapper):
         self.grouped = spec.flag("event.grouping.enabled", False)
         self.delimiter = spec.option("delimiter", GROUP_SEPARATOR)
         self.regexes = {k[len("regex.") :]: re.compile(v, re.S) for k, v in spec.options if k.lower().startswith("regex.")}
+        self.groups = None if self.mappings is None else tuple(self._group(m) for m in self.mappings)
+
+    def _group(self, mapping: str) -> tuple[re.Pattern, int]:
+        """The regex and group number an @attributes value NAME[N] names."""
+        parts = re.fullmatch(r"\s*(\w+)\[(\d+)\]\s*", mapping)
+        if parts is None or parts.group(1) not in self.regexes:
+            known = ", ".join(f"regex.{name}" for name in self.regexes) or "none"
+            raise ValueError(f"text @map: @attributes value '{mapping}' must be NAME[N], group N of a regex.NAME option (options: {known})")
+        return self.regexes[parts.group(1)], int(parts.group(2))
 
     def decode(self, data):
         text = _text_decode(data)
@@ -213,12 +222,11 @@ class TextMapper(Mapper):
         return [self._event(part) for part in parts if part.strip()]
 
     def _event(self, text: str) -> tuple:
-        if self.mappings is not None:
+        if self.groups is not None:
             found = []
-            for mapping in self.mappings:
-                name, group = re.fullmatch(r"\s*(\w+)\[(\d+)\]\s*", mapping).groups()
-                match = self.regexes[name].search(text)
-                found.append(match.group(int(group)) if match and match.group(int(group)) is not None else _MISSING)
+            for regex, group in self.groups:
+                match = regex.search(text)
+                found.append(match.group(group) if match and match.group(group) is not None else _MISSING)
             return self._values(found)
         values: dict[str, Any] = {}
         for line in text.splitlines():
@@ -247,7 +255,7 @@ class CsvMapper(Mapper):
 
     def __init__(self, attributes, spec):
         super().__init__(attributes, spec)
-        self.delimiter = spec.option("delimiter", ",")
+        self.delimiter: str = spec.option("delimiter", ",") or ","
         self.header = spec.flag("header", False)
         self.columns = tuple(int(m) for m in self.mappings) if self.mappings else tuple(range(len(self.attributes)))
 

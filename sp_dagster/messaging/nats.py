@@ -160,8 +160,8 @@ class NatsTransport(Transport):
         self.replicas = replicas
         self._lock = threading.Lock()
         self._loop: _EventLoop | None = None
-        self._nc = None
-        self._js = None
+        self._nc: Any = None  # nats-py's client and JetStream context, once connected
+        self._js: Any = None
         self._publishers: weakref.WeakSet[NatsRawPublisher] = weakref.WeakSet()  # open ones, stopped by close()
 
     @classmethod
@@ -183,8 +183,10 @@ class NatsTransport(Transport):
         except BaseException:
             coroutine.close()  # never to run
             raise
+        loop = self._loop
+        assert loop is not None  # connected just above
         try:
-            return self._loop.run(coroutine, timeout or self.timeout + 1)
+            return loop.run(coroutine, timeout or self.timeout + 1)
         except TimeoutError:
             raise BrokerUnavailable(f"the NATS server at {self.address} did not answer within {self.timeout:.0f}s while {doing}; is it running?") from None
         except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
@@ -397,7 +399,8 @@ class NatsTransport(Transport):
         """The sequence of the oldest event the topic's stream retains (where EARLIEST starts)."""
         found = self._stream(topic)
         if found is None:
-            self.require_topic(topic)
+            self.require_topic(topic)  # raises: no such topic
+            return 1
         return max(found.state.first_seq, 1)
 
     # -- publishing and reading -------------------------------------------------------------------
@@ -428,8 +431,8 @@ class NatsRawPublisher(RawPublisherBase):
     def __init__(self, transport: NatsTransport):
         self.transport = transport
         transport.connect()
-        self._loop = transport._loop
-        assert transport._nc is not None  # connected just above
+        assert transport._loop is not None and transport._nc is not None  # connected just above
+        self._loop: _EventLoop = transport._loop
         self._nc = transport._nc
         self._buffer: list[bytes] = []  # protocol frames not yet handed to the event loop
         self._pending: dict[str, str] = {}  # reply subject -> message subject, until acknowledged
@@ -440,13 +443,12 @@ class NatsRawPublisher(RawPublisherBase):
         self._producing = threading.Lock()  # the buffer, counter and topics, between calling threads
         self._inbox = self._nc.new_inbox() + "."
         self._counter = 0
-        self._queue: asyncio.Queue | None = None
+        self._queue: asyncio.Queue = asyncio.Queue()  # bound to the transport's loop on first use there
         self._stopped = False
         self.transport.run(self._start(), "subscribing to publish acknowledgements")
         transport._publishers.add(self)
 
     async def _start(self) -> None:
-        self._queue = asyncio.Queue()
         self._subscription = await self._nc.subscribe(self._inbox + "*", pending_msgs_limit=4 * MAX_IN_FLIGHT)
         loop = asyncio.get_running_loop()
         self._tasks = (loop.create_task(self._send()), loop.create_task(self._take_acks()))
@@ -573,7 +575,7 @@ class NatsRawPublisher(RawPublisherBase):
     def stop(self) -> None:
         """Stop the sender and the acknowledgement subscription without waiting for anything queued (once)."""
         loop, queue = self._loop, self._queue
-        if self._stopped or loop is None or queue is None:
+        if self._stopped:
             return
         self._stopped = True
 

@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class TaskLink:
         """True while a task is on the line."""
         return self._conn is not None
 
-    def attach(self, conn: Connection) -> None:
+    def attach(self, conn: Connection | Any) -> None:
         """A task (or Spark's retry of it) connected: answer with the newest checkpoint and listen."""
         with self._send_lock:
             old, self._conn = self._conn, conn
@@ -99,7 +100,7 @@ class ControlServer:
     def __init__(self, advertised_host: str = "127.0.0.1", bind_host: str | None = None, lease: Callable[[], float] = lambda: 30.0):
         self.authkey = os.urandom(16)
         self._listener = Listener((bind_host or advertised_host, 0), authkey=self.authkey)
-        self.address = (advertised_host, self._listener.address[1])
+        self.address: tuple[str, int] = (advertised_host, int(self._listener.address[1]))
         self.lease = lease
         self._links: dict[str, TaskLink] = {}
         self._lock = threading.Lock()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.messaging.transport import EARLIEST, Reader, TransactionalPublisher, Transport
+from sp_dagster.messaging.transport import EARLIEST, RawPublisher, Reader, TransactionalPublisher, Transport
 from sp_dagster.siddhi.secrets import resolved_properties
 from sp_dagster.wording import counted
 from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
@@ -54,9 +54,11 @@ class Control(Protocol):
 
     def commands(self) -> list[tuple]:
         """Commands received since the last call: ("stop", save), ("checkpoint",)."""
+        ...
 
     def lease_ok(self) -> bool:
         """False once the worker's claim on this instance may have lapsed: stop now."""
+        ...
 
     def lease_left(self) -> float:
         """Seconds the claim still runs: no broker call waits much past it."""
@@ -131,8 +133,8 @@ class InstanceLoop:
         self._set_aside: str | None = None
         self._fresh = False  # start empty at the committed offsets (see _resume)
         self.readers: list[tuple[str, Reader]] = []
-        self._publishers: dict[object, object] = {}  # "": the cluster's own (or its transactions), else per transport
-        self._publisher_of: dict[str, object] = {}  # topic -> its publisher
+        self._publishers: dict[object, RawPublisher] = {}  # "": the cluster's own (or its transactions), else per transport
+        self._publisher_of: dict[str, RawPublisher] = {}  # topic -> its publisher
         self._txn: TransactionalPublisher | None = None  # the transactional publisher (exactly-once), when the layer has transactions
         self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
         self._txn_stamp = ""  # the incarnations of those inputs, stamped on every commit
@@ -191,7 +193,7 @@ class InstanceLoop:
         """The cluster's own transport when the endpoint resolves to it, else one NATS client per server and cluster id."""
         from sp_dagster.messaging.nats import NatsTransport
 
-        own = self.transport if getattr(self.transport, "kind", "") == "nats" else None
+        own = self.transport if isinstance(self.transport, NatsTransport) else None
         servers, cluster_id = endpoint.resolve(own and own.address, own and own.cluster_id)
         candidate = NatsTransport(servers, cluster_id, setting=f"bootstrap.servers of the nats @source/@sink in {self.plan.name}")
         if own is not None and (candidate.servers, candidate.cluster_id) == (own.servers, own.cluster_id):

@@ -200,7 +200,7 @@ def plan_instance(name: str, siddhi: str) -> InstancePlan:
             mapping = spec_of(source.annotation("map"))
             if (source.get("type") or "").lower() == "http":
                 workers = int(source.get("worker.count") or 1)  # checked by check_supported
-                http_inputs.append(HttpInput(definition.name, source.get("receiver.url"), basic_auth_enabled(source), mapping, attributes, workers))
+                http_inputs.append(HttpInput(definition.name, source.get("receiver.url", ""), basic_auth_enabled(source), mapping, attributes, workers))
                 continue
             if (source.get("type") or "").lower() == "nats":
                 inputs.append(_nats_input(definition.name, source, attributes, mapping))
@@ -260,9 +260,9 @@ def _distribution(sink: ast.Annotation) -> tuple[str, str | None, tuple[ast.Anno
 def _kafka_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute, ...]) -> OutputTopic:
     strategy, key, destinations = _distribution(sink)
     mapping = spec_of(sink.annotation("map"))
-    topics = tuple(d.get("topic") for d in destinations if d.get("topic"))
-    by_partition = tuple(int(d.get("partition.no")) for d in destinations if d.get("partition.no") is not None and not d.get("topic"))
-    partition = int(sink.get("partition.no")) if sink.get("partition.no") is not None else None
+    topics = tuple(d.get("topic", "") for d in destinations if d.get("topic"))
+    by_partition = tuple(int(d.get("partition.no", "")) for d in destinations if d.get("partition.no") is not None and not d.get("topic"))
+    partition = int(sink.get("partition.no", "")) if sink.get("partition.no") is not None else None
     if by_partition:
         partitions = len(by_partition)
     elif partition is not None:
@@ -296,7 +296,7 @@ def _nats_input(stream: str, source: ast.Annotation, attributes: tuple[Attribute
     sequence = source.get("subscription.sequence")
     return InputTopic(
         stream,
-        source.get("destination").strip(),
+        source.get("destination", "").strip(),
         (),
         mapping.type,
         attributes,
@@ -311,7 +311,7 @@ def _nats_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute,
     """A user nats @sink: topic `destination` (or one per @destination, their partition 0) on its NATS server and cluster."""
     strategy, key, destinations = _distribution(sink)
     mapping = spec_of(sink.annotation("map"))
-    topics = tuple(d.get("destination").strip() for d in destinations if d.get("destination"))
+    topics = tuple(d.get("destination", "").strip() for d in destinations if d.get("destination"))
     topic = (sink.get("destination") or "").strip() or topics[0]
     return OutputTopic(
         stream,
@@ -336,7 +336,7 @@ def _http_output(stream: str, sink: ast.Annotation, attributes: tuple[Attribute,
     targets = tuple(
         HttpDestination(
             d.get("publisher.url") or base.url,
-            http_headers(d.get("headers")) if d.get("headers") else base.headers,
+            http_headers(d.get("headers", "")) if d.get("headers") else base.headers,
             d.get("basic.auth.username") or base.username,
             d.get("basic.auth.password") or base.password,
         )

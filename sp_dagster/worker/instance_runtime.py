@@ -30,7 +30,7 @@ import heapq
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from sp_dagster.engine import AppRuntime
@@ -170,7 +170,7 @@ class InstanceRuntime:
         self._tick = [0, 0]  # the time of the last advance and how many outputs it has named
         # Each output stream's events are collected as the engine delivers them (whole runs at
         # once where it can), then published with the origin of the send they stem from.
-        self._emitters: list[tuple[_Collector, object]] = []
+        self._emitters: list[tuple[_Collector, Callable[[list, list, list], None]]] = []
         self._turns: list[RoundRobin] = []  # the round-robin outputs' places, kept in snapshots
         for output in plan.outputs:
             self._emitters.append((self._collector(output.stream), self._publisher(output)))
@@ -315,9 +315,9 @@ class InstanceRuntime:
 
         On the wall clock, time moves to `now` (default: the system time) before the messages go in,
         and timers their events armed in the past fire after them."""
+        wall = int(time.time() * 1000) if now is None else now
         if self.on_wall_clock:
-            now = int(time.time() * 1000) if now is None else now
-            self._advance(now)
+            self._advance(wall)
         run = _Run()
         seen, inputs, sequenced_topics, name_origin = self.seen, self._inputs, self._sequenced, self._origin
         for message in _in_order(messages):
@@ -354,7 +354,7 @@ class InstanceRuntime:
             run.add(rows, stamp, origin)
         self._send(run)
         if self.on_wall_clock:
-            self._advance(now)
+            self._advance(wall)
         out, self._out = self._out, []
         return out
 

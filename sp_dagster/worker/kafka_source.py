@@ -123,21 +123,25 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self.options.get("format") == "raw":
             schema, codec = RAW_SCHEMA, RawCodec()
 
-            def values(e):
+            def raw_values(e):
                 return (topic, e.partition, e.offset, e.timestamp, e.key, e.row[0], e.header(ORIGIN_HEADER))
 
-            def reject_values(r):  # a raw read never rejects
+            def never(r):  # a raw read never rejects
                 raise AssertionError(r)
+
+            values, reject_values = raw_values, never
         else:
             attributes = parse_attributes_option(self.options["attributes"])
             schema, codec = arrow_schema(attributes), codec_for(self.options.get("codec", "json"), attributes)
             nulls = (None,) * len(attributes)
 
-            def values(e):
+            def decoded_values(e):
                 return (*e.row, e.partition, e.offset, e.timestamp, None, None)
 
-            def reject_values(r):
+            def rejected_values(r):
                 return (*nulls, r.partition, r.offset, r.timestamp, r.reason, r.data)
+
+            values, reject_values = decoded_values, rejected_values
 
         transport = self.open_transport()
         reader = transport.reader(topic, {partition.partition: partition.start}, codec)

@@ -378,6 +378,7 @@ class Worker:
                 ).start()
             from sp_dagster.worker.continuous import ContinuousInstance
 
+            assert self.control is not None  # opened with Spark, in continuous mode
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()
         settings = QuerySettings(
             self.bootstrap,

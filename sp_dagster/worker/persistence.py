@@ -129,6 +129,7 @@ class DatabaseStore:
             if directory.exists():
                 shutil.rmtree(directory)
             return False
+        assert newest.data is not None  # latest() reads the data too
         unpack_checkpoint(newest.data, directory)
         log.info("restored %s from revision %d (saved by %s)", instance, newest.revision, newest.saved_by or "an earlier version")
         return True

@@ -28,6 +28,7 @@ from typing import Any
 from sp_dagster.engine.javahash import string_hash
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.javatext import java_str
+from sp_dagster.messaging.errors import StrategyError
 from sp_dagster.messaging.strategies import RoundRobin
 from sp_dagster.siddhi.secrets import resolve_placeholders
 from sp_dagster.siddhi.transports import fill_template
@@ -54,6 +55,8 @@ def destination_chooser(
     """A function from a row to the indexes of the destinations it goes to (round robin: in `turn`'s order)."""
     kind = (strategy or "roundRobin").replace("_", "").lower()
     if kind == "partitioned":
+        if partition_key is None:
+            raise StrategyError("PartitionKey is required for partitioned distribution strategy.")
         index = list(names).index(partition_key)
         return lambda row: (java_hash_destination(row[index], count),)
     if kind in ("broadcast", "all"):
@@ -149,16 +152,16 @@ class HttpSinks:
         if not self._queue:
             return []
         queued, self._queue = self._queue, []
-        self._start()
-        future = asyncio.run_coroutine_threadsafe(self._send_all(queued), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._send_all(queued), self._started())
         return future.result(timeout)
 
-    def _start(self) -> None:
-        if self._loop is not None:
-            return
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"http-sinks-{self.instance}", daemon=True)
-        self._thread.start()
+    def _started(self) -> asyncio.AbstractEventLoop:
+        """The client's event loop, started on first use in a thread of its own."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name=f"http-sinks-{self.instance}", daemon=True)
+            self._thread.start()
+        return self._loop
 
     async def _send_all(self, messages) -> list[tuple[Any, str]]:
         import aiohttp
@@ -179,11 +182,12 @@ class HttpSinks:
         headers.setdefault("Content-Type", output.content_type or _content_type(output.mapping.type))
         if (message.topic, message.partition) in self._auth:
             headers["Authorization"] = self._auth[(message.topic, message.partition)]
-        reason = None
+        reason, session = None, self._session
+        assert session is not None  # made by _send_all before any send
         async with limit:
             for attempt in range(RETRIES + 1):
                 try:
-                    async with self._session.request(output.method, target.url, data=message.value, headers=headers) as response:
+                    async with session.request(output.method, target.url, data=message.value, headers=headers) as response:
                         await response.read()
                         if response.status < 300:
                             return None
@@ -204,7 +208,8 @@ class HttpSinks:
         if self._session is not None:
             asyncio.run_coroutine_threadsafe(self._session.close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        if self._thread is not None:
+            self._thread.join(10)
         self._loop.close()
         self._loop = None
 

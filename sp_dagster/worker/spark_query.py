@@ -188,7 +188,7 @@ def _processing_time(timer_values) -> int:
 def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bool, *, indexed: bool):
     """The processor of a stateful instance's keys (`indexed`: its input rows were cut by `_exploded`)."""
     import pandas as pd
-    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     batched, published = batched_inputs(plan), batched_outputs(plan)
 
