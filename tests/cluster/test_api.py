@@ -185,3 +185,16 @@ def test_operator_deploys_lists_and_undeploys_through_the_api_without_database_c
     for secret in [*PASSWORDS.values(), APP_SECRET]:
         for text in outputs + logs:
             assert secret not in text
+
+
+def test_a_manager_refuses_plain_http_off_loopback_in_one_line(tmp_path):
+    conf = tmp_path / "manager.yaml"
+    api = "  httpsInterface:\n    host: 192.0.2.7\n  api:\n    enabled: true\n    users: [{username: a, password: b, role: viewer}]\n"
+    conf.write_text(manager_config(f"sqlite:///{tmp_path / 'cp.db'}").replace("deployment.config:\n", "deployment.config:\n" + api))
+    result = subprocess.run([sys.executable, "-m", "sp_dagster.cli", "manager", "--conf", str(conf)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {conf}: deployment.config.api: plain HTTP on 192.0.2.7 (not a loopback address) would send passwords in clear; "
+        "set certFile and keyFile, or allowPlainHttp: true to accept that"
+    ]
+    assert not (tmp_path / "cp.db").exists()
