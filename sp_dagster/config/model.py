@@ -79,7 +79,7 @@ class HttpsInterface:
     """`httpsInterface`: the address by which a node is known to the others."""
 
     host: str = setting("host", "localhost", doc="host name or LAN address")
-    port: int = setting("port", 9090, minimum=1, doc="port (a manager serves its API there when `api.enabled`; nodes talk through the database)")
+    port: int = setting("port", 9090, minimum=1, doc="port (a manager's API listens here when `api.enabled`; otherwise informational)")
     username: str | None = setting("username", None, doc="accepted for compatibility")
     password: str | None = setting("password", None, doc="accepted for compatibility; use `${ENV}`")
 
