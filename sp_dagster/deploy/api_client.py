@@ -67,6 +67,11 @@ class ManagerClient:
                 raise ApiError(f"manager API {self.url}: {_message(refused)}") from None
             except (urllib.error.URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
+                if isinstance(reason, ssl.SSLCertVerificationError):
+                    raise ApiError(
+                        f"the manager API at {self.url} has a certificate this machine does not trust ({reason.verify_message}); "
+                        "name the certificate to trust in deployment.config.api.caFile"
+                    ) from None
                 raise ApiError(
                     f"cannot reach the manager API at {self.url} ({reason}); check --manager (or $SP_DAGSTER_MANAGER, deployment.config.api.url)"
                 ) from None

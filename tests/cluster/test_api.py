@@ -155,6 +155,12 @@ def test_operator_deploys_lists_and_undeploys_through_the_api_without_database_c
         f"error: manager API https://127.0.0.1:{ports['m2']}: wrong user name or password for the manager API (HTTP 401)"
     ]
 
+    untrusting = tmp / "untrusting.yaml"
+    untrusting.write_text(operator.read_text().replace(f"    caFile: {cluster['cert']}\n", ""))
+    distrust = cli(untrusting, "vera", vera, "apps")
+    assert distrust.returncode == 1 and len(distrust.stderr.strip().splitlines()) == 1
+    assert "has a certificate this machine does not trust" in distrust.stderr and "deployment.config.api.caFile" in distrust.stderr
+
     listed = run("vera", vera, "apps")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines()[0].startswith("ApiApp: ")
