@@ -88,6 +88,7 @@ class Api:
                 return self._to_leader(target)
             return self._route(caller, method, parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}, headers, body)
         except ApiRefused as refused:
+            log.info("api: %s %s refused (%d): %s", method, parts.path, refused.status, refused)
             return Response(refused.status, {"error": str(refused)}, {"WWW-Authenticate": 'Basic realm="sp-dagster"'} if refused.status == 401 else {})
         except SpDagsterError as exc:
             return Response(_status_of(exc), {"error": str(exc)})
