@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sp_dagster.cli.options import add_conf_option, load_role_config
+from sp_dagster.cli.options import add_conf_option, add_manager_options, load_role_config, manager_client
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +28,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_conf_option(status, "manager", "naming the control plane")
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_manager_options(status)
     status.set_defaults(handler=show_status)
+
+    apps = subparsers.add_parser(
+        "apps",
+        help="list the deployed apps and their plans",
+        description="List every deployed app with its status and execution groups (--json: with its whole plan, SiddhiQL secrets masked).",
+    )
+    add_conf_option(apps, "manager", "naming the control plane")
+    apps.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_manager_options(apps)
+    apps.set_defaults(handler=show_apps)
 
     advise = subparsers.add_parser(
         "advise",
@@ -48,6 +59,10 @@ def run_manager(args: argparse.Namespace) -> int:
     from sp_dagster.cluster.manager import Manager, run_until_signalled
 
     config = load_role_config(args, "manager", node=True)
+    if config.deployment.api.enabled:
+        from sp_dagster.deploy.api import check_settings
+
+        check_settings(config)  # before the manager joins its group: a refused API is one line and no leadership taken
     made: list = []  # the transport, made by the first load sample that reads topics (the manager starts without it)
 
     def topic_ends(topic: str) -> dict[int, int]:
@@ -57,9 +72,24 @@ def run_manager(args: argparse.Namespace) -> int:
             made.append(transport_for(config.messaging))
         return made[0].end_offsets(topic)
 
+    manager = Manager(config, journal=args.journal, topic_ends=topic_ends)
+    api = None
     try:
-        run_until_signalled(Manager(config, journal=args.journal, topic_ends=topic_ends))
+        if config.deployment.api.enabled:
+            from sp_dagster.cluster.election import leader_address
+            from sp_dagster.deploy.api import serve_api
+
+            api = serve_api(
+                config,
+                manager.plane,
+                leading=lambda: manager.elector.leadership is not None,
+                leader_address=lambda: leader_address(manager.plane, manager.group_id),
+            )
+        run_until_signalled(manager)
     finally:
+        if api is not None:
+            api.stop()
+        manager.plane.close()  # closed by the run already; here when the API could not start
         for transport in made:
             transport.close()
     return 0
@@ -73,9 +103,31 @@ def show_status(args: argparse.Namespace) -> int:
     from sp_dagster.cluster.status import cluster_status, render_status
 
     config = load_role_config(args)
-    with ControlPlane.from_config(config, migrate=False) as plane:
-        status = cluster_status(plane)
+    client = manager_client(args, config)
+    if client is not None:
+        status = client.status()
+    else:
+        with ControlPlane.from_config(config, migrate=False) as plane:
+            status = cluster_status(plane)
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else render_status(status), end="\n" if args.json else "")
+    return 0
+
+
+def show_apps(args: argparse.Namespace) -> int:
+    """Print the deployed apps and their execution groups (text or JSON)."""
+    import json
+
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.cluster.status import deployed_apps, render_apps
+
+    config = load_role_config(args)
+    client = manager_client(args, config)
+    if client is not None:
+        apps = client.apps()
+    else:
+        with ControlPlane.from_config(config, migrate=False) as plane:
+            apps = deployed_apps(plane)
+    print(json.dumps(apps, indent=2, sort_keys=True) if args.json else render_apps(apps), end="\n" if args.json else "")
     return 0
 
 

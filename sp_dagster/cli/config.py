@@ -42,8 +42,10 @@ def print_reference(args: argparse.Namespace) -> int:
 
 
 def print_where(args: argparse.Namespace) -> int:
-    """Print each role's deployment.yaml, where it was found, and the messaging layer it names."""
-    from sp_dagster.cli.options import safe_address
+    """Print each role's deployment.yaml, where it was found, the messaging layer it names and the manager API commands go through."""
+    import os
+
+    from sp_dagster.cli.options import MANAGER_ENV, safe_address
     from sp_dagster.config.loader import load_config
     from sp_dagster.config.locate import STACK_SOURCE, find_conf, stack_conf, stack_record
 
@@ -53,8 +55,14 @@ def print_where(args: argparse.Namespace) -> int:
     manager = locations["manager"]
     if manager.path.is_file():
         try:
-            messaging = load_config(manager.path, role="manager").messaging
+            config = load_config(manager.path, role="manager")
+            messaging = config.messaging
             print(f"{'':8} {messaging.kind} at {','.join(safe_address(server) for server in messaging.servers)}")
+            if os.environ.get(MANAGER_ENV) or config.deployment.api.url:
+                source = f"${MANAGER_ENV}" if os.environ.get(MANAGER_ENV) else "deployment.config.api.url"
+                print(
+                    f"{'':8} deploy, undeploy, status and apps go through the manager API at {os.environ.get(MANAGER_ENV) or config.deployment.api.url} (from {source})"
+                )
         except ConfigError as exc:
             print(f"{'':8} does not load: {exc}")
     if stack_conf("manager") and not manager.source.startswith(STACK_SOURCE):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sp_dagster.cli.options import add_conf_option, load_role_config, require_messaging
+from sp_dagster.cli.options import add_conf_option, add_manager_options, load_role_config, manager_client, require_messaging
 from sp_dagster.config.locate import find_conf
 
 
@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deploy.add_argument("--no-wait", action="store_true", help="record the deployment and return at once")
     deploy.add_argument("--fresh", action="store_true", help="let stateful groups whose parallelism changes start empty (otherwise refused)")
     deploy.add_argument("--timeout", type=float, default=180.0, metavar="S", help="seconds to wait for every instance to run (default 180)")
+    add_manager_options(deploy)
     deploy.set_defaults(handler=run_deploy)
 
     undeploy = subparsers.add_parser(
@@ -35,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     undeploy.add_argument(
         "--drop-state", action="store_true", help="also drop its instances' saved state (revisions and checkpoints), once its workers stopped them"
     )
+    add_manager_options(undeploy)
     undeploy.set_defaults(handler=run_undeploy)
 
     produce = subparsers.add_parser(
@@ -83,10 +85,22 @@ def _stream_target(args, *, writing: bool):
 
 def run_deploy(args: argparse.Namespace) -> int:
     """Deploy an app and report where its instances run."""
+    from sp_dagster.deploy.errors import DeployError
     from sp_dagster.deploy.steps import deploy, load_app
 
-    loaded = load_app(args.app)  # the app's own errors first, then the configuration's and the broker's
     config = load_role_config(args)
+    client = manager_client(args, config)
+    if client is not None:  # the manager runs the same checks (deploy.steps.load_app) and the deploy
+        from sp_dagster.siddhi.validate import read_text
+
+        try:
+            text = read_text(args.app)
+        except OSError as exc:
+            raise DeployError(f"{args.app}: cannot be read: {exc.strerror}") from None
+        print("\n".join(client.deploy(text, args.app, wait=None if args.no_wait else args.timeout, fresh=args.fresh)["lines"]))
+        _refresh_dagster(config)
+        return 0
+    loaded = load_app(args.app)  # the app's own errors first, then the configuration's and the broker's
     require_messaging(config, find_conf("manager", args.conf))
 
     def progress(state) -> None:
@@ -95,11 +109,7 @@ def run_deploy(args: argparse.Namespace) -> int:
         print(f"  {state.app}: {running}/{len(state.instances)} instances running{waiting}", flush=True)
 
     result = deploy(loaded, config, wait=not args.no_wait, timeout=args.timeout, progress=progress, fresh=args.fresh)
-    print(f"deployed {result.app}" + ("" if result.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in result.topics)}")
-    for line in result.state_changes:
-        print(f"  state: {line}")
-    assert result.state is not None  # deploy() always reports the state it reached
-    print(result.state.describe())
+    print("\n".join(result.summary()))
     _refresh_dagster(config)
     return 0
 
@@ -115,18 +125,17 @@ def _refresh_dagster(config) -> None:
 
 def run_undeploy(args: argparse.Namespace) -> int:
     """Remove a deployment."""
-    from sp_dagster.cluster.store.deployments import list_instances
-    from sp_dagster.deploy.state import drop_state
-    from sp_dagster.deploy.steps import undeploy
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.deploy.state import remove_app
 
-    config, plane, transport = _context(args)
-    try:
-        instances = [i.instance_id for i in list_instances(plane, args.name)]
-        deleted = undeploy(plane, args.name, transport=transport, delete_topics=args.delete_topics)
-        print(f"undeployed {args.name}" + (f"; deleted topics {', '.join(deleted)}" if deleted else "; topics kept"), flush=True)
-        print(drop_state(plane, config, instances) if args.drop_state else "its state is kept: a redeploy resumes it (--drop-state drops it)")
-    finally:
-        plane.close()
+    config = load_role_config(args)
+    client = manager_client(args, config)
+    if client is not None:
+        lines = client.undeploy(args.name, delete_topics=args.delete_topics, drop_state=args.drop_state)["lines"]
+    else:
+        with ControlPlane.from_config(config) as plane:
+            lines = remove_app(plane, config, args.name, delete_topics=args.delete_topics, drop=args.drop_state)
+    print("\n".join(lines))
     _refresh_dagster(config)
     return 0
 

@@ -318,6 +318,16 @@ def current_leader(plane: ControlPlane, group_id: str | None = None) -> LeaderIn
         return read_lease(conn, group_id)
 
 
+def leader_address(plane: ControlPlane, group_id: str) -> str | None:
+    """The `host:port` the live leader of `group_id` gave as its address (its httpsInterface), or None without a live leader."""
+    with plane.transaction() as conn:
+        lease = read_lease(conn, group_id)
+        if lease is None or not lease.alive:
+            return None
+        query = select(managers.c.address).where(managers.c.group_id == group_id, managers.c.incarnation == lease.holder_incarnation)
+        return conn.execute(query).scalar() or None
+
+
 def request_rebalance(plane: ControlPlane, group_id: str | None = None) -> None:
     """Ask the leader to rebalance placements on its next pass (moving the fewest instances)."""
     lease = leader_lease.c

@@ -13,6 +13,7 @@ from sp_dagster.cluster.election import read_lease
 from sp_dagster.cluster.membership import read_nodes
 from sp_dagster.cluster.schema import SCHEMA_VERSION, check_version, managers
 from sp_dagster.cluster.store.deployments import list_deployments, list_instances
+from sp_dagster.cluster.store.events import recent_changes
 from sp_dagster.errors import ControlPlaneError
 
 
@@ -110,7 +111,48 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
             }
             for d in list_deployments(plane)
         ],
+        "changes": [{"at_ms": e.at, "user": e.actor, "app": e.subject, **e.detail} for e in recent_changes(plane)],
     }
+
+
+def deployed_apps(plane: ControlPlane) -> list[dict[str, Any]]:
+    """Every deployed app with its status and plan (SiddhiQL secrets masked), as `sp-dagster apps --json` shows them; read-only."""
+    from sp_dagster.topology.output import masked
+
+    require_cluster(plane)
+    return [
+        {
+            "app": d.app,
+            "status": d.status,
+            "waiting_reason": d.waiting_reason,
+            "generation": d.generation,
+            "content_hash": d.content_hash,
+            "plan": masked(d.plan),
+        }
+        for d in list_deployments(plane)
+    ]
+
+
+def render_apps(apps: list[dict[str, Any]]) -> str:
+    """The human-readable form of deployed_apps(): one line per app, one per execution group."""
+    if not apps:
+        return "no deployments\n"
+    lines = []
+    for app in apps:
+        reason = f": {app['waiting_reason']}" if app["waiting_reason"] else ""
+        lines.append(f"{app['app']}: {app['status']}{reason} (generation {app['generation']})")
+        rows = [
+            [g["name"], g["parallelism"], "yes" if g.get("receiver") else "", ", ".join(sorted(g.get("inputs", {})))] for g in app["plan"].get("groups", [])
+        ]
+        if rows:
+            lines += ["  " + line for line in table(["GROUP", "PARALLELISM", "RECEIVER", "READS"], rows)]
+    return "\n".join(lines) + "\n"
+
+
+def _when(ms: int) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _silent(state: str, ago_ms: int, metrics: dict | None) -> bool:
@@ -214,5 +256,10 @@ def render_status(status: dict[str, Any]) -> str:
                 ["INSTANCE", "NODE", "TERM", "STATUS", "EVENTS/S", "LAG", "LATENCY P50/P99", "DETAIL"],
                 [[i["instance"], i["node"] or "-", i["term"] or "-", i["status"], *_flow(i.get("metrics") or {}), _detail(i)] for i in d["instances"]],
             )
+        ]
+    if status.get("changes"):
+        lines += ["", "recent changes (through the manager API)"]
+        lines += [
+            "  " + line for line in table(["WHEN", "USER", "ACTION", "APP"], [[_when(c["at_ms"]), c["user"], c["action"], c["app"]] for c in status["changes"]])
         ]
     return "\n".join(lines).rstrip() + "\n"

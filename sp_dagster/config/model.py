@@ -79,7 +79,7 @@ class HttpsInterface:
     """`httpsInterface`: the address by which a node is known to the others."""
 
     host: str = setting("host", "localhost", doc="host name or LAN address")
-    port: int = setting("port", 9090, minimum=1, doc="port (informational: nodes talk through the database)")
+    port: int = setting("port", 9090, minimum=1, doc="port (a manager's API listens here when `api.enabled`; otherwise informational)")
     username: str | None = setting("username", None, doc="accepted for compatibility")
     password: str | None = setting("password", None, doc="accepted for compatibility; use `${ENV}`")
 
@@ -93,6 +93,38 @@ class ReceiverUser:
 
     def __repr__(self) -> str:
         return f"ReceiverUser(username={self.username!r}, password='***')"
+
+
+API_ROLES = ("viewer", "deployer", "admin")
+
+
+@dataclass(frozen=True)
+class ApiUser:
+    """One user of the manager API and the role it acts in."""
+
+    username: str = setting("username", "", doc="the user name")
+    password: str = setting("password", "", doc="the password; use `${ENV}` (kept only hashed in memory, never logged)")
+    role: str = setting("role", "viewer", choices=API_ROLES, doc="`viewer` reads, `deployer` also deploys and undeploys, `admin` also drops state")
+
+    def __repr__(self) -> str:
+        return f"ApiUser(username={self.username!r}, password='***', role={self.role!r})"
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """`deployment.config.api`: the manager API (deploy, undeploy, apps, status) on `httpsInterface`, and where the CLI finds it."""
+
+    enabled: bool = setting("enabled", False, doc="managers serve the API on `httpsInterface` (the leader answers; the others redirect to it with 307)")
+    users: tuple[ApiUser, ...] = setting("users", (), doc="who may use the API: `[{username, password, role}]`")
+    cert_file: str | None = setting("certFile", None, doc="the TLS certificate (PEM) the API serves HTTPS with, with `keyFile`")
+    key_file: str | None = setting("keyFile", None, doc="the certificate's private key (PEM)")
+    allow_plain_http: bool = setting(
+        "allowPlainHttp", False, doc="serve plain HTTP on an address that is not loopback (Basic credentials then cross the network in clear)"
+    )
+    url: str | None = setting(
+        "url", None, doc="where `deploy`, `undeploy`, `status` and `apps` reach the API (`https://manager-1:9090`); `--manager` and $SP_DAGSTER_MANAGER win"
+    )
+    ca_file: str | None = setting("caFile", None, doc="the CLI trusts this certificate (PEM) for the API, as for a self-signed one")
 
 
 @dataclass(frozen=True)
@@ -169,6 +201,7 @@ class DeploymentConfig:
     is_receiver_node: bool = setting("isReceiverNode", False, doc="run only receiver (passthrough) partial apps")
     receiver_users: tuple[ReceiverUser, ...] = setting("receiverUsers", (), doc="users HTTP receivers with basic.auth.enabled accept: `[{username, password}]`")
     autoscaling: AutoscalingConfig = setting("autoscaling", factory=AutoscalingConfig, doc="parallelism advice (`sp-dagster advise`)")
+    api: ApiConfig = setting("api", factory=ApiConfig, doc="the manager API (docs/operations/security.md)")
 
 
 @dataclass(frozen=True)

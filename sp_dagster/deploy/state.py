@@ -70,3 +70,20 @@ def drop_state(plane, config, instance_ids: list[str], timeout: float = 120.0) -
         f"dropped the state of {counted(len(instance_ids), 'instance')}: a redeploy starts them empty at their committed offsets "
         f"({counted(revisions, 'revision')} and {counted(len(directories), 'checkpoint directory', 'checkpoint directories')} deleted here)"
     )
+
+
+def remove_app(plane, config, app: str, *, delete_topics: bool = False, drop: bool = False) -> list[str]:
+    """Undeploy `app` (deleting its topics and, with `drop`, its state); the lines `sp-dagster undeploy` prints."""
+    from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.deploy.steps import undeploy
+    from sp_dagster.messaging import transport_for
+
+    instances = [i.instance_id for i in list_instances(plane, app)]
+    transport = transport_for(config.messaging) if delete_topics else None
+    try:
+        deleted = undeploy(plane, app, transport=transport, delete_topics=delete_topics)
+    finally:
+        if transport is not None:
+            transport.close()
+    lines = [f"undeployed {app}" + (f"; deleted topics {', '.join(deleted)}" if deleted else "; topics kept")]
+    return lines + [drop_state(plane, config, instances) if drop else "its state is kept: a redeploy resumes it (--drop-state drops it)"]

@@ -260,6 +260,12 @@ class DeployResult:
     state: DeploymentState | None = None
     state_changes: list[str] = field(default_factory=list)
 
+    def summary(self) -> list[str]:
+        """What `sp-dagster deploy` prints when done: the topics, state changes and where the instances run."""
+        lines = [f"deployed {self.app}" + ("" if self.changed else " (unchanged)") + f"; topics: {', '.join(t.name for t in self.topics)}"]
+        lines += [f"  state: {line}" for line in self.state_changes]
+        return lines + ([self.state.describe()] if self.state is not None else [])
+
 
 def deploy(app: str | Path | LoadedApp, config, *, wait: bool = True, timeout: float = 120.0, progress=None, fresh: bool = False) -> DeployResult:
     """Parse (unless `app` is loaded already), plan, create topics, record, and (optionally) wait until

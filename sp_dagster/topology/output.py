@@ -41,13 +41,15 @@ def _group(group: ExecutionGroup) -> dict:
     }
 
 
+def masked(plan: dict) -> dict:
+    """A copy of a plan in the JSON contract with every instance's SiddhiQL secrets masked (as it may be shown)."""
+    groups = [{**group, "instances": [{**i, "siddhi": mask_secrets(i["siddhi"])} for i in group.get("instances", [])]} for group in plan.get("groups", [])]
+    return {**plan, "groups": groups}
+
+
 def render_json(topology: Topology) -> str:
     """The JSON contract as text, secrets masked (stable: the same plan always gives the same bytes)."""
-    shown = to_dict(topology)
-    for group in shown["groups"]:
-        for instance in group["instances"]:
-            instance["siddhi"] = mask_secrets(instance["siddhi"])
-    return json.dumps(shown, indent=2, ensure_ascii=False)
+    return json.dumps(masked(to_dict(topology)), indent=2, ensure_ascii=False)
 
 
 def error_dict(error: SiddhiQLError) -> dict:

@@ -12,6 +12,7 @@ from sp_dagster.cluster.db import db_now_ms
 from sp_dagster.cluster.schema import events
 
 KEEP_EVENTS = 20_000
+CHANGE = "change"  # a deploy or undeploy made through the manager API: actor = the API user
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,14 @@ def prune_events(conn: Connection, keep: int = KEEP_EVENTS) -> int:
     if newest is None or newest <= keep:
         return 0
     return conn.execute(delete(events).where(events.c.id <= newest - keep)).rowcount
+
+
+def record_change(plane, user: str, action: str, app: str, **detail: Any) -> None:
+    """Record who changed which app, how, through the manager API (shown by `status`)."""
+    with plane.transaction() as conn:
+        record_event(conn, CHANGE, actor=user, subject=app, detail={"action": action, **detail})
+
+
+def recent_changes(plane, limit: int = 10) -> list[Event]:
+    """The newest `limit` changes made through the manager API, oldest first."""
+    return recent_events(plane, limit=limit, kinds=(CHANGE,))

@@ -1,0 +1,206 @@
+"""The manager API end to end: real manager processes over TLS, a real database and broker, the CLI as an operator runs it without database credentials."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sp_dagster.cluster.api_users import basic_authorization
+from sp_dagster.cluster.db import ControlPlane
+from sp_dagster.cluster.election import current_leader
+from sp_dagster.cluster.processes import ManagerProcess, manager_config
+from sp_dagster.embedded.broker import free_port
+from tests.cluster.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = dict(heartbeat_interval_ms=200, heartbeat_max_retry=3, event_polling_interval_ms=200)
+PASSWORDS = {"ALICE_PW": "Planted-Alice-9f3k", "VERA_PW": "Planted-Vera-2m7q", "ADAM_PW": "Planted-Adam-5x1z"}
+APP_SECRET = "Planted-App-S3cret"
+APP = f"""\
+@App:name('ApiApp')
+define stream In (symbol string, price double);
+@sink(type='http', publisher.url='http://127.0.0.1:9/x', basic.auth.username='u', basic.auth.password='{APP_SECRET}', @map(type='json'))
+define stream Out (symbol string, price double);
+@info(name='q') @dist(execGroup='g', parallel='1')
+from In[price > 10.0] select symbol, price insert into Out;
+"""
+
+
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate and key for 127.0.0.1."""
+    cert, key = tmp_path / "api.crt", tmp_path / "api.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def manager_conf(tmp_path: Path, name: str, url: str, bootstrap: str, port: int, cert: Path, key: Path) -> Path:
+    """A manager deployment.yaml serving the API on 127.0.0.1:port over TLS, with a viewer, a deployer and an admin."""
+    api = f"""\
+  bootstrapURLs: {bootstrap}
+  httpsInterface:
+    host: 127.0.0.1
+    port: {port}
+  api:
+    enabled: true
+    certFile: {cert}
+    keyFile: {key}
+    users:
+      - {{username: alice, password: "${{ALICE_PW}}", role: deployer}}
+      - {{username: vera, password: "${{VERA_PW}}", role: viewer}}
+      - {{username: adam, password: "${{ADAM_PW}}", role: admin}}
+"""
+    text = manager_config(url, **FAST).replace("deployment.config:\n", "deployment.config:\n" + api)
+    conf = tmp_path / f"{name}.yaml"
+    conf.write_text(text)
+    return conf
+
+
+@pytest.fixture
+def cluster(tmp_path, broker):
+    """Two managers (m1 leads) with the API on, and an operator conf naming m2's API and a database that does not answer."""
+    url = f"sqlite:///{tmp_path / 'cp.db'}"
+    ControlPlane(url).migrate()
+    cert, key = certificate(tmp_path)
+    ports = {"m1": free_port(), "m2": free_port()}
+    procs = {}
+    for name in ("m1", "m2"):
+        conf = manager_conf(tmp_path, name, url, broker.bootstrap_servers, ports[name], cert, key)
+        procs[name] = ManagerProcess(conf, name, log_path=tmp_path / f"{name}.log", journal=tmp_path / f"{name}.jsonl", cwd=ROOT, env=PASSWORDS)
+        procs[name].start()
+        if name == "m1":
+            plane = ControlPlane(url)
+            wait_until(lambda: (lead := current_leader(plane)) is not None and lead.alive and lead.holder == "m1", what="m1 to lead")
+            plane.close()
+    wait_until(lambda: procs["m2"].ready, what="m2 to start")
+    operator = tmp_path / "operator.yaml"
+    # Any database access from the CLI would fail: this one does not answer.
+    operator.write_text(
+        f"deployment.config:\n  type: distributed\n  api:\n    url: https://127.0.0.1:{ports['m2']}\n    caFile: {cert}\n"
+        f"datasources:\n  SP_MGT_DB: postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none\n"
+    )
+    try:
+        yield {"ports": ports, "operator": operator, "cert": cert, "tmp": tmp_path, "procs": procs}
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def cli(conf: Path, user: str, password: str, *args: str) -> subprocess.CompletedProcess:
+    """`sp-dagster ARGS --conf CONF --user USER` with the password in SP_DAGSTER_PASSWORD and no database settings in the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SP_") and k not in PASSWORDS}
+    env.update(SP_DAGSTER_PASSWORD=password, PYTHONPATH=str(ROOT), SP_DAGSTER_HOME=str(conf.parent / "home"))
+    return subprocess.run(
+        [sys.executable, "-m", "sp_dagster.cli", *args, "--conf", str(conf), "--user", user], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT
+    )
+
+
+def get(url: str, user: str, password: str, cafile: Path) -> tuple[int, dict, dict]:
+    """(status, JSON body, headers) of a GET, redirects not followed."""
+    import ssl
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect(), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=str(cafile))))
+    request = urllib.request.Request(url, headers={"Authorization": basic_authorization(user, password)})
+    try:
+        with opener.open(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read()), dict(answer.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), dict(error.headers)
+
+
+@pytest.mark.slow
+def test_operator_deploys_lists_and_undeploys_through_the_api_without_database_credentials(cluster):
+    tmp, operator, ports = cluster["tmp"], cluster["operator"], cluster["ports"]
+    app = tmp / "app.siddhi"
+    app.write_text(APP)
+    alice, vera, adam = PASSWORDS["ALICE_PW"], PASSWORDS["VERA_PW"], PASSWORDS["ADAM_PW"]
+    outputs = []
+
+    def run(user, password, *args):
+        result = cli(operator, user, password, *args)
+        outputs.extend([result.stdout, result.stderr])
+        return result
+
+    # m2 does not lead: it answers 307 with the leader's address, which the CLI follows.
+    status, body, headers = get(f"https://127.0.0.1:{ports['m2']}/api/apps", "vera", vera, cluster["cert"])
+    assert status == 307 and headers["Location"] == f"https://127.0.0.1:{ports['m1']}/api/apps" and body == {"leader": f"127.0.0.1:{ports['m1']}"}
+
+    deployed = run("alice", alice, "deploy", str(app), "--no-wait")
+    assert deployed.returncode == 0, deployed.stderr
+    assert deployed.stdout.startswith("deployed ApiApp; topics: ApiApp.In")
+
+    refused = run("vera", vera, "deploy", str(app), "--no-wait")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        f"error: manager API https://127.0.0.1:{ports['m2']}: user 'vera' has role 'viewer'; deploy needs role 'deployer' or above (HTTP 403)"
+    ]
+    wrong = run("alice", "not-her-password", "status")
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip().splitlines() == [
+        f"error: manager API https://127.0.0.1:{ports['m2']}: wrong user name or password for the manager API (HTTP 401)"
+    ]
+
+    untrusting = tmp / "untrusting.yaml"
+    untrusting.write_text(operator.read_text().replace(f"    caFile: {cluster['cert']}\n", ""))
+    distrust = cli(untrusting, "vera", vera, "apps")
+    assert distrust.returncode == 1 and len(distrust.stderr.strip().splitlines()) == 1
+    assert "has a certificate this machine does not trust" in distrust.stderr and "deployment.config.api.caFile" in distrust.stderr
+
+    listed = run("vera", vera, "apps")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].startswith("ApiApp: ")
+    as_json = json.loads(run("vera", vera, "apps", "--json").stdout)
+    assert as_json[0]["app"] == "ApiApp" and "basic.auth.password = '***'" in as_json[0]["plan"]["groups"][0]["instances"][0]["siddhi"]
+
+    status, body, _ = get(f"https://127.0.0.1:{ports['m1']}/api/apps/ApiApp", "vera", vera, cluster["cert"])
+    outputs.append(json.dumps(body))
+    assert status == 200 and "basic.auth.password='***'" in body["siddhi"]
+
+    shown = run("vera", vera, "status")
+    assert shown.returncode == 0, shown.stderr
+    assert "app ApiApp: " in shown.stdout and "recent changes (through the manager API)" in shown.stdout
+    assert any(line.split()[3:5] == ["alice", "deploy"] for line in shown.stdout.splitlines())
+
+    assert run("alice", alice, "undeploy", "ApiApp", "--drop-state").stderr.strip().endswith("undeploy --drop-state needs role 'admin' or above (HTTP 403)")
+    removed = run("alice", alice, "undeploy", "ApiApp")
+    assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.splitlines()[0] == "undeployed ApiApp; topics kept"
+    assert run("adam", adam, "apps").stdout == "no deployments\n"
+    changes = json.loads(run("vera", vera, "status", "--json").stdout)["changes"]
+    assert [(c["user"], c["action"], c["app"]) for c in changes] == [("alice", "deploy", "ApiApp"), ("alice", "undeploy", "ApiApp")]
+
+    for proc in cluster["procs"].values():
+        proc.stop()
+    logs = [(tmp / f"{name}.{kind}").read_text() for name in ("m1", "m2") for kind in ("log", "jsonl")]
+    assert "api: alice deployed ApiApp" in logs[0]
+    for secret in [*PASSWORDS.values(), APP_SECRET]:
+        for text in outputs + logs:
+            assert secret not in text
+
+
+def test_a_manager_refuses_plain_http_off_loopback_in_one_line(tmp_path):
+    conf = tmp_path / "manager.yaml"
+    api = "  httpsInterface:\n    host: 192.0.2.7\n  api:\n    enabled: true\n    users: [{username: a, password: b, role: viewer}]\n"
+    conf.write_text(manager_config(f"sqlite:///{tmp_path / 'cp.db'}").replace("deployment.config:\n", "deployment.config:\n" + api))
+    result = subprocess.run([sys.executable, "-m", "sp_dagster.cli", "manager", "--conf", str(conf)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {conf}: deployment.config.api: plain HTTP on 192.0.2.7 (not a loopback address) would send passwords in clear; "
+        "set certFile and keyFile, or allowPlainHttp: true to accept that"
+    ]
+    assert not (tmp_path / "cp.db").exists()
