@@ -17,7 +17,7 @@ from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import current_leader
 from sp_dagster.cluster.processes import ManagerProcess, manager_config
 from sp_dagster.embedded.broker import free_port
-from tests.cluster.helpers import wait_until
+from tests.fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(heartbeat_interval_ms=200, heartbeat_max_retry=3, event_polling_interval_ms=200)
