@@ -80,7 +80,11 @@ class Aggregator:
     def __init__(self, node: ast.FunctionCall, args: list[Executor], context: AggregationContext):
         self.node = node
         self.arg_type = args[0].type if args else None
-        self.type = SPECS[node.name].returns([a.type for a in args], node.args)
+        returns = SPECS[node.name].returns
+        assert returns is not None  # every aggregator's spec gives its result type
+        type_ = returns([a.type for a in args], node.args)
+        assert type_ is not None  # validation has checked the arguments, whose types the executors know
+        self.type: str = type_
         self.arg = args[0].row if args else None
         self.read: Callable = args[0].row if args else _no_argument  # arg, for aggregators that have one
         self.context = context
@@ -539,9 +543,9 @@ class _Forever(State):
         self.value = None
         self.largest = largest
 
-    def add(self, v):
-        if v is not None and (self.value is None or (v > self.value if self.largest else v < self.value)):
-            self.value = v
+    def add(self, value):
+        if value is not None and (self.value is None or (value > self.value if self.largest else value < self.value)):
+            self.value = value
         return self.value
 
     remove = add

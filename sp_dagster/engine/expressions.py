@@ -112,7 +112,8 @@ def compile_call(node: ast.FunctionCall, scope: Scope) -> Executor:
     compiler = FUNCTIONS[name]
     args = [compile_expression(arg, scope) for arg in node.args]
     spec = FUNCTION_SPECS.get(name)
-    kind = spec.returns([a.type for a in args], node.args) if spec is not None else None
+    returns = spec.returns if spec is not None else None
+    kind = returns([a.type for a in args], node.args) if returns is not None else None
     result = compiler(node, args, kind, scope)
     result.aggregators = tuple(a for arg in args for a in arg.aggregators)
     return result
@@ -215,7 +216,7 @@ def _arithmetic(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor
 
     vector = None
     if left.arrow and right.arrow and (node.op in ("+", "-", "*") or (node.op == "/" and kind in ("float", "double"))):
-        vector = _arrow_arithmetic(node.op, kind, left, right)
+        vector = _arrow_arithmetic(node.op, kind, left.arrow, right.arrow)
     result = Executor(kind, row, vector)
     if left.constant and right.constant:
         value = row(None)
@@ -223,10 +224,9 @@ def _arithmetic(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor
     return result
 
 
-def _arrow_arithmetic(op: str, kind: str, left: Executor, right: Executor) -> Vector:
+def _arrow_arithmetic(op: str, kind: str, lvec: Vector, rvec: Vector) -> Vector:
     target = ARROW_TYPES[kind]
     function = getattr(pc, _ARROW_OPS[op])
-    lvec, rvec = left.arrow, right.arrow
 
     def vector(chunk):
         a = pc.cast(lvec(chunk), target)
@@ -284,15 +284,16 @@ def _compare(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor:
             b = rrow(e)
             return b is not None and test(lc(a), rc(b))
 
-    vector = None
+    vector: Vector | None = None
     if left.arrow and right.arrow:
         function = _ARROW_COMPARE[node.op]
         target = ARROW_TYPES[kind]
         lvec, rvec = left.arrow, right.arrow
 
-        def vector(chunk):
+        def compare_vector(chunk):
             return pc.fill_null(function(pc.cast(lvec(chunk), target), pc.cast(rvec(chunk), target)), False)
 
+        vector = compare_vector
     return Executor("bool", row, vector)
 
 
@@ -304,24 +305,26 @@ def _logical(node: ast.BinaryOp, left: Executor, right: Executor) -> Executor:
     else:
         row = lambda e: lrow(e) is True or rrow(e) is True  # noqa: E731
         arrow_function = pc.or_  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
-    vector = None
+    vector: Vector | None = None
     if left.arrow and right.arrow:
         lvec, rvec = left.arrow, right.arrow
 
-        def vector(chunk):
+        def logical_vector(chunk):
             return arrow_function(pc.fill_null(lvec(chunk), False), pc.fill_null(rvec(chunk), False))
 
+        vector = logical_vector
     return Executor("bool", row, vector)
 
 
 def _not(operand: Executor) -> Executor:
     inner = operand.row
-    vector = None
+    vector: Vector | None = None
     if operand.arrow:
         ivec = operand.arrow
 
-        def vector(chunk):
+        def not_vector(chunk):
             return pc.invert(pc.fill_null(ivec(chunk), False))  # pyright: ignore[reportAttributeAccessIssue]  # pyarrow.compute makes it at import
 
+        vector = not_vector
     # Siddhi's not: anything but TRUE (false or null) gives true
     return Executor("bool", lambda e: inner(e) is not True, vector)

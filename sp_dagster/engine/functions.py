@@ -20,7 +20,7 @@ from sp_dagster.engine.executor import Executor, Scope, converter
 from sp_dagster.engine.values import INT_MAX, INT_MIN, f32, java_class, java_float_to_int, java_str
 from sp_dagster.siddhi import ast
 
-Compiler = Callable[[ast.FunctionCall, list, str, Scope], Executor]
+Compiler = Callable[[ast.FunctionCall, list, "str | None", Scope], Executor]
 FUNCTIONS: dict[str, Compiler] = {}
 
 
@@ -44,8 +44,9 @@ def _simple(kind: str, fn: Callable, args: list, vector=None) -> Executor:
     return Executor(kind, lambda e: fn(*[r(e) for r in rows]), vector)
 
 
-def _null_safe(kind: str, fn: Callable, args: list) -> Executor:
+def _null_safe(kind: str | None, fn: Callable, args: list) -> Executor:
     """An executor that yields null when any argument is null, else `fn(*values)`."""
+    assert kind is not None  # the specs of these functions give a type for checked arguments
     rows = [a.row for a in args]
 
     def row(e):

@@ -15,12 +15,26 @@ the whole condition is still applied to them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
 from sp_dagster.engine.events import CURRENT, EXPIRED, RESET, TIMER, StreamEvent
 from sp_dagster.engine.expressions import JoinedScope, StreamScope, compile_expression, locate
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.schema import Schema
 from sp_dagster.engine.windows.length import LengthWindow
 from sp_dagster.siddhi import ast
+
+if TYPE_CHECKING:
+    from sp_dagster.engine.selector import Selector
+
+
+class Held(Protocol):
+    """What a join side looks into: the other side's window, table view or aggregation view."""
+
+    def held(self) -> Sequence[StreamEvent]:
+        """The events (rows) held now, in order."""
+        ...
 
 
 class EmptyWindow(Processor):
@@ -42,6 +56,10 @@ class EmptyWindow(Processor):
 class JoinSide(Processor):
     """Matches each event of one side with what the other side holds, and emits the results."""
 
+    next: Selector
+    #: the other side's window (held()) or table view (held_for(event)), wired when the query is built
+    other: Held
+
     def __init__(self, left: bool, outer: bool, trigger: bool, width: tuple[int, int], condition, keys=None):
         self.left = left
         self.outer = outer
@@ -50,7 +68,6 @@ class JoinSide(Processor):
         self.condition = condition
         # (index of the key in this side's data, index in the other side's data), or None
         self.keys = keys
-        self.other = None  # the other side's window (held()) or table view (held_for(event))
 
     def process(self, chunk):
         if not self.trigger:
@@ -59,7 +76,7 @@ class JoinSide(Processor):
         # a table side gives the rows that may match each event (held_for); a window, all it holds
         lookup = getattr(self.other, "held_for", None)
         if lookup is None and self.keys is not None:
-            lookup = self._keyed_lookup()
+            lookup = self._keyed_lookup(self.keys)
         chunks = []
         for event in chunk:
             kind = event.type
@@ -81,13 +98,15 @@ class JoinSide(Processor):
                 chunks.append(out)
         if chunks:
             self.next.process_chunks(chunks)
-        elif hasattr(self.other, "unmatched"):
-            self.other.unmatched(chunk)  # an aggregation side reports a trigger that matched nothing
+        else:
+            unmatched = getattr(self.other, "unmatched", None)
+            if unmatched is not None:
+                unmatched(chunk)  # an aggregation side reports a trigger that matched nothing
 
-    def _keyed_lookup(self):
+    def _keyed_lookup(self, keys: tuple[int, int]):
         """A function from an event to the held events with its key, indexed on first use
         (or kept from the last chunk while the other side, a length window, holds the same)."""
-        mine, theirs = self.keys
+        mine, theirs = keys
         index: dict | None = None
 
         def lookup(event):
@@ -141,10 +160,10 @@ def _equality_key(on: ast.Expression, scope: JoinedScope) -> tuple[int, int] | N
         return _equality_key(on.left, scope) or _equality_key(on.right, scope)
     if not (isinstance(on, ast.BinaryOp) and on.op == "==" and isinstance(on.left, ast.Variable) and isinstance(on.right, ast.Variable)):
         return None
-    places = [locate(variable, scope.sides) for variable in (on.left, on.right)]
-    if None in places or places[0][0] == places[1][0]:  # one attribute of each side
+    first, second = locate(on.left, scope.sides), locate(on.right, scope.sides)
+    if first is None or second is None or first[0] == second[0]:  # one attribute of each side
         return None
-    (_, left), (_, right) = sorted(places)
+    (_, left), (_, right) = sorted((first, second))
     kind = scope.sides[0][1].types[left]
     # compared as the same type, so == is Python's == on the values (and they hash)
     if kind != scope.sides[1][1].types[right] or kind == "object":

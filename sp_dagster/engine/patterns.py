@@ -27,6 +27,9 @@ on the same state (Siddhi's reset before each event).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, StreamEvent, as_events
 from sp_dagster.engine.expressions import Executor, Scope, compile_expression
@@ -53,10 +56,16 @@ class _State:
         self.stream = node.stream.stream
         self.slot = slot
         self.schema = schema
-        self.condition = None
+        self.condition: Callable[[PatternEvent], object] | None = None
         self.absent = isinstance(node, ast.AbsentState)
-        self.event = None if self.absent else node.event
-        self.waiting = node.waiting.millis if self.absent and node.waiting is not None else None
+        self.event: str | None
+        self.waiting: int | None
+        if isinstance(node, ast.AbsentState):
+            self.event = None
+            self.waiting = node.waiting.millis if node.waiting is not None else None
+        else:
+            self.event = node.event
+            self.waiting = None
 
 
 class _Step:
@@ -71,6 +80,8 @@ class _Step:
 
 #: What an absent state of a partial match waits for: a deadline (int), or these marks.
 DONE, DEAD = "done", "dead"  # the quiet period has passed / the state's `or` branch was killed
+#: A partial's waits on an absent step: absent state slot -> deadline, DONE or DEAD.
+Waits = dict[int, int | str]
 
 
 class _Partial:
@@ -80,7 +91,7 @@ class _Partial:
 
     __slots__ = ("slots", "start", "time", "waits", "seen")
 
-    def __init__(self, slots: list[list], start: int | None = None, time: int | None = None, waits: dict | None = None, seen: int = 0):
+    def __init__(self, slots: list[list], start: int | None = None, time: int | None = None, waits: Waits | None = None, seen: int = 0):
         self.slots = slots
         self.start = start
         self.time = time
@@ -113,10 +124,10 @@ def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
             walk(element.element)
             groups.append((start, len(steps) - 1))
         elif isinstance(element, ast.LogicalState):
-            sides = (element.left, element.right)
-            if not all(isinstance(side, (ast.StreamState, ast.AbsentState)) for side in sides):
+            left, right = element.left, element.right
+            if not isinstance(left, (ast.StreamState, ast.AbsentState)) or not isinstance(right, (ast.StreamState, ast.AbsentState)):
                 raise app_error("'and'/'or' joins two stream states here", element)
-            steps.append(_Step(element.op, [state(element.left), state(element.right)]))
+            steps.append(_Step(element.op, [state(left), state(right)]))
         elif isinstance(element, ast.AbsentState):
             steps.append(_Step("absent", [state(element)]))
         elif isinstance(element, ast.StreamState):
@@ -163,9 +174,9 @@ class PatternScope(Scope):
                 if target.schema.index(node.name) is None:
                     raise app_error(f"'{node.stream}' has no attribute '{node.name}'", node)
                 return _candidate(target.schema, node.name)
-        if target is None or target.schema.index(node.name) is None:
+        position = target.schema.index(node.name) if target is not None else None
+        if target is None or position is None:
             raise app_error(f"no state of this pattern has attribute '{node.name}'", node)
-        position = target.schema.index(node.name)
         kind = target.schema.types[position]
         slot = target.slot
 
@@ -192,6 +203,7 @@ class PatternScope(Scope):
 
 def _candidate(schema: Schema, name: str) -> Executor:
     position = schema.index(name)
+    assert position is not None  # the callers have found `name` in the schema
     return Executor(schema.types[position], lambda e: e.candidate.data[position])
 
 
@@ -214,6 +226,7 @@ class PatternProcessor(Processor):
         self.steps, groups, self.states = compile_states(node, schemas)
         for s in self.states:
             for handler in s.node.stream.handlers:
+                assert isinstance(handler, ast.Filter)  # compile_states lets only filters follow a state's stream
                 condition = compile_expression(handler.condition, PatternScope(self.states, s, context)).row
                 previous = s.condition
                 s.condition = condition if previous is None else _both(previous, condition)
@@ -224,7 +237,7 @@ class PatternProcessor(Processor):
             for i in range(start, end + 1):
                 self.group_of.setdefault(i, start)
         self.streams = sorted({s.stream for s in self.states})
-        self.selector = None  # where matches completed by a timer go (PatternInput sets it)
+        self.selector: Processor | None = None  # where matches completed by a timer go (PatternInput sets it)
         self.clock = context.clock
         self.now = self.clock.now()  # the time being processed: an event's, a timer's, or the start
         self.step_of = {s.slot: i for i, step in enumerate(self.steps) for s in step.states}
@@ -233,6 +246,7 @@ class PatternProcessor(Processor):
         self.timers = {}
         for s in self.states:
             if s.waiting is not None:
+                assert schedulers is not None  # a query with a timed absent state is given its schedulers
                 scheduler = schedulers("pattern")
                 self.timers[s.slot] = scheduler.queue(lambda when, slot=s.slot: self._on_timer(slot, when))
         self.pending: list[tuple[_Partial, int]] = []
@@ -397,9 +411,10 @@ class PatternProcessor(Processor):
         return None
 
     def _decide_absent(self, partial: _Partial, current: _Step, event: StreamEvent, stream: str):
+        waits = cast(Waits, partial.waits)  # a partial on an absent step has its waits
         for state in current.states:
             if state.absent:
-                if partial.waits.get(state.slot) in (DONE, DEAD):
+                if waits.get(state.slot) in (DONE, DEAD):
                     continue  # its quiet period is over, or its branch is dead
             elif current.kind == "and" and partial.slots[state.slot]:
                 continue
@@ -487,7 +502,8 @@ class PatternProcessor(Processor):
         """An `and` step with absent sides: every event side has come, every quiet period passed."""
         if not all(partial.slots[s.slot] for s in current.present):
             return False
-        return all(s.waiting is None or partial.waits.get(s.slot) == DONE for s in current.absent)
+        waits = cast(Waits, partial.waits)  # a partial on an absent step has its waits
+        return all(s.waiting is None or waits.get(s.slot) == DONE for s in current.absent)
 
     def _finish(self, partial: _Partial, step: int, kept: list, out: list) -> None:
         """`partial` has completed the absent step `step`: on to the next step (or out)."""
@@ -521,13 +537,14 @@ class PatternProcessor(Processor):
             entries = [(p, i) for p, i in entries if not (i == at and not self._is_fresh(p) and p.seen)]
         kept, out, rearm = [], [], []
         for partial, step in entries:
-            if step != at or not isinstance(partial.waits.get(slot), int) or partial.waits[slot] > when:
+            waits = cast(Waits, partial.waits)  # read only on the absent step `at`, where it is set
+            if step != at or not isinstance(deadline := waits.get(slot), int) or deadline > when:
                 kept.append((partial, step))
                 continue
             if self.within is not None and partial.start is not None and when - partial.start > self.within:
                 self._expired(partial, step, rearm)
                 continue
-            partial.waits[slot] = DONE
+            waits[slot] = DONE
             if current.kind == "and" and not self._complete(partial, current):
                 kept.append((partial, step))
                 continue
@@ -538,8 +555,11 @@ class PatternProcessor(Processor):
                 kept.append((partial, step))
         self._keep_start(kept)
         self.pending = kept
-        for match in out:  # one chunk per match, as Siddhi sends each
-            self.selector.process([PatternEvent(when, match.slots)])
+        if out:
+            selector = self.selector
+            assert selector is not None  # PatternInput sets it before the query runs
+            for match in out:  # one chunk per match, as Siddhi sends each
+                selector.process([PatternEvent(when, match.slots)])
 
     def process(self, chunk):
         raise NotImplementedError  # fed per stream by PatternInput

@@ -58,7 +58,7 @@ class FilterProcessor(Processor):
             self.next.process(kept)
 
     def process_arrow(self, chunk):
-        mask = self.vector(chunk)
+        mask = self.vector(chunk)  # pyright: ignore[reportOptionalCall]  # only called where accepts_arrow: with a vector
         if isinstance(mask, pa.Scalar):
             if mask.as_py() is True:
                 self.next.process_arrow(chunk)

@@ -16,7 +16,7 @@ from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, ArrowChunk, StreamEvent, as_events
 from sp_dagster.engine.expressions import StreamScope, compile_expression
 from sp_dagster.engine.join import EmptyWindow, join_scope, join_sides, side_scope
-from sp_dagster.engine.junction import StreamJunction
+from sp_dagster.engine.junction import Receiver, StreamJunction
 from sp_dagster.engine.named_window import EventByEvent, WindowOutput
 from sp_dagster.engine.patterns import PatternInput, PatternProcessor
 from sp_dagster.engine.processors import FilterProcessor, LogProcessor, Processor
@@ -109,7 +109,7 @@ class QueryRuntime:
             event_type = "all"  # a snapshot follows expiry too; `insert into` means all events here
         current_on = event_type in ("current", "all")
         expired_on = event_type in ("expired", "all")
-        self.subscriptions: list[tuple[StreamJunction, object]] = []
+        self.subscriptions: list[tuple[StreamJunction, Receiver]] = []
         self.join_sides: list = []
         self.window = window = None
         pattern = None
@@ -254,8 +254,10 @@ class QueryRuntime:
         if rate is None:
             return PassThrough(self.output)
         if rate.kind == "events":
+            assert rate.type is not None  # only a snapshot rate has no type
             return EVENT_LIMITERS[(rate.type, group_by)](self.output, rate.value)
         if rate.kind == "time":
+            assert rate.type is not None  # only a snapshot rate has no type
             limiter_class = TIME_LIMITERS[(rate.type, group_by)]
             scheduler = schedulers("rate") if limiter_class.uses_timers else None
             limiter = limiter_class(self.output, rate.period.millis, self.context.clock, scheduler)
@@ -274,10 +276,10 @@ class QueryRuntime:
         """A chunk arrived on the (single) input stream."""
         if isinstance(chunk, ArrowChunk):
             if self.arrow:
-                self.head.process_arrow(chunk)
+                self.head.process_arrow(chunk)  # pyright: ignore[reportOptionalMemberAccess]  # subscribed only with a chain (head)
                 return
             chunk = chunk.events()
-        self.head.process(chunk)
+        self.head.process(chunk)  # pyright: ignore[reportOptionalMemberAccess]  # subscribed only with a chain (head)
 
     def stateful(self) -> list[Processor]:
         """Every processor whose state a snapshot must hold."""

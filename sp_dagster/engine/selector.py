@@ -17,6 +17,7 @@ import pyarrow as pa
 from sp_dagster.engine.aggregators import AggregationContext
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import CURRENT, EXPIRED, RESET, ArrowChunk, StreamEvent
+from sp_dagster.engine.executor import Vector
 from sp_dagster.engine.expressions import Executor, OutputScope, Scope, compile_expression, materialize
 from sp_dagster.engine.processors import Processor
 from sp_dagster.engine.schema import Schema
@@ -75,7 +76,10 @@ class Selector(Processor):
         self.contains_aggregator = bool(self.aggregation.aggregators)
         self.rows = [e.row for e in self.executors]
         self._build = compile_row(self.executors, self.aggregation)
-        self.vectors = [e.arrow for e in self.executors]
+        arrows = [e.arrow for e in self.executors]
+        vectorized = all(v is not None for v in arrows)
+        #: the executors' vector functions (read only when accepts_arrow, which needs every one)
+        self.vectors: list[Vector] = [v for v in arrows if v is not None] if vectorized else []
         self.accepts_arrow = (
             not self.contains_aggregator
             and not self.group_by
@@ -84,7 +88,7 @@ class Selector(Processor):
             and self.limit is None
             and self.offset is None
             and current_on
-            and all(v is not None for v in self.vectors)
+            and vectorized
         )
         self._sort_key = functools.cmp_to_key(self._compare)
         self._choose()
@@ -293,9 +297,9 @@ class Selector(Processor):
         if self.order_by and out:
             out = self._order(out)
         if self.offset is not None:
-            out = self._apply_offset(out)
+            out = self._apply_offset(out, self.offset)
         if self.limit is not None:
-            out = self._apply_limit(out)
+            out = self._apply_limit(out, self.limit)
         return out
 
     def _compare(self, a: StreamEvent, b: StreamEvent) -> int:
@@ -320,11 +324,11 @@ class Selector(Processor):
         ordered.extend(sorted(run, key=self._sort_key))
         return ordered
 
-    def _apply_offset(self, out):
+    def _apply_offset(self, out, offset: int):
         kept, skipped = [], 0
         for i, event in enumerate(out):
             if event.type in (CURRENT, EXPIRED):
-                if skipped < self.offset:
+                if skipped < offset:
                     if self._wanted(event.type):
                         skipped += 1
                     continue
@@ -333,13 +337,13 @@ class Selector(Processor):
             kept.append(event)
         return kept
 
-    def _apply_limit(self, out):
+    def _apply_limit(self, out, limit: int):
         kept, count = [], 0
         for event in out:
             kind = event.type
             if kind in (CURRENT, EXPIRED):
                 # Siddhi's precedence: expired events pass whenever expired output is on
-                if (self.limit > count and kind == CURRENT and self.current_on) or (kind == EXPIRED and self.expired_on):
+                if (limit > count and kind == CURRENT and self.current_on) or (kind == EXPIRED and self.expired_on):
                     count += 1
                     kept.append(event)
             else:
@@ -390,6 +394,8 @@ def _count(node: ast.Expression | None, what: str) -> int | None:
         return None
     if not isinstance(node, ast.Constant) or node.type not in ("int", "long"):
         raise app_error(f"{what} must be an integer constant", node)
-    if node.value < 0:
-        raise app_error(f"{what} cannot be negative, but found {node.value}", node)
-    return node.value
+    value = node.value
+    assert isinstance(value, int)  # an int or long constant
+    if value < 0:
+        raise app_error(f"{what} cannot be negative, but found {value}", node)
+    return value

@@ -66,6 +66,7 @@ class Run:
     def rows(self) -> list[tuple]:
         """The rows as tuples (built once)."""
         if self._rows is None:
+            assert self._batch is not None  # a run is made from its rows or its batch
             columns = [column.to_pylist() for column in self._batch.columns]
             self._rows = list(zip(*columns)) if columns else [()] * self.count
         return self._rows
@@ -74,6 +75,7 @@ class Run:
         """The rows as one Arrow record batch (built once; only for streams with an Arrow form)."""
         if self._batch is None:
             arrow_schema = self.arrow_schema
+            assert arrow_schema is not None  # only a stream with an Arrow form is batched
             columns = list(zip(*self._rows)) if self._rows else [[] for _ in arrow_schema]
             arrays = [pa.array(list(column), type=field.type) for column, field in zip(columns, arrow_schema)]
             self._batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)

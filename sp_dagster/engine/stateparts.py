@@ -15,11 +15,13 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.render import render_element, render_partition, render_query
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ElementT = TypeVar("_ElementT", bound=ast.Annotated)
 
 
 def part_definitions(app: ast.App) -> dict[str, str]:
@@ -37,13 +39,12 @@ def part_definitions(app: ast.App) -> dict[str, str]:
             partitions += 1
     kinds = {ast.TableDefinition: "table", ast.AggregationDefinition: "aggregation", ast.WindowDefinition: "window", ast.TriggerDefinition: "trigger"}
     for definition in app.definitions:
-        kind = kinds.get(type(definition))
-        if kind:
-            parts[f"{kind}:{definition.name}"] = render_element(_bare(definition))
+        if isinstance(definition, (ast.TableDefinition, ast.AggregationDefinition, ast.WindowDefinition, ast.TriggerDefinition)):
+            parts[f"{kinds[type(definition)]}:{definition.name}"] = render_element(_bare(definition))
     return parts
 
 
-def _bare(definition):
+def _bare(definition: _ElementT) -> _ElementT:
     """The definition without its annotations (a @store or @source change keeps its state's shape)."""
     return dataclasses.replace(definition, annotations=()) if getattr(definition, "annotations", None) else definition
 

@@ -31,7 +31,7 @@ from datetime import datetime
 from croniter import CroniterBadDateError, CroniterError, croniter
 from dateutil import tz
 
-from sp_dagster.engine.clock import Scheduler
+from sp_dagster.engine.clock import Scheduler, TimerQueue
 from sp_dagster.engine.errors import app_error
 from sp_dagster.engine.events import StreamEvent
 from sp_dagster.engine.junction import StreamJunction
@@ -61,7 +61,7 @@ class Trigger:
                 raise app_error(f"trigger {self.name}: {exc}", definition) from None
         self.fired = False  # a start trigger: it has fired
         self.next: int | None = None  # a periodic or cron trigger: when it fires next
-        self.timers = None
+        self.timers: TimerQueue | None = None  # a periodic or cron trigger's timer
         if self.periodic:
             scheduler = _AnchoredScheduler(self, f"trigger:{self.name}")
             self.clock.schedulers.append(scheduler)
@@ -89,11 +89,13 @@ class Trigger:
     def _following(self, after: int) -> int | None:
         if self.period is not None:
             return after + self.period
+        assert self.cron is not None  # a periodic trigger without a period has a cron
         return self.cron.next_after(after)
 
     def _arm(self, when: int | None) -> None:
         self.next = when
         if when is not None:
+            assert self.timers is not None  # only a periodic trigger is armed, and it has its timer
             self.timers.notify_at(when)
 
     def _fire(self, when: int) -> None:
@@ -111,6 +113,7 @@ class Trigger:
         if not self.periodic:
             self.fired = bool(state)
             return
+        assert self.timers is not None  # a periodic trigger has its timer
         self.timers.restore([])
         self.next = None
         if state is None:
@@ -123,6 +126,7 @@ class Trigger:
             if self.period is not None:
                 when = now + self.period - (now - when) % self.period
             else:
+                assert self.cron is not None  # a periodic trigger without a period has a cron
                 when = self.cron.next_after(now)
         self._arm(when)
 

@@ -105,7 +105,9 @@ class _Analyzer:
         self.checker.tables = {name: t.attributes for name, t in self.result.tables.items()}
         for window in self.result.windows.values():
             self._window_definition(window)
-        tasks: list[tuple[object, ast.Partition | None]] = [(d, None) for d in self.app.definitions if isinstance(d, ast.AggregationDefinition)]
+        tasks: list[tuple[ast.Query | ast.AggregationDefinition, ast.Partition | None]] = [
+            (d, None) for d in self.app.definitions if isinstance(d, ast.AggregationDefinition)
+        ]
         tasks += list(self.app.queries())
         for partition in self.app.partitions:
             self.result._inner[id(partition)] = {}
@@ -114,7 +116,7 @@ class _Analyzer:
         for partition in self.app.partitions:
             self._partition_keys(partition)
 
-    def _resolve_in_data_flow_order(self, tasks: list[tuple[object, ast.Partition | None]]) -> None:
+    def _resolve_in_data_flow_order(self, tasks: list[tuple[ast.Query | ast.AggregationDefinition, ast.Partition | None]]) -> None:
         pending = list(range(len(tasks)))
         while pending:
             ready = [i for i in pending if self._inputs_known(*tasks[i])]
@@ -124,11 +126,11 @@ class _Analyzer:
                 self._task(*tasks[i])
             pending = [i for i in pending if i not in ready]
 
-    def _inputs_known(self, element: object, partition: ast.Partition | None) -> bool:
+    def _inputs_known(self, element: ast.Query | ast.AggregationDefinition, partition: ast.Partition | None) -> bool:
         inputs = (element.input,) if isinstance(element, ast.AggregationDefinition) else element.input_streams()
         return all(self._lookup(s, partition) is not None for s in inputs)
 
-    def _task(self, element: object, partition: ast.Partition | None) -> None:
+    def _task(self, element: ast.Query | ast.AggregationDefinition, partition: ast.Partition | None) -> None:
         if isinstance(element, ast.AggregationDefinition):
             self._aggregation(element)
         else:
@@ -138,13 +140,6 @@ class _Analyzer:
 
     def _collect_definitions(self) -> None:
         seen: dict[str, ast.Definition] = {}
-        kinds = (
-            (ast.StreamDefinition, self.result.streams),
-            (ast.TableDefinition, self.result.tables),
-            (ast.WindowDefinition, self.result.windows),
-            (ast.TriggerDefinition, self.result.triggers),
-            (ast.AggregationDefinition, self.result.aggregations),
-        )
         for definition in self.app.definitions:
             if definition.name in seen:
                 first = seen[definition.name]
@@ -153,9 +148,16 @@ class _Analyzer:
             seen[definition.name] = definition
             if isinstance(definition, ast.FunctionDefinition):
                 self.report(f"Script functions are not supported; '{definition.name}' cannot be defined.", definition)
-            for kind, registry in kinds:
-                if isinstance(definition, kind):
-                    registry[definition.name] = definition
+            if isinstance(definition, ast.StreamDefinition):
+                self.result.streams[definition.name] = definition
+            elif isinstance(definition, ast.TableDefinition):
+                self.result.tables[definition.name] = definition
+            elif isinstance(definition, ast.WindowDefinition):
+                self.result.windows[definition.name] = definition
+            elif isinstance(definition, ast.TriggerDefinition):
+                self.result.triggers[definition.name] = definition
+            elif isinstance(definition, ast.AggregationDefinition):
+                self.result.aggregations[definition.name] = definition
             self._attribute_names(getattr(definition, "attributes", ()))
             if isinstance(definition, ast.TriggerDefinition):
                 self._trigger(definition)
@@ -314,8 +316,10 @@ class _Analyzer:
         scope = Scope(tuple(sources), incomplete=incomplete)
         if kinds.count("table") + kinds.count("aggregation") == 2:
             self.report("A join needs at least one stream or window side; both sides here are stored.", join)
-        if (join.within or join.per is not None) and "aggregation" not in kinds and not incomplete:
-            self.report("'within' and 'per' can only be used when joining an aggregation.", join.within[0] if join.within else join.per)
+        if "aggregation" not in kinds and not incomplete:
+            misplaced = join.within[0] if join.within else join.per
+            if misplaced is not None:
+                self.report("'within' and 'per' can only be used when joining an aggregation.", misplaced)
         if join.on is not None:
             self._condition(join.on, scope, "A join")
         for expression in join.within + ((join.per,) if join.per is not None else ()):

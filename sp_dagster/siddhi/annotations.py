@@ -121,6 +121,7 @@ def _dist(annotation: ast.Annotation, element: ast.Annotated | None, report: Rep
 
 
 def _transport(annotation: ast.Annotation, element: ast.Annotated, report: Report) -> None:
+    assert isinstance(element, ast.StreamDefinition)  # _PLACES admits @source and @sink only on streams
     if annotation.get("type") is None:
         report(f"@{annotation.name} needs a type, as in @{annotation.name}(type = 'kafka', ...).", annotation)
     for nested in annotation.annotations:
@@ -136,7 +137,7 @@ def _transport(annotation: ast.Annotation, element: ast.Annotated, report: Repor
                 _distribution(nested, element, report)
 
 
-def _distribution(annotation: ast.Annotation, element: ast.Annotated, report: Report) -> None:
+def _distribution(annotation: ast.Annotation, element: ast.StreamDefinition, report: Report) -> None:
     strategy = annotation.get("strategy")
     if strategy not in _STRATEGIES:
         report(f"@distribution(strategy) must be roundRobin, partitioned or broadcast, not '{strategy}'.", annotation.element("strategy") or annotation)
@@ -150,6 +151,7 @@ def _distribution(annotation: ast.Annotation, element: ast.Annotated, report: Re
 
 
 def _attribute_list(annotation: ast.Annotation, element: ast.Annotated, report: Report) -> None:
+    assert isinstance(element, ast.TableDefinition)  # _PLACES admits @primaryKey and @index only on tables
     values = [e for e in annotation.elements if e.key is None]
     if not values:
         report(f"@{annotation.name} needs at least one attribute name, as in @{annotation.name}('symbol').", annotation)

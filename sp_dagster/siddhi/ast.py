@@ -795,4 +795,4 @@ class OnDemandQuery(Node):
 
     input: StoreInput | None = None
     selector: Selector | None = None
-    output: QueryOutput | None = None
+    output: InsertInto | Delete | Update | UpdateOrInsert | None = None

@@ -175,7 +175,7 @@ class AstBuilder(Transformer):
 
     def function_op(self, children: list[Any]) -> tuple[Token | None, Token, tuple[ast.Expression, ...]]:
         names = [c for c in children if isinstance(c, Token) and c.type == "NAME"]
-        args = tuple(c for c in children if isinstance(c, ast.Node))
+        args = tuple(c for c in children if isinstance(c, ast.Expression))  # the grammar's arguments are expressions
         if len(names) == 2:
             return names[0], names[1], args
         return None, names[0], args
@@ -382,6 +382,7 @@ class AstBuilder(Transformer):
 
     def update_or_insert(self, children: list[Any]) -> ast.UpdateOrInsert:
         tags, condition, at = self._output_parts(children)
+        assert condition is not None  # the grammar requires `on <condition>`
         return ast.UpdateOrInsert(tags["target"][0], condition, tags.get("set", ()), tags.get("event_type", "current"), **_pos(at))
 
     def return_(self, children: list[Any]) -> ast.Return:

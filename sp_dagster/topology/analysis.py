@@ -152,8 +152,11 @@ def describe(app: ast.App) -> list[ElementInfo]:
 
 
 def _describe_executable(element: ast.Query | ast.Partition, index: int) -> ElementInfo:
-    partition = element if isinstance(element, ast.Partition) else None
-    queries = partition.queries if partition else (element,)
+    partition: ast.Partition | None
+    if isinstance(element, ast.Partition):
+        partition, queries = element, element.queries
+    else:
+        partition, queries = None, (element,)
     reads, writes, tables = [], [], []
     for query in queries:
         for stream_input in query.input_streams():

@@ -218,7 +218,7 @@ def _group(app_name: str, stream: str, suffix: str, parallelism: int, catalog: C
 def _external_topics(app_name: str, groups: list[GroupSpec], catalog: Catalog, flows: Flows) -> None:
     """Topics of user kafka @source/@sink annotations that leave bootstrap.servers to the cluster."""
     used = {name for group in groups for info in group.elements for name in info.names()}
-    used |= {group.stream for group in flows.passthroughs}
+    used |= {group.carried for group in flows.passthroughs}
     hosts = {group.name: group.parallelism for group in groups + flows.passthroughs}
     for stream in sorted(used):
         definition = catalog.stream(stream)

@@ -37,6 +37,12 @@ class GroupSpec:
     source: ast.Annotation | None = None  # passthrough: the user @source it hosts (None: an entry topic)
 
     @property
+    def carried(self) -> str:
+        """The stream a passthrough group carries."""
+        assert self.stream is not None, self.name  # every passthrough is made with its stream
+        return self.stream
+
+    @property
     def rank(self) -> tuple[int, int, str]:
         """The sort key among groups that the data flow leaves unordered."""
         return (TIERS[self.kind], self.first_index, self.name)
@@ -93,9 +99,9 @@ def _check_range_partitions(info: ElementInfo, group: str) -> None:
 
 
 def _aggregation_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog, group_of: dict[int, GroupSpec]) -> list[GroupSpec]:
-    aggregations = [info for info in infos if isinstance(info.element, ast.AggregationDefinition)]
-    root = {info.element.name: info.element.name for info in aggregations}
-    position = {info.element.name: info.index for info in aggregations}
+    aggregations = [(info, info.element) for info in infos if isinstance(info.element, ast.AggregationDefinition)]
+    root = {aggregation.name: aggregation.name for _, aggregation in aggregations}
+    position = {aggregation.name: info.index for info, aggregation in aggregations}
 
     def find(name: str) -> str:
         while root[name] != name:
@@ -119,25 +125,25 @@ def _aggregation_groups(app_name: str, infos: list[ElementInfo], catalog: Catalo
         for read in in_memory[1:]:
             first, other = find(in_memory[0].name), find(read.name)
             if first != other:
-                keep, drop = sorted((first, other), key=position.get)
+                keep, drop = sorted((first, other), key=position.__getitem__)
                 root[drop] = keep
         joining.append((info, in_memory[0].name))
 
     groups: dict[str, GroupSpec] = {}
-    for info in aggregations:
-        top = find(info.element.name)
+    for info, definition in aggregations:
+        top = find(definition.name)
         group = groups.get(top)
         if group is None:
             exec_group = f"aggregation-{top}"
             group = groups[top] = GroupSpec(f"{app_name}-{exec_group}", exec_group, AGGREGATION_GROUP, 1, position[top])
-            group.declared_at = info.element
+            group.declared_at = definition
         group.elements.append(info)
         shards, declared_at = aggregation_shards(info)
         if shards > 1:
-            if not is_persisted(info.element):
+            if not is_persisted(definition):
                 raise error_at(
                     declared_at,
-                    f"Aggregation {info.element.name} has @dist(parallel='{shards}') but no @store: its {shards} "
+                    f"Aggregation {definition.name} has @dist(parallel='{shards}') but no @store: its {shards} "
                     "active-active instances must write to one shared store (add @store(type='rdbms', ...))",
                 )
             group.parallelism, group.declared_at = shards, declared_at

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.render import render
@@ -25,6 +26,8 @@ BOOTSTRAP = "${bootstrap}"
 MAPPING = "binary"  # between execution groups
 ENTRY_MAPPING = "json"  # entry topics: users publish Siddhi's JSON events to them
 _PASSTHROUGH_PREFIX = "passthrough"
+_AnnotatedT = TypeVar("_AnnotatedT", bound=ast.Annotated)
+_NodeT = TypeVar("_NodeT", bound=ast.Node)
 _MANAGER_ANNOTATIONS = ("app:name", "app:transportchannelcreationenabled")
 
 
@@ -88,11 +91,13 @@ def _group_elements(group: GroupSpec, index: int, instance: str, context: Contex
         if kind in (TABLE, WINDOW, TRIGGER):
             definitions.append(element)
         elif kind == AGGREGATION:
+            assert isinstance(element, ast.AggregationDefinition)  # validation made every name unique
             if element.name in own:
                 definitions.append(_sharded(_without_dist(element), group.parallelism > 1))
             elif is_persisted(element):
                 definitions.extend(_aggregation_view(element, group, context))
         elif kind != FUNCTION:
+            assert isinstance(element, ast.StreamDefinition)  # a defined name of no other kind
             definitions.append(_stream_definition(element, group, index, instance, context))
     functions = {name for info in group.elements for name in info.functions if catalog.kind(name) == FUNCTION}
     definitions += [e for e in context.app.elements if isinstance(e, ast.FunctionDefinition) and e.name in functions]
@@ -184,21 +189,26 @@ def _attributes(stream: str, group: GroupSpec, context: Context) -> tuple[ast.At
     return tuple(ast.AttributeDef(a.name, a.type) for a in attributes)
 
 
-def _without_dist(element):
+def _without_dist(element: _AnnotatedT) -> _AnnotatedT:
     annotations = tuple(a for a in element.annotations if a.name.lower() != "dist")
     return dataclasses.replace(element, annotations=annotations)
 
 
-def _rename_stream(node, old: str, new: str):
+def _rename_stream(node: _NodeT, old: str, new: str) -> _NodeT:
     """`node` with every reference to stream `old` (inputs and attribute prefixes) renamed to `new`."""
-    if isinstance(node, tuple):
-        return tuple(_rename_stream(item, old, new) for item in node)
-    if not isinstance(node, ast.Node):
-        return node
-    changes = {f.name: _rename_stream(getattr(node, f.name), old, new) for f in dataclasses.fields(node) if f.init}
+    changes = {f.name: _renamed(getattr(node, f.name), old, new) for f in dataclasses.fields(node) if f.init}
     if isinstance(node, (ast.StreamInput, ast.Variable)) and getattr(node, "stream", None) == old:
         changes["stream"] = new
     return dataclasses.replace(node, **changes)
+
+
+def _renamed(value: object, old: str, new: str) -> object:
+    """A field's value with stream `old` renamed to `new` in every node it holds."""
+    if isinstance(value, tuple):
+        return tuple(_renamed(item, old, new) for item in value)
+    if not isinstance(value, ast.Node):
+        return value
+    return _rename_stream(value, old, new)
 
 
 # --------------------------------------------------------------------------- passthroughs

@@ -38,6 +38,7 @@ def _group_strategies(group: GroupSpec, catalog: Catalog) -> dict[str, Choice]:
             if read.key is not None and (read.name, read.key) not in keyed_here:
                 keyed_here.add((read.name, read.key))
                 if (read.name, read.key) in partitioned:
+                    assert read.key_node is not None  # a keyed read carries its partition key
                     raise error_at(
                         read.key_node,
                         f"Unsupported in distributed setup :More than 1 partition residing on the same execGroup {group.name} for {read.name} {read.key}",

@@ -34,8 +34,8 @@ def validate(groups: list[GroupSpec], catalog: Catalog, choices: dict[str, dict[
         if group.parallelism == 1:
             continue
         for info in group.elements:
-            if info.is_query:
-                errors.extend(_parallel_query(group, info, catalog, choices[group.name]))
+            if isinstance(info.element, ast.Query):
+                errors.extend(_parallel_query(group, info.element, catalog, choices[group.name]))
             elif info.is_partition:
                 errors.extend(_partition_inputs(group, info, catalog, producers))
     if errors:
@@ -65,9 +65,8 @@ def _in_memory_state(groups: list[GroupSpec], catalog: Catalog) -> Iterator[Topo
 _PARALLEL_FIX = "; put the query inside a partition (partition with (key of Stream) begin ... end;) or set parallel='1'"
 
 
-def _parallel_query(group: GroupSpec, info: ElementInfo, catalog: Catalog, choices: dict[str, Choice]) -> Iterator[TopologyError]:
+def _parallel_query(group: GroupSpec, query: ast.Query, catalog: Catalog, choices: dict[str, Choice]) -> Iterator[TopologyError]:
     """A plain query with parallel > 1 sees only its instance's share of the events: stateless only."""
-    query = info.element
     name = group.name
     source = query.input
     if isinstance(source, ast.JoinInput):

@@ -93,6 +93,17 @@ WRONG_APPS = [
         (1, 34, "@distribution(strategy) must be roundRobin, partitioned or broadcast, not 'random'."),
     ),
     ("@primaryKey('b') define table T (a int);", (1, 13, "@primaryKey names 'b', which is not an attribute of 'T'.")),
+    # a partitioned @distribution or a @primaryKey off a definition is misplaced, never checked against attributes
+    (
+        S + "@sink(type='log', @distribution(strategy='partitioned', partitionKey='b')) from S select symbol insert into T;",
+        (2, 1, "@sink cannot be used on a query."),
+    ),
+    (
+        S
+        + "@sink(type='log', @distribution(strategy='partitioned', partitionKey='b')) partition with (symbol of S) begin from S select symbol insert into T; end;",
+        (2, 1, "@sink cannot be used on a partition."),
+    ),
+    (S + "@primaryKey('b') from S select symbol insert into T;", (2, 1, "@primaryKey cannot be used on a query.")),
     ("@store(type='rdbms') define stream S (a int);", (1, 1, "@store cannot be used on a stream.")),
     ("@app:playback(idle.time='soon') define stream S (a int);", (1, 15, "idle.time must be a time such as '2 sec', not 'soon'.")),
     (S + "from S join S as s2 select symbol insert into T;", (2, 28, "Attribute 'symbol' is ambiguous here; write S.symbol or s2.symbol.")),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from typing import Any
 
 from sp_dagster.engine.errors import EngineError
 
@@ -209,7 +210,7 @@ class RdbmsStore:
         return dict(zip(self.names, values))
 
     def _record(self, row) -> tuple:
-        values = [None if v is None else read(v) for v, read in zip(row, self.readers)]
+        values: list[Any] = [None if v is None else read(v) for v, read in zip(row, self.readers)]  # a stored row's columns
         at = 1
         shard = values[at] if self.distributed else None
         at += self.distributed

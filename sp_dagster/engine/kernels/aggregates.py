@@ -77,6 +77,7 @@ def compute(aggregator, ops: Ops, values: np.ndarray | None, stores: list | None
         sums = ops.running_int(sums0, ops.signs * values)
         result = sums
     else:
+        assert values is not None  # only count() comes without argument values
         sums0 = np.array([_sum(s, 0.0) for s in olds], np.float64)
         sums = ops.running_float(sums0, np.where(ops.signs > 0, values, -values))
         if isinstance(aggregator, Avg):

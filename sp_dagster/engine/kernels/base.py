@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
+from sp_dagster.engine.clock import TimerQueue
 from sp_dagster.engine.events import ArrowChunk, StreamEvent
 from sp_dagster.engine.kernels.eligibility import blind_output
 
@@ -89,6 +90,9 @@ def apply_filters(chunk: ArrowChunk, filters) -> tuple[ArrowChunk, np.ndarray | 
 
 class Kernel:
     """Computes one query's outputs over a segment of a run (see the package docstring)."""
+
+    #: the timer queue a kernel fires itself (StreamPlan), or None
+    timers: TimerQueue | None = None
 
     def __init__(self, query):
         self.query = query

@@ -35,6 +35,7 @@ def plain_query(receiver) -> QueryRuntime | None:
 def blind_output(query: QueryRuntime) -> bool:
     """True when nothing downstream of `query` can tell its output chunks apart (buffers only)."""
     output = query.output
+    assert isinstance(output, QueryOutput)  # kernels compute only queries writing a stream (plain_query)
     target = output.target
     if any(not getattr(callback, "blind", False) for callback in output.callbacks):
         return False

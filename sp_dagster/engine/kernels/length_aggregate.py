@@ -10,7 +10,9 @@ group at once (kernels.aggregates), and the winners of every chunk picked out.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from itertools import repeat
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -20,9 +22,12 @@ from sp_dagster.engine.events import EXPIRED, StreamEvent
 from sp_dagster.engine.kernels.aggregates import EXACT, SUPPORTED, Ops, compute, integer_sum
 from sp_dagster.engine.kernels.base import Kernel, Output, segment
 from sp_dagster.engine.kernels.eligibility import plain_query
-from sp_dagster.engine.processors import FilterProcessor
+from sp_dagster.engine.processors import FilterProcessor, Processor
+from sp_dagster.engine.windows.base import WindowProcessor
 from sp_dagster.engine.windows.length import LengthWindow
 from sp_dagster.siddhi import ast
+
+_WindowT = TypeVar("_WindowT", bound=WindowProcessor)
 
 #: Attribute types a group-by key may have here (their Python values are the keys).
 KEY_TYPES = ("string", "int", "long", "bool")
@@ -322,13 +327,14 @@ def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.repeat(starts - offsets, sizes) + np.arange(total)
 
 
-def analyse(receiver, window_class):
+def analyse(receiver, window_class: type[_WindowT]) -> tuple[Sequence[Processor], _WindowT, list[int | None], list[tuple[str, int]], int | None] | None:
     """(filters, window, arguments, columns, group) of `from S[...]#window.<window_class>(...) select
     <attributes, sum/count/avg> [group by a]`, or None when `receiver` is not such a query."""
     query = plain_query(receiver)
-    if query is None or not query.processors or not isinstance(query.processors[-1], window_class):
+    window = query.processors[-1] if query is not None and query.processors else None
+    if query is None or not isinstance(window, window_class):
         return None
-    filters, window = query.processors[:-1], query.processors[-1]
+    filters = query.processors[:-1]
     if not all(isinstance(p, FilterProcessor) and p.vector is not None for p in filters):
         return None
     selector, node = query.selector, query.query.selector

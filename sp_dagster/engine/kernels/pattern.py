@@ -256,10 +256,16 @@ def _equality(handlers, schema, names) -> int | None:
     for handler in handlers:
         for term in _conjuncts(handler.condition):
             if isinstance(term, ast.BinaryOp) and term.op == "==":
-                sides = (term.left, term.right)
-                if all(isinstance(s, ast.Variable) and s.index is None and s.name == sides[0].name for s in sides):
-                    refs = {names.get(s.stream, 1) if s.stream is not None else 1 for s in sides}
-                    index = schema.index(sides[0].name)
+                left, right = term.left, term.right
+                if (
+                    isinstance(left, ast.Variable)
+                    and isinstance(right, ast.Variable)
+                    and left.index is None
+                    and right.index is None
+                    and right.name == left.name
+                ):
+                    refs = {names.get(s.stream, 1) if s.stream is not None else 1 for s in (left, right)}
+                    index = schema.index(left.name)
                     if refs == {0, 1} and index is not None and schema.types[index] in ("string", "int", "long", "bool"):
                         return index
     return None
@@ -371,6 +377,7 @@ class _Compiler:
             return None
         if lk == "bool":
             lf, rf = self._operand(left, "bool"), self._operand(right, "bool")
+            assert lf is not None and rf is not None  # a bool column, or a bool constant: both have operands
             return ("bool", lambda a, i, j: test(lf(a, i, j), rf(a, i, j)))
         if lk != "string":
             return None

@@ -17,6 +17,7 @@ from itertools import repeat
 import numpy as np
 import pyarrow as pa
 
+from sp_dagster.engine.clock import TimerQueue
 from sp_dagster.engine.events import RESET, StreamEvent
 from sp_dagster.engine.kernels.aggregates import EXACT, Ops, _new_state, compute, integer_sum
 from sp_dagster.engine.kernels.base import Output, segment
@@ -41,7 +42,7 @@ class TimeBatchAggregateKernel(LengthAggregateKernel):
         return cls(receiver, *parts)
 
     @property
-    def timers(self):
+    def timers(self) -> TimerQueue | None:
         """The timer queue this kernel fires itself."""
         return self.window.timers
 
@@ -191,7 +192,10 @@ class LengthBatchAggregateKernel(TimeBatchAggregateKernel):
             return None
         return cls(receiver, *parts)
 
-    timers = None
+    @property
+    def timers(self) -> TimerQueue | None:
+        """None: a length batch flushes on arrivals, with no timer to fire."""
+        return None
 
     def extent(self, run, start, end):
         if not self.run_fits(run) or not self.window_fits(self.window, self.aggregators):

@@ -132,6 +132,7 @@ def _datasource(store: ast.Annotation, datasources: dict | None):
 
 def _datasource_url(store: ast.Annotation, datasources: dict | None) -> str:
     source = _datasource(store, datasources)
+    assert source is not None  # called only when the @store names a datasource
     return source if isinstance(source, str) else source.url
 
 
@@ -147,12 +148,12 @@ def _check_driver(store: ast.Annotation, jdbc: str) -> None:
         raise app_error(f"@store jdbc.driver.name '{driver}' drives {drives}, but jdbc.url is a {kind or 'different'} URL", store.element("jdbc.driver.name"))
 
 
-def _pool_properties(store: ast.Annotation) -> dict[str, float]:
+def _pool_properties(store: ast.Annotation) -> dict[str, int]:
     text = store.get("pool.properties")
     if not text:
         return {}
     node = store.element("pool.properties")
-    result: dict[str, float] = {}
+    result: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = (part.strip() for part in item.partition(":"))
         if not sep or not key:
