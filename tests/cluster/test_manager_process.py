@@ -119,12 +119,15 @@ def test_status_with_an_unreachable_database_names_it(tmp_path):
 
 def test_manager_keeps_trying_an_unreachable_database_and_says_so_once(tmp_path):
     conf = write_conf(tmp_path, f"postgresql+psycopg://sp@127.0.0.1:{free_port()}/cp")
-    proc = ManagerProcess(conf, "m1", log_path=tmp_path / "m1.log", cwd=ROOT).start()
-    time.sleep(3)
+    log_path = tmp_path / "m1.log"
+    proc = ManagerProcess(conf, "m1", log_path=log_path, cwd=ROOT).start()
+    # Its stop handler is set once it has logged its first line (a SIGTERM before that kills it, as any process).
+    wait_until(lambda: proc.ready and "is unreachable:" in log_path.read_text(), 60, 0.1, what="the manager to start and say the database is unreachable")
+    time.sleep(2)  # it keeps trying meanwhile, without saying so again
     assert proc.alive
     proc.signal(signal.SIGTERM)
     assert proc.process.wait(15) == 0
-    log = (tmp_path / "m1.log").read_text()
+    log = log_path.read_text()
     assert log.count("is unreachable:") == 1, log
     assert "Traceback" not in log
 
