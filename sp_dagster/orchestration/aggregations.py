@@ -130,7 +130,7 @@ def build_aggregation_checks(targets: dict[dg.AssetKey, dict], worker_conf: str)
 
         with user_errors():
             datasources = load_conf(worker_conf, role="worker").datasources
-        for key in sorted({check.asset_key for check in context.selected_asset_check_keys}, key=lambda k: k.path):
+        for key in sorted({check.asset_key for check in context.selected_asset_check_keys}, key=lambda k: tuple(k.path)):
             target = targets[key]
             try:
                 seen = read_store(target["reader"], datasources)

@@ -70,7 +70,7 @@ def deploy_siddhi_app(
     from sp_dagster.deploy import steps
     from sp_dagster.orchestration.ops import check_state, user_errors
 
-    sources = {spec.metadata.get(SOURCE_META) for spec in context.assets_def.specs} - {None}
+    sources = {str(spec.metadata[SOURCE_META]) for spec in context.assets_def.specs if spec.metadata.get(SOURCE_META) is not None}
     with user_errors():
         if len(sources) != 1:
             raise steps.DeployError(f"deploy_siddhi_app runs inside a @siddhi_app_assets function (one app file), not over {sorted(sources) or 'no app'}")

@@ -35,6 +35,11 @@ CONTROL_PLANE_KEY = dg.AssetKey(["sp_dagster", "control_plane"])
 APP_META, GROUP_META = "sp_dagster/app", "sp_dagster/group"
 
 
+def by_path(key: dg.AssetKey) -> tuple[str, ...]:
+    """An asset key's sort order: its path."""
+    return tuple(key.path)
+
+
 def fetch_deployments(control_plane: ControlPlaneResource) -> dict[str, Any]:
     """A snapshot of the recorded deployments (plans and placements); `error` says why there is none."""
     from sp_dagster.cluster.status import cluster_status
@@ -132,10 +137,11 @@ class SiddhiAssetProps:
     @property
     def default_key(self) -> dg.AssetKey:
         """The key the default translator gives this asset (what other specs' deps name)."""
-        if self.kind == "partial_app":
+        if self.group is not None:  # kind partial_app
             return partial_app_key(self.app, exec_group(self.app, self.group))
-        if self.kind == "aggregation":
+        if self.aggregation is not None:
             return aggregation_key(self.app, self.aggregation["name"])
+        assert self.topic is not None  # one of the three is set, by kind
         return topic_key(self.topic["name"])
 
 
@@ -165,7 +171,7 @@ def _partial_app_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
     outputs = {f"{stream} -> {p['topic']}": _strategy(p) for stream, pubs in group["outputs"].items() for p in pubs}
     return dg.AssetSpec(
         key=props.default_key,
-        deps=sorted({topic_key(s["topic"]) for s in group["inputs"].values() if s.get("topic")}, key=lambda k: k.path),
+        deps=sorted({topic_key(s["topic"]) for s in group["inputs"].values() if s.get("topic")}, key=by_path),
         group_name=group_name(app),
         description=f"Partial app `{group['name']}` of {app}: {counted(group['parallelism'], 'parallel instance')}"
         + (", receiver (passthrough)" if group.get("receiver") else "")
@@ -221,7 +227,7 @@ def _topic_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
     assert topic is not None, "a topic's props carry the topic"
     return dg.AssetSpec(
         key=props.default_key,
-        deps=sorted(set(props.producers), key=lambda k: k.path),
+        deps=sorted(set(props.producers), key=by_path),
         group_name=group_name(props.app),
         description=f"Topic `{topic['name']}` ({counted(topic['partitions'], 'partition')})"
         + ("" if props.producers else ": an entry topic, fed from outside the app")

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def _state_path() -> Path:
     return home() / "up.json"
 
 
-def _wait(what: str, condition, timeout: float, processes: list[Detached] = ()) -> object:
+def _wait(what: str, condition, timeout: float, processes: Sequence[Detached] = ()) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()

@@ -72,7 +72,7 @@ def generate(conf: str, app: str, rate: float, stop: threading.Event, seed: int 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the generator in the foreground."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--conf", required=True, help="a deployment.yaml naming the control plane and broker")
     parser.add_argument("--app", required=True, help="the deployed app's name")
     parser.add_argument("--rate", type=float, default=5.0, help="events per second (default 5)")

@@ -74,6 +74,11 @@ def _metric(instance: dict, name: str) -> int | float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
+def lags(instances: list[dict]) -> dict[str, int]:
+    """Each instance's lag, where its worker reports one."""
+    return {i["instance"]: int(lag) for i in instances if (lag := _metric(i, "lag")) is not None}
+
+
 def _previous(instance: dg.DagsterInstance, key: dg.AssetKey, limit: int) -> list[tuple[float, dict[str, Any]]]:
     """(timestamp, metadata values) of the asset's last `limit` observations, oldest first."""
     records = instance.fetch_observations(key, limit=limit).records
@@ -105,7 +110,7 @@ def observe(key: dg.AssetKey, instances: list[dict], nodes: dict[str, dict], pre
         "latency_ms_p50": max((v["latency_ms_p50"] for v in per_instance.values() if v["latency_ms_p50"] is not None), default=0),
         "latency_ms_p99": max((v["latency_ms_p99"] for v in per_instance.values() if v["latency_ms_p99"] is not None), default=0),
         "instances": dg.MetadataValue.json(per_instance),
-        "lag_by_instance": dg.MetadataValue.json({n: v["lag"] for n, v in per_instance.items() if v["lag"] is not None}),
+        "lag_by_instance": dg.MetadataValue.json(lags(instances)),
         "workers": dg.MetadataValue.json(
             {
                 n["node"]: {"state": n["state"], "heartbeat_s": round(n["last_heartbeat_ago_ms"] / 1000, 1)}
@@ -203,7 +208,7 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
         nodes = {n["node"]: n for n in status["nodes"]}
         now = time.time()  # the clock of Dagster's observation timestamps
         selected = context.selected_asset_check_keys
-        for key in sorted({check.asset_key for check in selected}, key=lambda k: k.path):
+        for key in sorted({check.asset_key for check in selected}, key=lambda k: tuple(k.path)):
             app, exec_group = targets[key]
             instances = instance_rows(status, app, exec_group)
             previous = _previous(context.instance, key, samples - 1)
@@ -213,7 +218,7 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
                 yield live_worker_result(key, app, instances, nodes, max_age_ms)
             if dg.AssetCheckKey(key, LAG_NOT_GROWING) in selected:
                 history = [m.get("lag_by_instance") or {} for _, m in previous]
-                current = observation.metadata["lag_by_instance"].value
+                current = lags(instances)
                 yield lag_result(key, app, instances, history, current, samples)
             if dg.AssetCheckKey(key, PARALLELISM_ADVICE) in selected:
                 yield advice_result(key, app, exec_group, advice)

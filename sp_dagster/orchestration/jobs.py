@@ -111,7 +111,7 @@ def worker_conf_for(conf: str, spark_config: dict[str, str], directory) -> str:
         return conf
     document = yaml.safe_load(Path(conf).read_text(encoding="utf-8")) or {}
     settings = {k: str(v) for k, v in spark_config.items()}
-    spark = {"master": settings.pop("spark.master", "local[*]")}
+    spark: dict[str, object] = {"master": settings.pop("spark.master", "local[*]")}
     if "spark.app.name" in settings:
         spark["appName"] = settings.pop("spark.app.name")
     spark["conf"] = settings

@@ -50,7 +50,7 @@ def with_resource_keys(fn, keys: dict[str, str]):
                 kwargs[param] = kwargs.pop(key)
         return fn(*args, **kwargs)
 
-    rekeyed.__signature__ = signature.replace(parameters=renamed)
+    rekeyed.__signature__ = signature.replace(parameters=renamed)  # pyright: ignore[reportAttributeAccessIssue]  (what inspect.signature reads)
     return rekeyed
 
 

@@ -48,6 +48,7 @@ class Change:
     def run_key(self) -> str:
         """Unique per change event: name + content hash + event number."""
         if self.kind == "deploy":
+            assert self.content_hash is not None  # a deploy names what it deploys
             return f"deploy:{self.file}:{self.content_hash[:16]}:{self.event}"
         return f"undeploy:{self.file}:{self.event}"
 
