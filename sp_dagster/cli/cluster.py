@@ -95,10 +95,16 @@ def run_manager(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_status(args: argparse.Namespace) -> int:
-    """Print the cluster status (text or JSON)."""
+def _show(value, as_json: bool, render, *, sort_keys: bool = True) -> int:
+    """Print a command's result as JSON (indented) or as its text rendering (which ends its own lines)."""
     import json
 
+    print(json.dumps(value, indent=2, sort_keys=sort_keys) if as_json else render(value), end="\n" if as_json else "")
+    return 0
+
+
+def show_status(args: argparse.Namespace) -> int:
+    """Print the cluster status (text or JSON)."""
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.cluster.status import cluster_status, render_status
 
@@ -109,14 +115,11 @@ def show_status(args: argparse.Namespace) -> int:
     else:
         with ControlPlane.from_config(config, migrate=False) as plane:
             status = cluster_status(plane)
-    print(json.dumps(status, indent=2, sort_keys=True) if args.json else render_status(status), end="\n" if args.json else "")
-    return 0
+    return _show(status, args.json, render_status)
 
 
 def show_apps(args: argparse.Namespace) -> int:
     """Print the deployed apps and their execution groups (text or JSON)."""
-    import json
-
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.cluster.status import deployed_apps, render_apps
 
@@ -127,19 +130,15 @@ def show_apps(args: argparse.Namespace) -> int:
     else:
         with ControlPlane.from_config(config, migrate=False) as plane:
             apps = deployed_apps(plane)
-    print(json.dumps(apps, indent=2, sort_keys=True) if args.json else render_apps(apps), end="\n" if args.json else "")
-    return 0
+    return _show(apps, args.json, render_apps)
 
 
 def show_advice(args: argparse.Namespace) -> int:
     """Print each group's advised parallelism (text or JSON)."""
-    import json
-
     from sp_dagster.cluster.advising import group_advice, render_advice
     from sp_dagster.cluster.db import ControlPlane
 
     config = load_role_config(args)
     with ControlPlane.from_config(config, migrate=False) as plane:
         advice = group_advice(plane, config.deployment.autoscaling, args.app)
-    print(json.dumps(advice, indent=2) if args.json else render_advice(advice), end="\n" if args.json else "")
-    return 0
+    return _show(advice, args.json, render_advice, sort_keys=False)
