@@ -22,7 +22,7 @@ from sp_dagster.cluster.db import ControlPlane, db_now_ms
 from sp_dagster.cluster.rates import per_second
 from sp_dagster.cluster.schema import deployments, instances
 from sp_dagster.cluster.store.load import GroupLoad, prune_load, read_load, record_load
-from sp_dagster.errors import SpDagsterError
+from sp_dagster.errors import DatabaseUnavailable, SpDagsterError
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class LoadSampler:
     def _sample_logged(self) -> None:
         try:
             self.sample_once()
+        except DatabaseUnavailable as exc:  # the manager's own loop says so, once per outage
+            log.debug("load sample skipped: %s", exc)
         except Exception as exc:  # a sample is advisory: the next one tries again
             log.warning("load sample failed (%s); the next one is in %.0f s", exc, self.every_s)
 
