@@ -39,6 +39,10 @@ class TopicError(MessagingError):
     """A topic is missing, or cannot be created or grown as asked."""
 
 
+class TopicCannotGrow(TopicError):
+    """A topic has fewer partitions than asked and the broker cannot add them to it."""
+
+
 class EventDecodeError(MessagingError):
     """An event on a topic could not be decoded into the stream's attributes."""
 

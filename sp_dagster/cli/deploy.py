@@ -1,4 +1,4 @@
-"""`sp-dagster deploy`, `undeploy`, `produce` and `consume`."""
+"""`sp-dagster deploy`, `scale`, `undeploy`, `produce` and `consume`."""
 
 from __future__ import annotations
 
@@ -38,6 +38,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_manager_options(undeploy)
     undeploy.set_defaults(handler=run_undeploy)
+
+    scale = subparsers.add_parser(
+        "scale",
+        help="run one execution group of a deployed app at a new parallelism",
+        description="Deploy the running app again with GROUP at N instances; keyed state moves with its keys. Within the "
+        "group's @dist(maxParallel) no topic changes. The app's file keeps its own parallel, which its next deploy applies.",
+    )
+    scale.add_argument("name", metavar="APP", help="the app's name (@App:name)")
+    scale.add_argument("group", metavar="GROUP", help="the execution group (@dist(execGroup))")
+    scale.add_argument("parallel", metavar="N", type=int, help="how many instances it runs")
+    add_conf_option(scale)
+    scale.add_argument("--no-wait", action="store_true", help="record the change and return at once")
+    scale.add_argument("--timeout", type=float, default=180.0, metavar="S", help="seconds to wait for every instance to run (default 180)")
+    add_manager_options(scale)
+    scale.set_defaults(handler=run_scale)
 
     produce = subparsers.add_parser(
         "produce",
@@ -102,14 +117,30 @@ def run_deploy(args: argparse.Namespace) -> int:
         return 0
     loaded = load_app(args.app)  # the app's own errors first, then the configuration's and the broker's
     require_messaging(config, find_conf("manager", args.conf))
-
-    def progress(state) -> None:
-        running = sum(1 for i in state.instances if i.status == "running")
-        waiting = f" - {state.waiting_reason}" if state.waiting_reason else ""
-        print(f"  {state.app}: {running}/{len(state.instances)} instances running{waiting}", flush=True)
-
-    result = deploy(loaded, config, wait=not args.no_wait, timeout=args.timeout, progress=progress, fresh=args.fresh)
+    result = deploy(loaded, config, wait=not args.no_wait, timeout=args.timeout, progress=_progress, fresh=args.fresh)
     print("\n".join(result.summary()))
+    _refresh_dagster(config)
+    return 0
+
+
+def _progress(state) -> None:
+    running = sum(1 for i in state.instances if i.status == "running")
+    waiting = f" - {state.waiting_reason}" if state.waiting_reason else ""
+    print(f"  {state.app}: {running}/{len(state.instances)} instances running{waiting}", flush=True)
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    """Run one group of a deployed app at a new parallelism."""
+    from sp_dagster.deploy.scaling import scale
+
+    config = load_role_config(args)
+    client = manager_client(args, config)
+    if client is not None:
+        lines = client.scale(args.name, args.group, args.parallel, wait=None if args.no_wait else args.timeout)["lines"]
+    else:
+        require_messaging(config, find_conf("manager", args.conf))
+        lines = scale(config, args.name, args.group, args.parallel, wait=not args.no_wait, timeout=args.timeout, progress=_progress).summary()
+    print("\n".join(lines))
     _refresh_dagster(config)
     return 0
 

@@ -1,6 +1,6 @@
 """How far advice may scale each execution group of a recorded app: its maximum parallelism today.
 
-Until groups declare a maximum (`maxParallel`, issue 31), it is what a redeploy can do without
+A group's declared `@dist(maxParallel)` when it has one; otherwise what a redeploy can do without
 moving keys between the partitions of a running topic or breaking the planner's rules:
 
 - a keyed group (it reads field-grouped topics): the partitions of those topics (more instances
@@ -27,6 +27,8 @@ from sp_dagster.topology.output import to_dict
 def max_parallel(app: str, source: str, recorded: dict[str, Any], exec_group: str) -> int | None:
     """The maximum parallelism of `exec_group` in the recorded plan of `app` (None: no maximum)."""
     group = _group(recorded, app, exec_group)
+    if group.get("max_parallelism") is not None:
+        return int(group["max_parallelism"])
     parallel = int(group["parallelism"])
     if parallel == 1:
         try:

@@ -118,6 +118,9 @@ class Api:
         if method == "POST" and segments == ["apps"]:
             caller.require(DEPLOYER, "deploy")
             return Response(200, self._deploy(caller, body, headers.get(SOURCE_HEADER) or "<api>", query))
+        if method == "POST" and len(segments) == 3 and segments[0] == "apps" and segments[2] == "scale":
+            caller.require(DEPLOYER, "scale")
+            return Response(200, self._scale(caller, segments[1], query))
         if method == "DELETE" and len(segments) == 2 and segments[0] == "apps":
             drop = _flag(query, "dropState")
             caller.require(ADMIN if drop else DEPLOYER, "undeploy --drop-state" if drop else "undeploy")
@@ -148,6 +151,19 @@ class Api:
         result = deploy(loaded, self.config, wait=wait > 0, timeout=wait or 120.0, fresh=_flag(query, "fresh"))
         record_change(self.plane, caller.username, "deploy", result.app, changed=result.changed, content_hash=loaded.content_hash, node=self.config.node_id)
         log.info("api: %s deployed %s%s", caller.username, result.app, "" if result.changed else " (unchanged)")
+        return {"app": result.app, "changed": result.changed, "lines": result.summary(), "running": bool(result.state and result.state.running)}
+
+    def _scale(self, caller: Caller, app: str, query: dict[str, str]) -> dict[str, Any]:
+        from sp_dagster.cluster.store.events import record_change
+        from sp_dagster.deploy.scaling import scale
+
+        group, parallel = query.get("group") or "", query.get("parallel") or ""
+        if not group or not parallel.isdigit():
+            raise ApiRefused(400, "scale needs ?group=<execGroup>&parallel=<whole number>")
+        wait = float(query.get("wait") or 0)
+        result = scale(self.config, app, group, int(parallel), wait=wait > 0, timeout=wait or 120.0)
+        record_change(self.plane, caller.username, "scale", result.app, group=group, parallel=int(parallel), node=self.config.node_id)
+        log.info("api: %s scaled %s group %s to %s", caller.username, result.app, group, parallel)
         return {"app": result.app, "changed": result.changed, "lines": result.summary(), "running": bool(result.state and result.state.running)}
 
     def _undeploy(self, caller: Caller, app: str, *, delete_topics: bool, drop_state: bool) -> dict[str, Any]:

@@ -98,6 +98,11 @@ class ManagerClient:
         timeout = (wait or 0) + self._timeout
         return self.request("POST", "/api/apps", query=query, body=body, headers={SOURCE_HEADER: source, "Content-Type": "text/plain"}, timeout=timeout)
 
+    def scale(self, name: str, group: str, parallel: int, *, wait: float | None) -> dict:
+        """Run one execution group of a deployed app at `parallel` instances (waiting up to `wait` seconds, when given)."""
+        query = {"group": group, "parallel": parallel, "wait": wait or 0}
+        return self.request("POST", f"/api/apps/{quote(name, safe='')}/scale", query=query, timeout=(wait or 0) + self._timeout + 120)
+
     def undeploy(self, name: str, *, delete_topics: bool = False, drop_state: bool = False) -> dict:
         """Undeploy an app (deleting its topics, dropping its state when asked)."""
         query = {**({"deleteTopics": 1} if delete_topics else {}), **({"dropState": 1} if drop_state else {})}

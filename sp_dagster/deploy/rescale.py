@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.deploy.errors import DeployError
+from sp_dagster.topology.topics import partition_numbers
 
 FRESH_SINCE = "fresh_since"  # instance extra: checkpoints saved before this time (ms) are not resumed
 KEPT_EXTRAS = (FRESH_SINCE, RESCALED)
@@ -53,6 +54,7 @@ class Rescale:
     upstream: tuple[str, ...] = ()  # the groups that publish to them
     old_ids: tuple[str, ...] = ()  # the instances of the recorded layout
     partitions: dict = field(default_factory=dict, compare=False)  # keyed topic -> the partitions publishers spread keys over
+    recorded_partitions: int | None = None  # what the keyed topics had in the recorded plan (when all alike)
 
     @property
     def moves(self) -> bool:
@@ -61,7 +63,13 @@ class Rescale:
 
     @property
     def moving(self) -> float:
-        """The share of keys whose owning instance changes (keys spread by hash over the instances)."""
+        """The share of keys whose owning instance changes: of the partitions, when the keyed topics keep
+        their count (room left by maxParallel), else of keys spread by hash over the instances."""
+        count = self.recorded_partitions
+        if count and {self.partitions.get(t) for t in self.topics} == {count}:
+            owner = lambda n: {p: i for i in range(n) for p in partition_numbers(n, count, i)}  # noqa: E731
+            before, after = owner(self.old), owner(self.new)
+            return sum(1 for p in range(count) if before[p] != after[p]) / count
         cycle = math.lcm(self.old, self.new)
         return sum(1 for r in range(cycle) if r % self.old != r % self.new) / cycle
 
@@ -81,10 +89,12 @@ class Rescale:
 
 def rescales(plane, topology) -> list[Rescale]:
     """The groups of `topology` whose parallelism differs from the recorded deployment's."""
-    from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.cluster.store.deployments import get_deployment, list_instances
     from sp_dagster.topology.model import FIELD_GROUPING
     from sp_dagster.worker.instance_plan import plan_instance
 
+    recorded = get_deployment(plane, topology.app)
+    had = {t["name"]: int(t["partitions"]) for t in (recorded.plan.get("topics") or [])} if recorded is not None else {}
     before: dict[str, list[str]] = {}
     for instance in list_instances(plane, topology.app):
         before.setdefault(instance.group, []).append(instance.instance_id)
@@ -100,7 +110,9 @@ def rescales(plane, topology) -> list[Rescale]:
             upstream = tuple(g.name for g in topology.groups if any(p.topic in topics for p in g.outputs))
             why = _unmovable(topology, group, topics, upstream) if keyed and not stateless else None
             partitions = {t: topology.topic(t).partitions for t in topics}
-            found.append(Rescale(group.name, old, len(group.instances), keyed, stateless, why, topics, upstream, old_ids, partitions))
+            counts = {had.get(t) for t in topics}
+            kept = counts.pop() if len(counts) == 1 else None
+            found.append(Rescale(group.name, old, len(group.instances), keyed, stateless, why, topics, upstream, old_ids, partitions, kept))
     return found
 
 

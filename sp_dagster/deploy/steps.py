@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.deploy.errors import DeployError
+from sp_dagster.errors import TopicCannotGrow
 from sp_dagster.siddhi import SiddhiQLError, ast, load
 from sp_dagster.siddhi.validate import read_text
 from sp_dagster.topology import Topology, plan
@@ -121,7 +122,13 @@ def create_topics(topology: Topology, transport) -> list:
                 f"but these topics do not exist: {', '.join(missing)}; create them first"
             )
         return [existing[name] for name, _ in wanted]
-    return [transport.ensure_topic(name, partitions) for name, partitions in wanted]
+    try:
+        return [transport.ensure_topic(name, partitions) for name, partitions in wanted]
+    except TopicCannotGrow as exc:
+        raise DeployError(
+            f"{exc}. Next time, leave the group room to grow: @dist(maxParallel='N') lays its topics out for N instances, "
+            "and rescaling within N changes no topic"
+        ) from None
 
 
 def instance_specs(topology: Topology) -> list:

@@ -11,6 +11,7 @@ outputs with their arrival times, and at random moments one fault after another 
 - `leader-kill`   SIGKILL the leader manager (another takes over), start it again;
 - `rescale-up`, `rescale-down`: redeploy with the keyed group's parallelism one higher (lower):
   its per-key state moves to the new layout (deploy.rescale);
+- `scale-up`, `scale-down`: the same through `sp-dagster scale APP average N` (deploy.scaling);
 - `broker-pause`   SIGSTOP the broker for `outage_s` (every client's requests hang, transactions
   time out), then SIGCONT (`broker` is its handle: an EmbeddedBroker);
 - `db-outage`      stop the control plane's database server for `outage_s` (30 s) and start it
@@ -45,7 +46,7 @@ DURABLE_FAULTS = ("broker-restart",)  # a broker whose data outlives its process
 BROKER_DOWN_S = 5.0  # how long a restarted broker stays away
 SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
 OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
-KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}')"  # the app's keyed group, rescaled by `rescale-*`
+KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}'"  # how the app's keyed group begins, rescaled by `rescale-*` and `scale-*`
 
 
 @dataclass
@@ -225,7 +226,7 @@ class ChaosRun:
         """Cause one fault and bring the process back; returns it (its gap is measured later)."""
         if kind == "leader-kill":
             target = self._leader()
-        elif kind.startswith("rescale-"):
+        elif kind.startswith(("rescale-", "scale-")):
             target = "deploy"
         elif kind in SERVER_FAULTS or kind in DURABLE_FAULTS:
             target = "database" if kind == "db-outage" else "broker"
@@ -242,6 +243,9 @@ class ChaosRun:
             self.parallel += 1 if kind == "rescale-up" else -1
             self.app_path.write_text(self.app_text.replace(KEYED_GROUP.format(self.initial), KEYED_GROUP.format(self.parallel)))
             self.cluster.deploy(self.app_path, timeout=240)
+        elif kind.startswith("scale-"):
+            self.parallel += 1 if kind == "scale-up" else -1
+            self.cluster.cli("scale", self.loaded.name, "average", str(self.parallel), "--timeout", "240")
         elif kind == "broker-pause":
             server.process.send_signal(signal.SIGSTOP)
             time.sleep(self.outage_s)

@@ -163,6 +163,17 @@ class LocalCluster:
 
         return deploy(path, self.config(), timeout=timeout)
 
+    def cli(self, *args: str, timeout: float = 300.0) -> str:
+        """Run one `sp-dagster` command against this cluster (its manager configuration) as a user would; its output.
+        RuntimeError with that output when it fails."""
+        done = subprocess.run(
+            [sys.executable, "-m", "sp_dagster.cli", *args, "--conf", str(self.manager_conf)],
+            capture_output=True, text=True, timeout=timeout, env=self.env, cwd=self.home,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"sp-dagster {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+        return done.stdout
+
     def logs(self, lines: int = 40) -> str:
         """The tail of every process's log, for failure messages."""
         parts = []

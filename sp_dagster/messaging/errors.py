@@ -1,6 +1,6 @@
 """The messaging layer's errors: the transport's (defined on the ground floor, sp_dagster.errors) and the strategies' and codecs'."""
 
-from sp_dagster.errors import BrokerUnavailable, EventDecodeError, JetStreamUnavailable, MessagingError, ProducerFenced, TopicError
+from sp_dagster.errors import BrokerUnavailable, EventDecodeError, JetStreamUnavailable, MessagingError, ProducerFenced, TopicCannotGrow, TopicError
 
 
 class StrategyError(MessagingError, ValueError):
@@ -28,5 +28,6 @@ __all__ = [
     "MessagingError",
     "ProducerFenced",
     "StrategyError",
+    "TopicCannotGrow",
     "TopicError",
 ]

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions, NewTopic  # where they are defined (confluent_kafka.admin re-imports them)
 
-from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingError, ProducerFenced, TopicError
+from sp_dagster.errors import BrokerUnavailable, EventDecodeError, MessagingError, ProducerFenced, TopicCannotGrow, TopicError
 from sp_dagster.messaging import batches
 from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.errors import MessageTooLarge
@@ -180,7 +180,7 @@ class KafkaTransport(Transport):
         # with no loss; one that holds events is left alone.
         ends = self.end_offsets(topic)
         if any(ends.values()):
-            raise TopicError(
+            raise TopicCannotGrow(
                 f"topic '{topic}' has {counted(info.partitions, 'partition')} but {partitions} are needed, and the broker at "
                 f"{self.bootstrap_servers} cannot add partitions ({reason}); it holds {sum(ends.values())} events, which "
                 "are never deleted to resize it. Delete the topic yourself once it is drained, or use a broker that "

@@ -108,16 +108,25 @@ def _info(annotation: ast.Annotation, element: ast.Annotated, report: Report) ->
 
 
 def _dist(annotation: ast.Annotation, element: ast.Annotated | None, report: Report) -> None:
+    counts: dict[str, int] = {}
     for item in annotation.elements:
         key = (item.key or "").lower()
-        if key == "parallel":
-            if not (item.value.isdigit() and int(item.value) >= 1):
-                report(f"@dist(parallel) must be a whole number of at least 1, not '{item.value}'.", item)
+        if key in ("parallel", "maxparallel"):
+            if item.value.strip().isdigit() and int(item.value) >= 1:
+                counts[key] = int(item.value)
+            else:
+                report(f"@dist({item.key}) must be a whole number of at least 1, not '{item.value}'.", item)
         elif key == "execgroup":
             if not item.value.strip():
                 report("@dist(execGroup) must not be empty.", item)
         else:
-            report(f"@dist takes parallel and execGroup, not '{item.key or item.value}'.", item)
+            report(f"@dist takes parallel, maxParallel and execGroup, not '{item.key or item.value}'.", item)
+    if counts.get("maxparallel", counts.get("parallel", 1)) < counts.get("parallel", 1):
+        report(
+            f"@dist(maxParallel='{counts['maxparallel']}') is below parallel='{counts['parallel']}': the maximum is what the group "
+            "may grow to; set it to at least the parallelism.",
+            annotation.element("maxParallel") or annotation,
+        )
 
 
 def _transport(annotation: ast.Annotation, element: ast.Annotated, report: Report) -> None:
@@ -130,6 +139,9 @@ def _transport(annotation: ast.Annotation, element: ast.Annotated, report: Repor
             report("@map needs a type, as in @map(type = 'json').", nested)
         elif kind == "dist":
             _dist(nested, None, report)
+            most = nested.element("maxParallel")
+            if most is not None:
+                report("@dist(maxParallel) is for execution groups; a source's @dist takes parallel only.", most)
         elif kind == "distribution":
             if annotation.name.lower() != "sink":
                 report("@distribution can only be used inside @sink.", nested)

@@ -79,7 +79,7 @@ def plan_flows(
 ) -> Flows:
     """Wire every stream: passthroughs for user sources and keyed entries, topics, subscriptions."""
     flows = Flows()
-    parallelism = {group.name: group.parallelism for group in groups}
+    room = {group.name: group.room for group in groups}  # topics are laid out for the most instances a group may run
     order = {group.name: position for position, group in enumerate(groups)}
     readers: dict[str, dict[str, Choice]] = {}
     for group in groups:
@@ -92,7 +92,7 @@ def plan_flows(
     bridges = {name for name in catalog.definitions if _bridge(catalog.stream(name))}
     for stream in sorted(set(readers) | set(producers) | bridges):
         stream_readers = dict(sorted(readers.get(stream, {}).items(), key=lambda item: order[item[0]]))
-        _wire(app_name, stream, stream_readers, producers.get(stream, []), parallelism, catalog, flows)
+        _wire(app_name, stream, stream_readers, producers.get(stream, []), room, catalog, flows)
     _external_topics(app_name, groups, catalog, flows)
     return flows
 
@@ -102,11 +102,11 @@ def _wire(
     stream: str,
     readers: dict[str, Choice],
     producers: list[str],
-    parallelism: dict[str, int],
+    room: dict[str, int],
     catalog: Catalog,
     flows: Flows,
 ) -> None:
-    passthroughs = _receive_user_sources(app_name, stream, readers, parallelism, catalog, flows)
+    passthroughs = _receive_user_sources(app_name, stream, readers, room, catalog, flows)
     emitters = producers + [group.name for group in passthroughs]
     entry = bool(readers) and not producers and not passthroughs and stream not in flows.source_hosts
     remote = _remote_readers(stream, readers, producers, emitters)
@@ -116,9 +116,9 @@ def _wire(
     for name, choice in remote.items():
         if choice.strategy == FIELD_GROUPING:
             assert choice.key is not None  # field grouping is on a key
-            keyed[choice.key] = max(keyed.get(choice.key, 0), parallelism[name])
+            keyed[choice.key] = max(keyed.get(choice.key, 0), room[name])
         elif choice.strategy == ROUND_ROBIN:
-            round_robin = max(round_robin, parallelism[name])
+            round_robin = max(round_robin, room[name])
     unkeyed = entry or (bool(emitters) and any(c.strategy != FIELD_GROUPING for c in remote.values()))
     unkeyed_topic = topic_name(app_name, stream) if unkeyed else None
     keyed_topics = {key: topic_name(app_name, stream, key) for key in sorted(keyed)}
@@ -154,9 +154,7 @@ def _wire(
                 flows.edges.setdefault(emitter, {}).setdefault(name, (stream, choice.read.node))
 
 
-def _receive_user_sources(
-    app_name: str, stream: str, readers: dict[str, Choice], parallelism: dict[str, int], catalog: Catalog, flows: Flows
-) -> list[GroupSpec]:
+def _receive_user_sources(app_name: str, stream: str, readers: dict[str, Choice], room: dict[str, int], catalog: Catalog, flows: Flows) -> list[GroupSpec]:
     """Passthroughs for a user-source stream read in parallel or by several groups; otherwise
     the single parallel-1 reader keeps the source (recorded as the stream's host)."""
     definition = catalog.stream(stream)
@@ -166,7 +164,7 @@ def _receive_user_sources(
     wanted = max(source_parallelism(source) for source in sources)
     # HTTP receivers always run as receiver (passthrough) partial apps, on receiver nodes when there are any.
     receives = any((source.get("type") or "").lower() == "http" for source in sources)
-    if len(readers) == 1 and wanted == 1 and all(parallelism[name] == 1 for name in readers) and not receives:
+    if len(readers) == 1 and wanted == 1 and all(room[name] == 1 for name in readers) and not receives:
         flows.source_hosts[stream] = next(iter(readers))
         return []
     passthroughs = _source_passthroughs(app_name, stream, sources, catalog)

@@ -30,11 +30,17 @@ class GroupSpec:
     kind: str
     parallelism: int
     first_index: int  # position in the app of the element that opened the group
+    max_parallelism: int | None = None  # @dist(maxParallel): what the group may grow to without changing a topic
     elements: list[ElementInfo] = field(default_factory=list)
     declared_at: ast.Node | None = None  # where the parallelism was set (for messages)
     receiver: bool = False
     stream: str | None = None  # passthrough: the stream it carries
     source: ast.Annotation | None = None  # passthrough: the user @source it hosts (None: an entry topic)
+
+    @property
+    def room(self) -> int:
+        """The most instances the group's topics are laid out for: its maximum parallelism, else its parallelism."""
+        return max(self.parallelism, self.max_parallelism or 1)
 
     @property
     def carried(self) -> str:
@@ -60,13 +66,18 @@ def build_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog) -> l
         if isinstance(info.element, ast.AggregationDefinition):
             continue
         exec_group, parallelism, declared_at = _dist(info)
+        most = _max_parallel(info)
         name = f"{app_name}-{exec_group}"
         _check_range_partitions(info, name)
         group = groups.get(name)
         if group is None:
-            group = groups[name] = GroupSpec(name, exec_group, USER, parallelism, info.index, declared_at=declared_at)
+            group = groups[name] = GroupSpec(name, exec_group, USER, parallelism, info.index, most, declared_at=declared_at)
         elif group.parallelism != parallelism:
             raise error_at(declared_at, f"execGroup = {name} not assigned constant @dist(parallel)")
+        elif most is not None and group.max_parallelism not in (None, most):
+            raise error_at(declared_at, f"execGroup = {name} not assigned constant @dist(maxParallel): {group.max_parallelism} and {most}")
+        else:
+            group.max_parallelism = group.max_parallelism or most
         group.elements.append(info)
         group_of[info.index] = group
     aggregation_groups = _aggregation_groups(app_name, infos, catalog, group_of)
@@ -80,6 +91,12 @@ def _dist(info: ElementInfo) -> tuple[str, int, ast.Node]:
     if dist is None:
         return DEFAULT_GROUP, 1, info.element
     return dist.get("execGroup") or DEFAULT_GROUP, int(dist.get("parallel", "1").strip()), dist
+
+
+def _max_parallel(info: ElementInfo) -> int | None:
+    """The element's @dist(maxParallel), or None (the language's validation checked it is a whole number)."""
+    text = info.dist.get("maxParallel") if info.dist is not None else None
+    return None if text is None else int(text.strip())
 
 
 def aggregation_shards(info: ElementInfo) -> tuple[int, ast.Node]:
@@ -116,7 +133,7 @@ def _aggregation_groups(app_name: str, infos: list[ElementInfo], catalog: Catalo
         ]  # fmt: skip
         if not in_memory or info.index not in group_of:
             continue
-        if group_of[info.index].parallelism > 1:
+        if group_of[info.index].room > 1:
             read = in_memory[0]
             raise error_at(
                 read.node,
@@ -139,6 +156,11 @@ def _aggregation_groups(app_name: str, infos: list[ElementInfo], catalog: Catalo
             group.declared_at = definition
         group.elements.append(info)
         shards, declared_at = aggregation_shards(info)
+        if _max_parallel(info) is not None:
+            raise error_at(
+                (info.dist and info.dist.element("maxParallel")) or declared_at,
+                f"Aggregation {definition.name}: @dist(maxParallel) is for execution groups; an aggregation's shards are set by parallel alone",
+            )
         if shards > 1:
             if not is_persisted(definition):
                 raise error_at(

@@ -95,6 +95,7 @@ class ExecutionGroup:
     inputs: tuple[Subscription, ...] = ()  # by stream name
     outputs: tuple[Publication, ...] = ()  # by stream name, then topic
     instances: tuple[PartialApp, ...] = ()
+    max_parallelism: int | None = None  # @dist(maxParallel): its topics have room for this many instances
 
     def input(self, stream: str) -> Subscription | None:
         """The subscription to `stream`, or None when the group does not read it from outside."""

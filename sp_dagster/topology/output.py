@@ -32,6 +32,7 @@ def _group(group: ExecutionGroup) -> dict:
     return {
         "name": group.name,
         "parallelism": group.parallelism,
+        **({"max_parallelism": group.max_parallelism} if group.max_parallelism is not None else {}),
         "receiver": group.receiver,
         "inputs": {s.stream: {"strategy": s.strategy, "partition_key": s.partition_key, "topic": s.topic} for s in group.inputs},
         "outputs": outputs,
@@ -71,7 +72,8 @@ def render_text(topology: Topology) -> str:
     if not topology.create_topics:
         lines.append("topic creation disabled (@App:transportChannelCreationEnabled('false')): the topics must exist")
     for group in topology.groups:
-        flags = f"{group.kind}, parallel {group.parallelism}" + (", receiver" if group.receiver else "")
+        most = f", at most {group.max_parallelism}" if group.max_parallelism is not None else ""
+        flags = f"{group.kind}, parallel {group.parallelism}{most}" + (", receiver" if group.receiver else "")
         lines += ["", f"{group.name} ({flags})"]
         for s in group.inputs:
             origin = f"<- {s.topic}" if s.topic else "(no topic: a user @source or a trigger in the app)"

@@ -72,6 +72,7 @@ def _execution_group(group: GroupSpec, flows: Flows, context: Context) -> Execut
         inputs=tuple(inputs[stream] for stream in sorted(inputs)),
         outputs=tuple(sorted(outputs, key=lambda p: (p.stream, p.topic))),
         instances=partial_apps(group, context),
+        max_parallelism=group.max_parallelism,
     )
 
 

@@ -51,7 +51,7 @@ def _group_strategies(group: GroupSpec, catalog: Catalog) -> dict[str, Choice]:
 
 
 def _candidate(group: GroupSpec, info: ElementInfo, read: Read, kind: str) -> Choice:
-    if kind == TRIGGER or group.parallelism == 1:
+    if kind == TRIGGER or group.room == 1:  # room, not parallelism: growing later must not change how a stream is read
         return Choice(ALL, None, read, info.is_partition)
     if not info.is_partition:
         return Choice(ROUND_ROBIN, None, read, False)

@@ -31,7 +31,7 @@ def validate(groups: list[GroupSpec], catalog: Catalog, choices: dict[str, dict[
     """Raise one TopologyError standing for every rule the grouped app breaks."""
     errors = list(_in_memory_state(groups, catalog))
     for group in groups:
-        if group.parallelism == 1:
+        if group.room == 1:  # a group that may grow must hold the rules of parallel groups already
             continue
         for info in group.elements:
             if isinstance(info.element, ast.Query):
@@ -52,7 +52,7 @@ def _in_memory_state(groups: list[GroupSpec], catalog: Catalog) -> Iterator[Topo
                 kind = catalog.kind(item.name)
                 if kind not in (TABLE, WINDOW) or (kind == TABLE and is_persisted(catalog.definitions[item.name])):
                     continue
-                if group.parallelism > 1 and ("parallel", item.name) not in reported:
+                if group.room > 1 and ("parallel", item.name) not in reported:
                     reported.add(("parallel", item.name))
                     yield error_at(item.node, _PARALLEL_STATE[kind].format(group=group.name))
                 first = owner.setdefault(item.name, group.name)

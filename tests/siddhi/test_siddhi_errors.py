@@ -78,7 +78,12 @@ WRONG_APPS = [
         (2, 36, "@dist cannot be used on a query inside a partition; put it on the partition."),
     ),
     (S + "@dist(parallel='zero') from S select symbol insert into T;", (2, 7, "@dist(parallel) must be a whole number of at least 1, not 'zero'.")),
-    (S + "@dist(parallel='2', group='g') from S select symbol insert into T;", (2, 21, "@dist takes parallel and execGroup, not 'group'.")),
+    (S + "@dist(maxParallel='lots') from S select symbol insert into T;", (2, 7, "@dist(maxParallel) must be a whole number of at least 1, not 'lots'.")),
+    (
+        S + "@dist(parallel='4', maxParallel='2') from S select symbol insert into T;",
+        (2, 21, "@dist(maxParallel='2') is below parallel='4': the maximum is what the group may grow to; set it to at least the parallelism."),
+    ),
+    (S + "@dist(parallel='2', group='g') from S select symbol insert into T;", (2, 21, "@dist takes parallel, maxParallel and execGroup, not 'group'.")),
     (
         S + "@info(name='q') from S select symbol insert into T;\n@info(name='q') from S select symbol insert into U;",
         (3, 7, "Query name 'q' is already used on line 2."),
