@@ -7,10 +7,12 @@ from typing import Any
 from sqlalchemy import select
 
 from sp_dagster.cluster.advice import advise
+from sp_dagster.cluster.autoscaling import latest_decisions
 from sp_dagster.cluster.db import ControlPlane, db_now_ms
 from sp_dagster.cluster.limits import max_parallel
 from sp_dagster.cluster.status import require_cluster, table
 from sp_dagster.cluster.store.deployments import list_deployments
+from sp_dagster.cluster.store.events import Event
 from sp_dagster.cluster.store.load import read_load
 from sp_dagster.config.model import AutoscalingConfig
 from sp_dagster.errors import ControlPlaneError
@@ -26,6 +28,7 @@ def group_advice(plane: ControlPlane, settings: AutoscalingConfig, app: str | No
     with plane.transaction() as conn:
         now = int(conn.execute(select(db_now_ms())).scalar_one())
         history = read_load(conn, app)
+    decided = latest_decisions(plane)
     apps = []
     for deployment in recorded:
         groups = []
@@ -49,10 +52,19 @@ def group_advice(plane: ControlPlane, settings: AutoscalingConfig, app: str | No
                     "processed_per_s": latest.processed_per_s if latest else None,
                     "busy": max(latest.busy, default=None) if latest else None,  # the busiest instance's
                     "lag": latest.lag if latest else None,
+                    **_decision(decided.get((deployment.app, name))),
                 }
             )
         apps.append({"app": deployment.app, "groups": groups})
     return {"apps": apps}
+
+
+def _decision(event: Event | None) -> dict[str, Any]:
+    """The group's last autoscaling decision (cluster.autoscaling), as `{"autoscaling": {...}}`, or nothing."""
+    if event is None:
+        return {}
+    keep = ("parallel", "advised", "applied", "reason")
+    return {"autoscaling": {"at_ms": event.at, **{k: event.detail.get(k) for k in keep}}}
 
 
 def render_advice(advice: dict[str, Any]) -> str:

@@ -145,8 +145,10 @@ def _utilization(value: Any, ctx: Context) -> float:
 
 @dataclass(frozen=True)
 class AutoscalingConfig:
-    """`deployment.config.autoscaling`: how the leader advises each execution group's parallelism (`sp-dagster advise`)."""
+    """`deployment.config.autoscaling`: how the leader advises each execution group's parallelism (`sp-dagster advise`),
+    and whether Dagster's `autoscaling` sensor applies that advice."""
 
+    enabled: bool = setting("enabled", False, doc="Dagster's `autoscaling` sensor launches a `rescale` run when a group's advice has held (off: advice only)")
     target_utilization: float = setting(
         "targetUtilization",
         0.7,
@@ -158,6 +160,12 @@ class AutoscalingConfig:
     )
     stabilization_seconds: int = setting(
         "stabilizationSeconds", 120, minimum=0, unit="seconds", doc="seconds every load sample must agree before advice differs from the running parallelism"
+    )
+    cooldown_seconds: int = setting(
+        "cooldownSeconds", 300, minimum=0, unit="seconds", doc="seconds after a group's rescale before the sensor rescales it again"
+    )
+    max_rescales_per_hour: int = setting(
+        "maxRescalesPerHour", 4, minimum=1, doc="the most rescales the sensor starts per group in any hour (more advice is recorded, not applied)"
     )
 
 
@@ -200,7 +208,9 @@ class DeploymentConfig:
     resource_managers: tuple[HttpsInterface, ...] = setting("resourceManagers", (), doc="the managers; accepted for compatibility")
     is_receiver_node: bool = setting("isReceiverNode", False, doc="run only receiver (passthrough) partial apps")
     receiver_users: tuple[ReceiverUser, ...] = setting("receiverUsers", (), doc="users HTTP receivers with basic.auth.enabled accept: `[{username, password}]`")
-    autoscaling: AutoscalingConfig = setting("autoscaling", factory=AutoscalingConfig, doc="parallelism advice (`sp-dagster advise`)")
+    autoscaling: AutoscalingConfig = setting(
+        "autoscaling", factory=AutoscalingConfig, doc="parallelism advice (`sp-dagster advise`) and the autoscaling sensor"
+    )
     api: ApiConfig = setting("api", factory=ApiConfig, doc="the manager API (docs/operations/security.md)")
 
 

@@ -73,17 +73,24 @@ def _closing(text: str, begin: int) -> int:
     raise DeployError("an @dist annotation of the deployed app is not closed")  # the text parsed: cannot happen
 
 
-def scale(config, app: str, exec_group: str, parallel: int, *, wait: bool = True, timeout: float = 120.0, progress=None):
-    """Deploy the recorded `app` with `exec_group` at `parallel` instances (deploy.steps.deploy's result)."""
-    from sp_dagster.cluster.db import ControlPlane
+def scaled_app(plane, app: str, exec_group: str, parallel: int):
+    """The recorded `app` with `exec_group` at `parallel` instances, loaded (a deploy.steps.LoadedApp) and ready to deploy."""
     from sp_dagster.cluster.store.deployments import get_deployment
-    from sp_dagster.deploy.steps import deploy, load_app
+    from sp_dagster.deploy.steps import load_app
 
-    with ControlPlane.from_config(config) as plane:
-        record = get_deployment(plane, app)
+    record = get_deployment(plane, app)
     if record is None:
         raise DeployError(f"no deployment named '{app}'; `sp-dagster apps` lists the deployments")
     source = f"{app} (deployed)"
     current = load_app(text=record.source, source=source)
-    loaded = load_app(text=scaled_text(record.source, source, current.topology, exec_group, parallel), source=source)
+    return load_app(text=scaled_text(record.source, source, current.topology, exec_group, parallel), source=source)
+
+
+def scale(config, app: str, exec_group: str, parallel: int, *, wait: bool = True, timeout: float = 120.0, progress=None):
+    """Deploy the recorded `app` with `exec_group` at `parallel` instances (deploy.steps.deploy's result)."""
+    from sp_dagster.cluster.db import ControlPlane
+    from sp_dagster.deploy.steps import deploy
+
+    with ControlPlane.from_config(config) as plane:
+        loaded = scaled_app(plane, app, exec_group, parallel)
     return deploy(loaded, config, wait=wait, timeout=timeout, progress=progress)

@@ -19,8 +19,9 @@ import dagster as dg
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.orchestration.aggregations import AGGREGATION_META, build_aggregation_checks, deployment_aggregations
 from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
+from sp_dagster.orchestration.autoscaling import build_autoscaling_sensor
 from sp_dagster.orchestration.health import build_health_checks, topic_targets
-from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, undeploy_job
+from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, rescale_job, undeploy_job
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource, load_conf, spark_resource
 from sp_dagster.orchestration.schedules import build_health_schedule, build_rebalance_schedule
 from sp_dagster.orchestration.sensors import build_app_repository_sensor
@@ -53,6 +54,14 @@ def dagster_settings(conf: str):
         return DagsterConfig()
 
 
+def _autoscaling_enabled(conf: str) -> bool:
+    """`deployment.config.autoscaling.enabled` of the conf (False when it cannot be read: dagster_settings warns)."""
+    try:
+        return load_conf(conf).deployment.autoscaling.enabled
+    except (SpDagsterError, OSError):
+        return False
+
+
 def build_definitions(
     manager_conf: str | None = None, worker_conf: str | None = None, translator: SpDagsterTranslator | None = None, app_repository: str | None = None
 ) -> dg.Definitions:
@@ -76,10 +85,14 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
         ),
         "spark": spark_resource(worker_conf),
     }
-    jobs = [deploy_job, undeploy_job, rebalance_job, *build_node_jobs(manager_conf, worker_conf)]
+    jobs = [deploy_job, undeploy_job, rebalance_job, rescale_job, *build_node_jobs(manager_conf, worker_conf)]
+    autoscaling = dg.DefaultSensorStatus.RUNNING if _autoscaling_enabled(manager_conf) else dg.DefaultSensorStatus.STOPPED
     static = dg.Definitions(
         jobs=jobs,
-        sensors=[build_app_repository_sensor(app_repository or settings.app_repository, [deploy_job, undeploy_job], interval_seconds=settings.sensor_interval)],
+        sensors=[
+            build_app_repository_sensor(app_repository or settings.app_repository, [deploy_job, undeploy_job], interval_seconds=settings.sensor_interval),
+            build_autoscaling_sensor(rescale_job, interval_seconds=settings.sensor_interval, default_status=autoscaling),
+        ],
         schedules=[build_rebalance_schedule(rebalance_job, settings.rebalance_interval)],
         resources=resources,
     )

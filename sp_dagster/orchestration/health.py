@@ -274,11 +274,13 @@ def advice_result(key, app: str, exec_group: str, advice: dict) -> dg.AssetCheck
             asset_key=key, check_name=PARALLELISM_ADVICE, passed=False, severity=dg.AssetCheckSeverity.WARN, description=f"{app} is not deployed any more"
         )
     same = found["advised"] == found["parallel"]
+    decision = found.get("autoscaling")
+    said = f"; autoscaling {'applied' if decision['applied'] else 'held back'}: {decision['reason']}" if decision else ""
     return dg.AssetCheckResult(
         asset_key=key,
         check_name=PARALLELISM_ADVICE,
         passed=same,
         severity=dg.AssetCheckSeverity.WARN,
-        description=f"{'runs at' if same else 'advised ' + str(found['advised']) + ', runs at'} parallel {found['parallel']}: {found['reason']}",
-        metadata={k: v for k, v in found.items() if k != "group" and v is not None},
+        description=f"{'runs at' if same else 'advised ' + str(found['advised']) + ', runs at'} parallel {found['parallel']}: {found['reason']}{said}",
+        metadata={k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in found.items() if k != "group" and v is not None},
     )

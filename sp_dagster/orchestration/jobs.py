@@ -1,6 +1,6 @@
-"""The jobs: deploy, undeploy, rebalance, and long-running manager and worker runs.
+"""The jobs: deploy, rescale, undeploy, rebalance, and long-running manager and worker runs.
 
-Deploy, undeploy and rebalance run their ops in one process (in_process_executor): each step
+Deploy, rescale, undeploy and rebalance run their ops in one process (in_process_executor): each step
 is short and the next needs the previous one's result. Manager and worker runs start
 `sp-dagster manager` / `sp-dagster worker` as a child process whose log lines become the run's
 log; terminating the run stops the node with SIGTERM. They are exempt from max-runtime
@@ -20,18 +20,12 @@ from sp_dagster.orchestration.resources import ControlPlaneResource, load_conf, 
 
 def build_deploy_jobs(control_plane_key: str = "control_plane", messaging_key: str = "messaging") -> list[dg.JobDefinition]:
     """The deploy, undeploy and rebalance jobs, reading the control plane and the messaging layer under these resource keys."""
-    keys = {"control_plane": control_plane_key, "messaging": messaging_key}
-    op = {name: ops.rekeyed_op(getattr(ops, name), keys) for name in _DEPLOY_OPS}
+    op = _ops(control_plane_key, messaging_key)
 
     @dg.job(name="deploy", executor_def=dg.in_process_executor, description="Deploy one SiddhiQL app: parse, plan, create topics, record, place, run.")
     def deploy_job():
         """Deploy one app file."""
-        loaded = op["load_app"]()
-        topology = op["plan_app"](loaded)
-        topics = op["create_topics"](topology)
-        app = op["record_deployment"](loaded, topology, topics)
-        op["refresh_asset_graph"](app)
-        op["wait_until_running"](op["wait_until_placed"](app))
+        _deploy_steps(op, op["load_app"]())
 
     @dg.job(name="undeploy", executor_def=dg.in_process_executor, description="Remove a deployment (by app name, or the one a deleted file held).")
     def undeploy_job():
@@ -46,8 +40,40 @@ def build_deploy_jobs(control_plane_key: str = "control_plane", messaging_key: s
     return [deploy_job, undeploy_job, rebalance_job]
 
 
+def build_rescale_job(control_plane_key: str = "control_plane", messaging_key: str = "messaging") -> dg.JobDefinition:
+    """The rescale job (one group of a deployed app at a new parallelism; what the autoscaling sensor launches): the deploy
+    job's steps after a first one that rewrites the recorded app (deploy.scaling)."""
+    op = _ops(control_plane_key, messaging_key)
+
+    @dg.job(
+        name="rescale",
+        executor_def=dg.in_process_executor,
+        description="Run one execution group of a deployed app at a new parallelism (sp-dagster scale); launched by the autoscaling sensor.",
+    )
+    def rescale_job():
+        """Deploy the recorded app with one group rescaled."""
+        _deploy_steps(op, op["scale_app"]())
+
+    return rescale_job
+
+
+def _deploy_steps(op: dict[str, dg.OpDefinition], loaded) -> None:
+    """A loaded app's deploy, from planning to running (inside a job's body)."""
+    topology = op["plan_app"](loaded)
+    topics = op["create_topics"](topology)
+    app = op["record_deployment"](loaded, topology, topics)
+    op["refresh_asset_graph"](app)
+    op["wait_until_running"](op["wait_until_placed"](app))
+
+
+def _ops(control_plane_key: str, messaging_key: str) -> dict[str, dg.OpDefinition]:
+    keys = {"control_plane": control_plane_key, "messaging": messaging_key}
+    return {name: ops.rekeyed_op(getattr(ops, name), keys) for name in _DEPLOY_OPS}
+
+
 _DEPLOY_OPS = (
     "load_app",
+    "scale_app",
     "plan_app",
     "create_topics",
     "record_deployment",
@@ -60,6 +86,7 @@ _DEPLOY_OPS = (
     "report_rebalance",
 )
 deploy_job, undeploy_job, rebalance_job = build_deploy_jobs()
+rescale_job = build_rescale_job()
 
 
 class NodeRunConfig(dg.Config):

@@ -83,6 +83,26 @@ def load_app(context: dg.OpExecutionContext, config: LoadAppConfig) -> steps.Loa
     return loaded
 
 
+class ScaleAppConfig(dg.Config):
+    """Which group of which deployed app to run at how many instances."""
+
+    app: str = Field(description="the deployed app's name (@App:name)")
+    group: str = Field(description="the execution group (@dist(execGroup))")
+    parallel: int = Field(description="how many instances it runs")
+
+
+@dg.op(description="The deployed app's text with one group at a new parallelism (deploy.scaling), parsed and validated.")
+def scale_app(context: dg.OpExecutionContext, config: ScaleAppConfig, control_plane: ControlPlaneResource) -> steps.LoadedApp:
+    """Rescale step 1: deploy.scaling.scaled_app; the rest is the deploy job's."""
+    from sp_dagster.deploy.scaling import scaled_app
+
+    with user_errors():
+        loaded = scaled_app(control_plane.plane, config.app, config.group, config.parallel)
+    context.log.info(f"{config.app}: group {config.group} at {config.parallel} instances")
+    context.add_output_metadata({"app": loaded.name, "group": config.group, "parallel": config.parallel, "content_hash": loaded.content_hash})
+    return loaded
+
+
 @dg.op(description="Split the app into execution groups, partial apps and topics.")
 def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp):
     """Deploy step 2: steps.plan_app."""

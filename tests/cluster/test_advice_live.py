@@ -1,4 +1,5 @@
-"""Advice on a live cluster: a group at parallel 1 fed faster than one instance goes is advised more within a minute."""
+"""Advice on a live cluster: a group at parallel 1 fed faster than one instance goes is advised more within a minute, and
+Dagster's autoscaling sensor applies it through a `rescale` run, within the group's maxParallel and without a topic change."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import sys
 import threading
 import time
 
+import dagster as dg
 import pytest
 
 from sp_dagster.deploy import load_app, plan_app
 from sp_dagster.embedded.local_cluster import LocalCluster
-from sp_dagster.messaging import Partitioned, codec_for
+from sp_dagster.messaging import RoundRobin, codec_for
+from sp_dagster.orchestration.autoscaling import build_autoscaling_sensor
+from sp_dagster.orchestration.jobs import rescale_job
+from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
 from sp_dagster.worker.instance_plan import plan_instance
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
@@ -21,7 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.broker]
 APP = "@App:name('Busy')\ndefine stream Trades (symbol string, price double, volume long);\n"
 APP += "@sink(type = 'kafka', topic = 'Busy.Out', @map(type = 'json'))\ndefine stream Out (symbol string, price double, volume long);\n"
 APP += "".join(
-    f"@dist(execGroup = 'work', parallel = '1')\nfrom Trades[volume >= {i}]\nselect symbol, price * {i} as price, volume\ninsert into Out;\n" for i in range(20)
+    f"@dist(execGroup = 'work', parallel = '1', maxParallel = '4')\nfrom Trades[volume >= {i}]\nselect symbol, price * {i} as price, volume\ninsert into Out;\n"
+    for i in range(20)
 )
 FIELDS = {"group", "parallel", "max_parallel", "advised", "reason", "arrival_per_s", "processed_per_s", "busy", "lag"}
 
@@ -41,7 +47,8 @@ def advise(cluster: LocalCluster) -> dict:
 def test_a_group_fed_faster_than_one_instance_is_advised_more_within_a_minute(broker, kafka, tmp_path):
     cluster = LocalCluster(tmp_path / "cluster", broker.bootstrap_servers, workers=1)
     conf = cluster.manager_conf.read_text()
-    cluster.manager_conf.write_text(conf.replace("  type: distributed\n", "  type: distributed\n  autoscaling: {stabilizationSeconds: 10}\n", 1))
+    autoscaling = "  autoscaling: {enabled: true, stabilizationSeconds: 10, cooldownSeconds: 600}\n"
+    cluster.manager_conf.write_text(conf.replace("  type: distributed\n", "  type: distributed\n" + autoscaling, 1))
     app_path = tmp_path / "busy.siddhi"
     app_path.write_text(APP)
     topology = plan_app(load_app(app_path))
@@ -50,7 +57,7 @@ def test_a_group_fed_faster_than_one_instance_is_advised_more_within_a_minute(br
     stop, sent = threading.Event(), [0]
 
     def produce() -> None:
-        publisher = kafka.publisher(entry.topic, codec_for(entry.codec, entry.attributes), Partitioned(0, "symbol"))
+        publisher = kafka.publisher(entry.topic, codec_for(entry.codec, entry.attributes), RoundRobin())
         rows = [(f"S{i % 50}", 10.0 + i % 7, 5 + i % 30) for i in range(2000)]
         while not stop.is_set():
             publisher.send(rows, [1_700_000_000_000 + sent[0] + i for i in range(len(rows))])
@@ -62,7 +69,7 @@ def test_a_group_fed_faster_than_one_instance_is_advised_more_within_a_minute(br
     try:
         cluster.deploy(app_path, timeout=240)
         (before,) = advise(cluster)["apps"][0]["groups"]
-        assert before["parallel"] == 1 and before["advised"] == 1 and before["max_parallel"] is None, before  # stateless: a redeploy spreads it
+        assert before["parallel"] == 1 and before["advised"] == 1 and before["max_parallel"] == 4, before
         producer.start()
         started, seen = time.monotonic(), []
         while time.monotonic() - started < 60:
@@ -78,6 +85,27 @@ def test_a_group_fed_faster_than_one_instance_is_advised_more_within_a_minute(br
             [sys.executable, "-m", "sp_dagster.cli", "advise", "--conf", str(cluster.manager_conf)], capture_output=True, text=True, env=cluster.env, timeout=60
         )
         assert text.returncode == 0 and "Busy" in text.stdout and "scale up" in text.stdout, text.stdout + text.stderr
+
+        # The autoscaling sensor applies it: one rescale run, recorded; the run brings the group up with no topic change.
+        resources = {"control_plane": ControlPlaneResource(conf=str(cluster.manager_conf)), "messaging": MessagingResource(conf=str(cluster.manager_conf))}
+        sensor = build_autoscaling_sensor(rescale_job)
+        with dg.instance_for_test() as instance:
+            with dg.build_sensor_context(instance=instance, resources=resources) as context:
+                tick = sensor.evaluate_tick(context)
+            (request,) = tick.run_requests or [None]
+            assert request is not None, tick.skip_message
+            target = request.run_config["ops"]["scale_app"]["config"]
+            assert target["app"] == "Busy" and target["group"] == "work" and 1 < target["parallel"] <= 4, target
+            partitions = {t.name: t.partitions for t in topology.topics}
+            result = rescale_job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance, raise_on_error=False)
+            assert result.success, [e.message for e in result.all_events if e.is_failure]
+            (after,) = advise(cluster)["apps"][0]["groups"]
+            assert after["parallel"] == target["parallel"] and after["autoscaling"]["applied"] is True, after
+            assert {t: kafka.require_topic(t).partitions for t in partitions} == partitions
+            # Held back while it cools down (no second run), whatever the new advice.
+            with dg.build_sensor_context(instance=instance, resources=resources) as context:
+                again = sensor.evaluate_tick(context)
+            assert not again.run_requests, again.run_requests
     finally:
         stop.set()
         if producer.is_alive():

@@ -69,9 +69,10 @@ def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
     checks = {(key.asset_key, key.name) for key in graph(defs).asset_check_keys}
     assert checks == {(k, n) for k in (FILTER, AVERAGE, ALERT) for n in ("live_worker", "lag_not_growing", "parallelism_advice")}
     repo = defs.get_repository_def()
-    assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "manager", "worker", "health"}
+    assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "rescale", "manager", "worker", "health"}
     assert {s.name for s in repo.schedule_defs} == {"rebalance_schedule", "health_schedule"}
-    assert [s.name for s in repo.sensor_defs] == ["app_repository"]
+    sensors = {s.name: s.default_status for s in repo.sensor_defs}
+    assert sensors == {"app_repository": dg.DefaultSensorStatus.RUNNING, "autoscaling": dg.DefaultSensorStatus.STOPPED}  # autoscaling is off by default
 
 
 def test_a_receiver_partial_app_shows_its_urls(cluster, plane):
