@@ -1,4 +1,4 @@
-"""`sp-dagster scale` of a keyed group with room to grow (`maxParallel='3'`) under load on real workers: 1 -> 3 -> 2
+"""`sp-dagster scale` of a keyed group with room to grow (`maxParallel='3'`) under load on real workers: 1 -> 2 -> 3 -> 2
 instances, every key's outputs equal the engine's, and no topic changes (the embedded broker could not add partitions)."""
 
 from __future__ import annotations
