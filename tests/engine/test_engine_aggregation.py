@@ -383,3 +383,64 @@ def test_a_copy_that_only_reads_the_store_sees_what_the_writer_wrote_since_its_l
     finally:
         writer.shutdown()
         reader.shutdown()
+
+
+@pytest.mark.parametrize("reader_offset", [-400, 400], ids=["reader-behind", "reader-ahead"])
+def test_a_reader_whose_clock_differs_from_the_shards_counts_each_event_once_at_a_roll_over(store, reader_offset):  # noqa: F811
+    """Each host drives its own clock: a reader a little behind the shards (they rolled a minute up
+    into the MINUTES table, its clock still in that minute) or a little ahead (its clock in the next
+    minute, theirs not yet) reads the rows the tables hold, each event counted once."""
+    from sp_dagster.engine.clock import DrivenClock
+
+    app = APP.format(annotations=f"{store.annotation()}\n@PartitionById").replace("@app:playback\n", "")
+    minute = 1_700_000_040_000  # processing time (the wall clock), an exact minute
+    shards = [AppRuntime(app, clock=DrivenClock(minute), shard_id=f"shard-{n}") for n in (1, 2)]
+    reader = AppRuntime(app, clock=DrivenClock(minute), shard_id="reader")
+    query = "from TradeAgg within '2017-06-** **:**:**' per '{}' select symbol, n, avgVolume"
+    try:
+        for number, shard in enumerate(shards):
+            shard.send("Trades", [("IBM", 1.0, 10 * (number + 1), BASE + number * 1000)], [minute + 20_000 + number * 1000])
+        shards[0].send("Trades", [("IBM", 1.0, 30, BASE + 5000)], [minute + 30_000])
+        roll = minute + 60_000
+        for shard in shards:  # the shards' seconds are written; their minute rolls over, or is about to
+            shard.advance_time(roll + (-reader_offset if reader_offset < 0 else -1))
+        reader.advance_time(roll + reader_offset)
+        for per in ("seconds", "minutes", "hours"):
+            rows = _rows(reader, query.format(per))
+            assert (sum(r[1] for r in rows), sum(r[1] * r[2] for r in rows)) == (3, 60), per
+    finally:
+        for runtime in (*shards, reader):
+            runtime.shutdown()
+
+
+@pytest.mark.parametrize("during", ["MINUTES", "HOURS"])
+def test_a_shard_rolling_a_minute_up_while_a_retrieval_reads_is_counted_once(store, during):  # noqa: F811
+    """The shards write the minute's MINUTES row while a reader's retrieval is between its reads of
+    the tables (after it looked for the newest HOURS or MINUTES rows): each event still counts once."""
+    from sp_dagster.engine.clock import DrivenClock
+
+    app = APP.format(annotations=f"{store.annotation()}\n@PartitionById").replace("@app:playback\n", "")
+    minute = 1_700_000_040_000
+    shards = [AppRuntime(app, clock=DrivenClock(minute), shard_id=f"shard-{n}") for n in (1, 2)]
+    reader = AppRuntime(app, clock=DrivenClock(minute), shard_id="reader")
+    aggregation = reader.context.aggregations["TradeAgg"]
+    newest_by_shard = aggregation.store.newest_by_shard
+
+    def then_roll(duration: str):
+        newest = newest_by_shard(duration)
+        if duration == during:
+            for shard in shards:
+                shard.advance_time(minute + 60_000)
+        return newest
+
+    aggregation.store.newest_by_shard = then_roll
+    try:
+        for number, shard in enumerate(shards):
+            shard.send("Trades", [("IBM", 1.0, 10 * (number + 1), BASE + number * 1000)], [minute + 20_000 + number * 1000])
+            shard.advance_time(minute + 30_000)  # the seconds are written; the minute is open
+        rows = _rows(reader, "from TradeAgg within '2017-06-** **:**:**' per 'hours' select symbol, n, avgVolume")
+        assert [(symbol, n, n * avg) for symbol, n, avg in rows] == [("IBM", 2, 30)]
+        assert reader.aggregations()["TradeAgg"]["rows"]["MINUTES"] == 2  # the shards did roll up meanwhile
+    finally:
+        for runtime in (*shards, reader):
+            runtime.shutdown()

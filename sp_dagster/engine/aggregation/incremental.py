@@ -2,12 +2,12 @@
 
 Events of the input stream (after its filters) become records for the root executor. A
 retrieval `within [start, end) per P` reads the P table, adds what is still in memory (the
-executors from P down to the root) or, in distributed mode, the finer tables' rows written
-since the start of the current coarser period, then merges rows of the same bucket and group
-(sum of sums, min of mins, latest value by event time) when the data is on event time or
-comes from several shards. Distributed mode (`@PartitionById`, or partition_by_id on the
-runtime) tags every row with the runtime's shard id and never reads its own memory: a bucket
-is visible once it is written, whichever shard wrote it.
+executors from P down to the root) or, in distributed mode, the finer tables' rows no coarser
+row of their shard holds yet (by the newest bucket each shard wrote per table), then merges
+rows of the same bucket and group (sum of sums, min of mins, latest value by event time) when
+the data is on event time or comes from several shards. Distributed mode (`@PartitionById`,
+or partition_by_id on the runtime) tags every row with the runtime's shard id and never reads
+its own memory: a bucket is visible once it is written, whichever shard wrote it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 
 from sp_dagster.engine.aggregation.executor import Executor
 from sp_dagster.engine.aggregation.plan import Plan
-from sp_dagster.engine.aggregation.store import AGG_TS, BASES, EVENT_TS, GROUPS, LAST_TS, LASTS, MemoryStore, RdbmsStore
+from sp_dagster.engine.aggregation.store import AGG_TS, BASES, EVENT_TS, GROUPS, LAST_TS, LASTS, SHARD, MemoryStore, RdbmsStore
 from sp_dagster.engine.aggregation.timing import DURATIONS, FROM_AST, bucket_start, next_start, parse_timestamp, zone
 from sp_dagster.engine.errors import EngineError, app_error
 from sp_dagster.engine.events import CURRENT, as_events
@@ -193,19 +193,43 @@ class IncrementalAggregation:
         elif not self.distributed and not self.initialised:
             self._initialise()  # a runtime that has seen no event yet reads what a database store holds
         column = EVENT_TS if self.external else AGG_TS
+        if self.distributed:
+            return self._merged(self._written(start, end, per, column), per, column)
         records = self.store.read(per, column, start, end)
         oldest = self._oldest(per)
         if self.external or (oldest != -1 and end > oldest):
-            if self.distributed:
-                now = self.clock.now()
-                for index in range(self.durations.index(per)):
-                    since = bucket_start(now, self.durations[index + 1], self.tz)
-                    records += self.store.read(self.durations[index], column, start, end, since=since)
-            else:
-                records += [r for r in self._in_memory(per, oldest) if start <= r[column] < end]
-        if self.external or self.distributed:
+            records += [r for r in self._in_memory(per, oldest) if start <= r[column] < end]
+        if self.external:
             return self._merged(records, per, column)
         return [self.plan.output_row(r[AGG_TS], r[GROUPS], r[LASTS], r[BASES]) for r in records]
+
+    def _written(self, start: int, end: int, per: str, column: int) -> list[tuple]:
+        """The rows of `per` and of the finer tables within [start, end) that hold each event once,
+        whichever shard wrote them (distributed mode).
+
+        A shard writes a bucket's finer rows before the coarser row holding them, each bucket after
+        the one before it. So a finer row counts unless its shard had written the coarser bucket
+        holding it, and a coarser row counts only if it was there when its finer rows were left out:
+        the newest bucket of each shard is read per table, coarsest first, before any row; finer
+        rows from after a shard's newest coarser bucket count, and rows newer than their table's
+        newest bucket of the shard (written since) do not. What the tables hold decides, not a
+        clock: the shards and the reader each have their own."""
+        levels = self.durations[: self.durations.index(per) + 1]
+        newest = {duration: self.store.newest_by_shard(duration) for duration in reversed(levels[1:])}
+        records: list[tuple] = []
+        for index, duration in enumerate(levels):
+            written = newest.get(duration)  # the root's rows count however new: nothing finer holds them
+            coarser = levels[index + 1] if index + 1 < len(levels) else None
+            covered = newest[coarser] if coarser is not None else {}
+            since = min(covered.values()) if covered else None  # a shard not in `covered` yet: its rows from then on
+            for record in self.store.read(duration, column, start, end, since=since):
+                shard, at = record[SHARD], record[AGG_TS]
+                if written is not None and (shard not in written or at > written[shard]):
+                    continue
+                if coarser is not None and shard in covered and at < next_start(covered[shard], coarser, self.tz):
+                    continue
+                records.append(record)
+        return records
 
     def _oldest(self, per: str) -> int:
         for duration in reversed(self.durations[: self.durations.index(per) + 1]):

@@ -76,6 +76,15 @@ class MemoryStore:
         """The newest AGG_TIMESTAMP per granularity (None when a table is empty)."""
         return {d: (self.indexes[d, AGG_TS].times or [None])[-1] for d in self.durations}
 
+    def newest_by_shard(self, duration: str) -> dict[str | None, int]:
+        """The newest AGG_TIMESTAMP of each SHARD_ID in one granularity's table."""
+        newest: dict[str | None, int] = {}
+        for record in self.tables[duration].values():
+            shard = record[SHARD]
+            if shard not in newest or record[AGG_TS] > newest[shard]:
+                newest[shard] = record[AGG_TS]
+        return newest
+
     def purge(self, duration: str, before: int) -> None:
         """Drop rows whose AGG_TIMESTAMP is older than `before`."""
         table = self.tables[duration]
@@ -297,6 +306,17 @@ class RdbmsStore:
                     query = query.where(columns[1] == shard)
                 result[duration] = conn.execute(query).scalar()
         return result
+
+    def newest_by_shard(self, duration: str) -> dict[str | None, int]:
+        """The newest AGG_TIMESTAMP of each SHARD_ID in one granularity's table (of None without shards)."""
+        sa, columns = self.sa, self._columns[duration]
+        shard = columns[1] if self.distributed else sa.null()
+        query = sa.select(shard, sa.func.max(columns[0])).group_by(shard) if self.distributed else sa.select(shard, sa.func.max(columns[0]))
+        try:
+            with self.engine.connect() as conn:
+                return {row[0]: int(row[1]) for row in conn.execute(query) if row[1] is not None}
+        except sa.exc.SQLAlchemyError as exc:
+            raise EngineError(f"aggregation table {self.tables[duration].name} at {self.options.shown}: reading failed: {exc}") from None
 
     def purge(self, duration: str, before: int) -> None:
         """Drop rows whose AGG_TIMESTAMP is older than `before`."""
