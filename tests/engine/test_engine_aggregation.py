@@ -444,3 +444,29 @@ def test_a_shard_rolling_a_minute_up_while_a_retrieval_reads_is_counted_once(sto
     finally:
         for runtime in (*shards, reader):
             runtime.shutdown()
+
+
+@pytest.mark.parametrize("per", ["minutes", "hours"])
+def test_an_unsharded_writer_rolling_a_minute_up_while_a_copy_reads_is_counted_once(store, per):  # noqa: F811
+    """The writer rolls a minute up into the MINUTES table while a copy that only reads the store is
+    between its reads of the tables (after it looked where each table ends): each event still counts once."""
+    app = _app(store.annotation())
+    writer, reader = AppRuntime(app), AppRuntime(app)
+    aggregation = reader.context.aggregations["TradeAgg"]
+    newest = aggregation.store.newest
+    query = f"from TradeAgg within '2017-06-** **:**:**' per '{per}' select total, n"
+
+    def then_roll(shard=None):
+        found = newest(shard)
+        writer.advance_time(BASE + 70_000)  # between the newest reads and the rows' reads
+        return found
+
+    try:
+        writer.send("Trades", [("IBM", 10.0, 2, BASE), ("IBM", 20.0, 4, BASE + 1000)], [BASE, BASE + 1000])
+        writer.advance_time(BASE + 2000)  # the seconds are written; the minute is open in the writer
+        aggregation.store.newest = then_roll
+        assert _rows(reader, query) == [(30.0, 2)]
+        assert writer.aggregations()["TradeAgg"]["rows"]["MINUTES"] == 1  # the writer did roll up meanwhile
+    finally:
+        writer.shutdown()
+        reader.shutdown()

@@ -151,21 +151,29 @@ class IncrementalAggregation:
         self.root.tick(when)
         self._purge(when)
 
-    def _initialise(self) -> None:
-        """Rebuild the executors above the root from a database store (this shard's rows), once."""
+    def _initialise(self) -> dict[str, int | None] | None:
+        """Rebuild the executors above the root from a database store (this shard's rows), once; returns the
+        newest bucket of each table it read from (None without a database store).
+
+        A writer may add rows meanwhile (a copy that only reads the store): a table's rows newer than
+        its newest bucket as first read are left out, since the finer rows they were made of are read
+        into memory instead (the root's rows count however new)."""
         self.initialised = True
         store = self.store
         if not isinstance(store, RdbmsStore):  # in memory: nothing stored before this runtime
-            return
+            return None
         shard = self.shard if self.distributed else None
         newest = store.newest(shard)
         for index in range(len(self.durations) - 1, 0, -1):
             duration, finer = self.durations[index], self.durations[index - 1]
-            last = newest[duration]
+            last, bound = newest[duration], newest[finer] if index > 1 else None
             since = next_start(last, duration, self.tz) if last is not None else None
-            rows = sorted(self.store.read(finer, AGG_TS, since=since, shard=shard), key=lambda r: r[AGG_TS])
-            for record in rows:
+            rows = self.store.read(finer, AGG_TS, since=since, shard=shard)
+            if index > 1:
+                rows = [r for r in rows if bound is not None and r[AGG_TS] <= bound]
+            for record in sorted(rows, key=lambda r: r[AGG_TS]):
                 self.executors[duration].execute(record)
+        return newest
 
     def _purge(self, now: int) -> None:
         if not self.retention:
@@ -185,17 +193,21 @@ class IncrementalAggregation:
             raise EngineError(
                 f"The aggregate values for {per} granularity cannot be provided since aggregation definition {self.name} does not contain {per} duration"
             )
+        bound = None
         if not self.distributed and not self.fed and self.store.persistent:
             # A copy that only reads a database store (a group joining the aggregation, `sp-dagster
             # query`) rebuilds from the tables at every retrieval: the writer may have written since.
             self._build_executors()
-            self._initialise()
+            bound = self._initialise()
         elif not self.distributed and not self.initialised:
             self._initialise()  # a runtime that has seen no event yet reads what a database store holds
         column = EVENT_TS if self.external else AGG_TS
         if self.distributed:
             return self._merged(self._written(start, end, per, column), per, column)
         records = self.store.read(per, column, start, end)
+        if bound is not None and per != self.durations[0]:
+            # Rows the writer added since the rebuild read where each table ended are in memory already (from their finer rows).
+            records = [r for r in records if bound[per] is not None and r[AGG_TS] <= bound[per]]
         oldest = self._oldest(per)
         if self.external or (oldest != -1 and end > oldest):
             records += [r for r in self._in_memory(per, oldest) if start <= r[column] < end]
