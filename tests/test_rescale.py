@@ -107,3 +107,30 @@ def test_keyed_state_split_from_two_instances_into_three_and_merged_back_gives_t
             runtimes[-1].restore(start.snapshot)
         _feed(layout, runtimes, chunk, 1000 * (step + 1), offsets, out)
     assert dict(out) == {k: [tuple(r) for r in v] for k, v in expected.items()}
+
+
+def test_within_maxparallel_the_old_instances_stop_in_place_and_the_upstream_keeps_publishing(tmp_path):
+    """Room left by maxParallel: the keyed topic keeps its partitions, so the rescale neither holds the
+    filter group upstream nor drains; only the old instances are held (each stops after a last checkpoint)."""
+    from sp_dagster.deploy.rescale import move_state, rescales
+    from sp_dagster.deploy.steps import instance_specs
+
+    roomy = APP.replace("@dist(execGroup = 'average', parallel = '2')", "@dist(execGroup = 'average', parallel = '2', maxParallel = '6')")
+    plane = ControlPlane(f"sqlite:///{tmp_path / 'plane.db'}")
+    plane.migrate()
+    try:
+        assert _deploy(plane, roomy) == []
+        wider = plan_app(load_app(text=roomy.replace("parallel = '2', maxParallel", "parallel = '3', maxParallel")))
+        found = rescales(plane, wider)
+        (average,) = [r for r in found if r.group == "Trades-average"]
+        assert average.keeps_partitions and average.moves and average.recorded_partitions == 6
+        # partitions 2, 4 and 5 of 6 change owner ([0-2] [3-5] -> [0-1] [2-3] [4-5])
+        assert average.describe() == "group Trades-average: 2 -> 3 instances; 50% of its keys change instance, their state moves with them"
+        recorded = []
+        move_state(plane, wider, instance_specs(wider), found, recorded.append, timeout=10)
+        (only,) = recorded  # one step: no hold of the upstream first
+        holds = {s.instance_id: s.extra.get(HOLD) for s in only}
+        assert {i: h for i, h in holds.items() if h} == {"Trades-average-1": "rescale", "Trades-average-2": "rescale"}
+        assert any(i.startswith("Trades-filter-") for i in holds)  # the upstream stays placed, unheld
+    finally:
+        plane.close()

@@ -17,6 +17,11 @@ instance that owns the key under the new layout, in three recorded steps:
    layout. No key is processed by two instances at once: the old ones stop before any new
    one starts; no event is lost or seen twice: the new ones start where the old ones ended.
 
+When the keyed topics keep their partition count (the group's `maxParallel` left room), no key
+changes partition: steps 1 and 2 become one, the old instances held (each stops after a last
+checkpoint, no drain) while the upstream keeps publishing, and each new instance starts its
+partitions from where their old owner stopped.
+
 Other stateful groups whose parallelism changes (round-robin state has no owner; state outside
 partition blocks; a keyed topic users publish to) are refused with a clear message unless the
 deploy asks for a fresh start (`deploy --fresh`): every instance of the group then starts empty
@@ -62,11 +67,17 @@ class Rescale:
         return self.keyed and not self.stateless and self.unmovable is None
 
     @property
+    def keeps_partitions(self) -> bool:
+        """Its keyed topics keep their partition count (room left by maxParallel): no key changes partition."""
+        count = self.recorded_partitions
+        return bool(count) and {self.partitions.get(t) for t in self.topics} == {count}
+
+    @property
     def moving(self) -> float:
         """The share of keys whose owning instance changes: of the partitions, when the keyed topics keep
-        their count (room left by maxParallel), else of keys spread by hash over the instances."""
+        their count, else of keys spread by hash over the instances."""
         count = self.recorded_partitions
-        if count and {self.partitions.get(t) for t in self.topics} == {count}:
+        if count and self.keeps_partitions:
             owner = lambda n: {p: i for i in range(n) for p in partition_numbers(n, count, i)}  # noqa: E731
             before, after = owner(self.old), owner(self.new)
             return sum(1 for p in range(count) if before[p] != after[p]) / count
@@ -183,7 +194,10 @@ def move_state(plane, topology, specs: list, found: list[Rescale], record_specs,
     if not moving:
         return []
     groups = {r.group for r in moving}
-    upstream = {g for r in moving for g in r.upstream}
+    # Keys that keep their partition need no drain and no pause upstream: the old owners stop with a
+    # last checkpoint and the new ones start from their partitions' offsets in it.
+    in_place = all(r.keeps_partitions for r in moving)
+    upstream = set() if in_place else {g for r in moving for g in r.upstream}
     held = [
         dataclasses.replace(s, extra={**s.extra, HOLD: "rescale"}) if s.extra.get("group") in upstream else s
         for s in specs
@@ -191,10 +205,11 @@ def move_state(plane, topology, specs: list, found: list[Rescale], record_specs,
     ]
     old = [i for i in list_instances(plane, topology.app) if i.extra.get("group") in groups]
     as_recorded = lambda extra: [InstanceSpec(i.instance_id, i.group, i.parallel_index, i.siddhi_app, i.receiver, {**i.extra, **extra}) for i in old]  # noqa: E731
-    record_specs(held + as_recorded({}))
-    for _ in range(2):  # and again after a pause: a worker that read its assignments just before may still start one
-        wait_until_released(plane, [s.instance_id for s in held if s.extra.get(HOLD)], timeout)
-        time.sleep(SETTLE_S)
-    record_specs(held + as_recorded({HOLD: DRAIN}))
+    if not in_place:
+        record_specs(held + as_recorded({}))
+        for _ in range(2):  # and again after a pause: a worker that read its assignments just before may still start one
+            wait_until_released(plane, [s.instance_id for s in held if s.extra.get(HOLD)], timeout)
+            time.sleep(SETTLE_S)
+    record_specs(held + as_recorded({HOLD: "rescale" if in_place else DRAIN}))
     wait_until_released(plane, [i.instance_id for i in old], timeout)
     return moving
