@@ -12,6 +12,7 @@ from __future__ import annotations
 import dagster as dg
 
 from sp_dagster.errors import SpDagsterError
+from sp_dagster.orchestration.ops import with_resource_keys
 from sp_dagster.orchestration.resources import ControlPlaneResource
 from sp_dagster.wording import counted
 
@@ -19,17 +20,14 @@ RESCALE_TAG = "sp-dagster/rescale"
 
 
 def build_autoscaling_sensor(
-    rescale_job: dg.JobDefinition, *, interval_seconds: int = 30, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+    rescale_job: dg.JobDefinition,
+    *,
+    control_plane_key: str = "control_plane",
+    interval_seconds: int = 30,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
 ) -> dg.SensorDefinition:
-    """The sensor launching `rescale_job` when a group's advice holds (reads the `control_plane` resource)."""
+    """The sensor launching `rescale_job` when a group's advice holds (reads the control plane under `control_plane_key`)."""
 
-    @dg.sensor(
-        name="autoscaling",
-        job=rescale_job,
-        minimum_interval_seconds=interval_seconds,
-        default_status=default_status,
-        description="Rescales execution groups to their advised parallelism (deployment.config.autoscaling; off by default).",
-    )
     def autoscaling(context: dg.SensorEvaluationContext, control_plane: ControlPlaneResource):
         """Decide per group; one run request per applied decision."""
         from sp_dagster.cluster.advising import group_advice
@@ -62,4 +60,10 @@ def build_autoscaling_sensor(
             cursor=str(int(context.cursor or 0) + 1),
         )
 
-    return autoscaling
+    return dg.sensor(
+        name="autoscaling",
+        job=rescale_job,
+        minimum_interval_seconds=interval_seconds,
+        default_status=default_status,
+        description="Rescales execution groups to their advised parallelism (deployment.config.autoscaling; off by default).",
+    )(with_resource_keys(autoscaling, {"control_plane": control_plane_key}))

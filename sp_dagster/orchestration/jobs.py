@@ -66,6 +66,7 @@ def _deploy_steps(op: dict[str, dg.OpDefinition], loaded) -> None:
     op["wait_until_running"](op["wait_until_placed"](app))
 
 
+@functools.cache  # one set of ops per keys: jobs in one repository must share their op definitions
 def _ops(control_plane_key: str, messaging_key: str) -> dict[str, dg.OpDefinition]:
     keys = {"control_plane": control_plane_key, "messaging": messaging_key}
     return {name: ops.rekeyed_op(getattr(ops, name), keys) for name in _DEPLOY_OPS}

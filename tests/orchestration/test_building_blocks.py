@@ -10,7 +10,9 @@ from sp_dagster.dagster import (
     SpDagsterComponent,
     SpDagsterTranslator,
     build_app_repository_sensor,
+    build_autoscaling_sensor,
     build_deploy_jobs,
+    build_rescale_job,
     deploy_siddhi_app,
     siddhi_app_assets,
 )
@@ -37,12 +39,16 @@ def test_a_users_definitions_take_the_assets_and_the_sensor_under_their_own_reso
         """The user's own asset downstream of a topic."""
 
     deploy, undeploy, _ = build_deploy_jobs(control_plane_key="sp_db", messaging_key="sp_bus")
+    rescale = build_rescale_job(control_plane_key="sp_db", messaging_key="sp_bus")
     resources = {"sp_db": ControlPlaneResource(conf=str(cluster.manager_conf)), "sp_bus": MessagingResource(conf=str(cluster.manager_conf))}
-    defs = dg.Definitions(assets=[stock_alerts, alert_report], sensors=[build_app_repository_sensor(cluster.apps, [deploy, undeploy])], resources=resources)
+    sensors = [build_app_repository_sensor(cluster.apps, [deploy, undeploy]), build_autoscaling_sensor(rescale, control_plane_key="sp_db")]
+    defs = dg.Definitions(assets=[stock_alerts, alert_report], sensors=sensors, resources=resources)
     repo = defs.get_repository_def()
     graph = repo.asset_graph
     assert set(repo.get_top_level_resources()) == {"sp_db", "sp_bus"}
-    assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy"}
+    assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rescale"}
+    with dg.build_sensor_context(resources=resources) as context:  # autoscaling is off in this conf: it says so, under the user's key
+        assert "autoscaling is off" in (repo.get_sensor_def("autoscaling").evaluate_tick(context).skip_message or "")
     filter_key, trades = K(["streaming", "StockAlerts", "filter"]), K(["streaming", "topics", "StockAlerts.TradeStream"])
     assert set(graph.get(filter_key).parent_keys) == {trades}  # lineage follows the translated keys
     assert set(graph.get(K(["alert_report"])).parent_keys) == {K(["streaming", "topics", "StockAlerts.PriceAlerts"])}
