@@ -596,6 +596,12 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
             )
         return found
 
+    def leave(self) -> None:
+        # Not aborted: the next owner's start resolves it (Kafka fences an older epoch's late abort; a broker
+        # that does not would drop what that owner already counted as published).
+        self._open = False
+        self.close()
+
     def close(self) -> None:
         """Abort what is open and release the clients."""
         if self._open and not self.stuck:

@@ -119,6 +119,11 @@ class TransactionalPublisher(RawPublisher):
     def headers_since(self, marks: Mapping[tuple[str, int], int], header: str) -> dict[tuple[str, int], list[bytes]]:
         """The `header` value of every message a committed-only reader sees from `marks` to the end, per (topic, partition)."""
 
+    def leave(self) -> None:
+        """Release the client, leaving an open transaction to the next owner: this owner's claim has ended, and an
+        abort sent now could reach the broker after its successor took over (close() by default)."""
+        self.close()
+
 
 class RowPublisher(Publisher):
     """Publishes one stream's rows to one topic over a RawPublisher, choosing partitions with a strategy."""

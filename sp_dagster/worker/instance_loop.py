@@ -136,6 +136,7 @@ class InstanceLoop:
         self._publishers: dict[object, RawPublisher] = {}  # "": the cluster's own (or its transactions), else per transport
         self._publisher_of: dict[str, RawPublisher] = {}  # topic -> its publisher
         self._txn: TransactionalPublisher | None = None  # the transactional publisher (exactly-once), when the layer has transactions
+        self._claim_ended = False  # stopping because another owner takes over: its open transaction is left to that owner
         self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
         self._txn_stamp = ""  # the incarnations of those inputs, stamped on every commit
         self.replay_until: dict[tuple[str, int], int] = {}  # inputs whose outputs up to here are already published
@@ -328,9 +329,11 @@ class InstanceLoop:
                         self.drain()
                     if save:
                         self._checkpoint()
+                    self._claim_ended = not save  # a fenced worker's stop: another owner takes over
                     return "stopped"
                 if not self.control.lease_ok():
                     log.warning("%s: the worker's lease on this instance ran out: stopping without a checkpoint", self.plan.name)
+                    self._claim_ended = True
                     return "lease lost"
                 self.turn()
                 now = time.monotonic()
@@ -531,7 +534,10 @@ class InstanceLoop:
         self.readers = []
         for publisher in self._publishers.values():
             try:
-                publisher.close()
+                if self._txn is not None and publisher is self._txn and self._claim_ended:
+                    self._txn.leave()
+                else:
+                    publisher.close()
             except Exception as exc:  # closing after a broker outage
                 log.debug("%s: closing a publisher: %s", self.plan.name, exc)
         self._publishers, self._publisher_of = {}, {}
