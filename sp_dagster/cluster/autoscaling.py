@@ -71,9 +71,9 @@ def applied_rescales(events: list[Event]) -> dict[tuple[str, str], list[int]]:
 def plan_rescales(plane: ControlPlane, advice: dict[str, Any], settings: AutoscalingConfig) -> list[Decision]:
     """Decide for every group of `advice` (`group_advice()`) and record the decisions (one held back is recorded
     once while its advice stays the same); the applied ones are to be run."""
-    events = recent_events(plane, limit=1000, kinds=(AUTOSCALE,))
+    events = _decisions(plane)
     history = applied_rescales(events)
-    latest = {(e.subject, e.detail.get("group")): e.detail for e in events}
+    latest = _latest(events)
     decisions = []
     with plane.transaction() as conn:
         now = int(conn.execute(select(db_now_ms())).scalar_one())
@@ -82,7 +82,7 @@ def plan_rescales(plane: ControlPlane, advice: dict[str, Any], settings: Autosca
                 decision = decide(app["app"], group, history.get((app["app"], group["group"]), []), settings, now)
                 if decision is None:
                     continue
-                before = latest.get((decision.app, decision.group)) or {}
+                before = latest[decision.app, decision.group].detail if (decision.app, decision.group) in latest else {}
                 repeated = (
                     not decision.applied
                     and not before.get("applied", True)
@@ -96,4 +96,12 @@ def plan_rescales(plane: ControlPlane, advice: dict[str, Any], settings: Autosca
 
 def latest_decisions(plane: ControlPlane) -> dict[tuple[str, str], Event]:
     """(app, group) -> its newest autoscaling decision."""
-    return {(e.subject or "", e.detail.get("group", "")): e for e in recent_events(plane, limit=1000, kinds=(AUTOSCALE,))}
+    return _latest(_decisions(plane))
+
+
+def _decisions(plane: ControlPlane) -> list[Event]:
+    return recent_events(plane, limit=1000, kinds=(AUTOSCALE,))
+
+
+def _latest(events: list[Event]) -> dict[tuple[str, str], Event]:
+    return {(e.subject or "", e.detail.get("group", "")): e for e in events}

@@ -11,15 +11,17 @@ from __future__ import annotations
 import re
 
 from sp_dagster.deploy.errors import DeployError
-from sp_dagster.siddhi import ast, load
+from sp_dagster.deploy.steps import LoadedApp
+from sp_dagster.siddhi import ast
 from sp_dagster.topology.grouping import DEFAULT_GROUP
-from sp_dagster.topology.model import USER, Topology
+from sp_dagster.topology.model import USER
 
 _PARALLEL = re.compile(r"(?<![A-Za-z_])parallel\s*=\s*(['\"])[^'\"]*\1", re.IGNORECASE)
 
 
-def scaled_text(text: str, source: str, topology: Topology, exec_group: str, parallel: int) -> str:
-    """`text` (the deployed app, planned as `topology`) with `exec_group` at `parallel` instances; DeployError when it cannot be."""
+def scaled_text(loaded: LoadedApp, exec_group: str, parallel: int) -> str:
+    """The loaded app's text with `exec_group` at `parallel` instances; DeployError when it cannot be."""
+    text, source, topology = loaded.text, loaded.source, loaded.topology
     group = next((g for g in topology.groups if g.exec_group == exec_group), None)
     user_groups = sorted(g.exec_group for g in topology.groups if g.kind == USER)
     if group is None or group.kind != USER:
@@ -31,7 +33,7 @@ def scaled_text(text: str, source: str, topology: Topology, exec_group: str, par
             f"{exec_group} may grow to its maxParallel ({group.max_parallelism}), not to {parallel}: raise @dist(maxParallel) in "
             f"{source} and deploy it (its topics grow then; the embedded broker cannot add partitions to topics holding events)"
         )
-    dists = [a for a in _dists(load(text, source)) if (a.get("execGroup") or DEFAULT_GROUP) == exec_group]
+    dists = [a for a in _dists(loaded.app) if (a.get("execGroup") or DEFAULT_GROUP) == exec_group]
     if not dists:
         raise DeployError(f"{exec_group} has no @dist to set its parallelism in; add @dist(execGroup='{exec_group}', parallel='{parallel}') in {source}")
     lines = text.splitlines(keepends=True)
@@ -82,8 +84,7 @@ def scaled_app(plane, app: str, exec_group: str, parallel: int):
     if record is None:
         raise DeployError(f"no deployment named '{app}'; `sp-dagster apps` lists the deployments")
     source = f"{app} (deployed)"
-    current = load_app(text=record.source, source=source)
-    return load_app(text=scaled_text(record.source, source, current.topology, exec_group, parallel), source=source)
+    return load_app(text=scaled_text(load_app(text=record.source, source=source), exec_group, parallel), source=source)
 
 
 def scale(config, app: str, exec_group: str, parallel: int, *, wait: bool = True, timeout: float = 120.0, progress=None):
