@@ -656,7 +656,9 @@ class KafkaReader(Reader):
         end-of-partition markers skipped, a broker outage reported once and waited out."""
         try:
             # Wait for the first message only; then take what has already arrived, without waiting.
+            started = time.monotonic()
             first = self.consumer.poll(timeout)
+            self.waited_s += time.monotonic() - started
             messages = [first] if first is not None else []
             if first is not None and max_events > 1:
                 messages += self.consumer.consume(num_messages=max_events - 1, timeout=0)

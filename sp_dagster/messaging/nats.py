@@ -20,6 +20,7 @@ import concurrent.futures
 import json
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -639,8 +640,10 @@ class NatsReader(Reader):
 
     def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
         if not self._buffer:
+            started = time.monotonic()
             with self._arrived:
                 self._arrived.wait_for(lambda: self._buffer, timeout)
+            self.waited_s += time.monotonic() - started
         batch = Batch()
         buffer = self._buffer
         for _ in range(min(max_events, len(buffer))):

@@ -159,6 +159,8 @@ class RowPublisher(Publisher):
 class Reader(ABC):
     """Reads given partitions of one topic from given offsets, without consumer-group rebalancing."""
 
+    waited_s = 0.0  # seconds polls have spent waiting for a first message, in all: what is not work
+
     @abstractmethod
     def poll(self, max_events: int = 10_000, timeout: float = 1.0) -> Batch:
         """Read what is available (up to max_events), waiting at most timeout seconds for the first."""

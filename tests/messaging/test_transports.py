@@ -98,6 +98,20 @@ def test_a_reader_resumes_exactly_where_another_stopped(transport, topic_name):
     assert sorted(e.row[2] for e in first + rest) == list(range(10))
 
 
+def test_a_reader_counts_its_wait_for_input_and_not_its_reading(transport, topic_name):
+    """What the busy fraction of an instance rests on: time waiting for a first message is not work."""
+    transport.ensure_topic(topic_name, 1)
+    codec = BinaryCodec(SCHEMA)
+    publish(transport, topic_name, RoundRobin(), [("A", 1.0, i) for i in range(500)], codec)
+    reader = transport.reader(topic_name, {0: EARLIEST}, codec)
+    poll_until(reader, 500)
+    before, started = reader.waited_s, time.monotonic()
+    assert not reader.poll(100, 0.5).events  # nothing more to read: the whole poll was a wait
+    waited, took = reader.waited_s - before, time.monotonic() - started
+    reader.close()
+    assert 0.45 <= waited <= took, (waited, took)
+
+
 def test_latest_reads_only_new_events(transport, topic_name):
     transport.ensure_topic(topic_name, 1)
     codec = JsonCodec(SCHEMA)
