@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from sp_dagster.cli.options import add_conf_option, load_role_config
 from sp_dagster.errors import SpDagsterError
 
 FORMATS = ("text", "json", "mermaid")
@@ -21,17 +22,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("app", metavar="APP.siddhi", help="the distributed Siddhi app")
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    add_conf_option(parser, what="whose deployment.config.maxParallelism gives groups running in parallel their room")
     parser.set_defaults(handler=plan_command)
 
 
 def plan_command(args: argparse.Namespace) -> int:
     """Print the plan of one app; an invalid app prints its error (as JSON with --format json)."""
-    from sp_dagster.deploy.steps import load_app
+    from sp_dagster.deploy.steps import load_app, plan_app
     from sp_dagster.siddhi import SiddhiQLError
     from sp_dagster.topology import output
 
     try:
         loaded = load_app(args.app)
+        topology = plan_app(loaded, load_role_config(args).deployment.max_parallelism)
     except SpDagsterError as exc:
         if args.format != "json":
             raise
@@ -39,7 +42,7 @@ def plan_command(args: argparse.Namespace) -> int:
         print(json.dumps(error, indent=2))
         return 1
     renderers = {"text": output.render_text, "json": output.render_json, "mermaid": output.render_mermaid}
-    print(renderers[args.format](loaded.topology), end="" if args.format != "json" else "\n")
+    print(renderers[args.format](topology), end="" if args.format != "json" else "\n")
     print_notes(loaded)
     return 0
 

@@ -181,6 +181,15 @@ class DeploymentConfig:
     heartbeat_max_retry: int = setting("heartbeatMaxRetry", 2, minimum=1, doc="missed heartbeats before a worker is declared dead")
     datasource: str = setting("datasource", "SP_MGT_DB", doc="the control-plane database, shared by managers and workers")
     min_resource_count: int = setting("minResourceCount", 1, minimum=1, doc="apps wait until this many workers are alive")
+    max_parallelism: int | None = setting(
+        "maxParallelism",
+        None,
+        minimum=1,
+        shown="each group's own parallel",
+        doc="the room a group running in parallel (parallel > 1) gets when its @dist names no maxParallel: its topics are laid out "
+        "for this many instances, so `sp-dagster scale` up to it changes no topic (never below the group's parallel; a group at "
+        "parallel 1 grows only with its own maxParallel, which holds it to the parallel rules)",
+    )
     allocation_algorithm: str | None = setting("allocationAlgorithm", None, doc="how instances are placed on workers (default: balanced, spread per group)")
     app_creator_class: str | None = setting("appCreatorClass", None, choices=(KAFKA_APP_CREATOR, NATS_APP_CREATOR), doc="selects Kafka or NATS")
     bootstrap_urls: tuple[str, ...] | None = setting(

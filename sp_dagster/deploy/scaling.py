@@ -8,6 +8,7 @@ the group's `maxParallel` no topic changes; beyond it the scale is refused with 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from sp_dagster.deploy.errors import DeployError
@@ -48,6 +49,9 @@ def scaled_text(loaded: LoadedApp, exec_group: str, parallel: int) -> str:
         found = _PARALLEL.search(inside)
         replacement = f"parallel='{parallel}'"
         edits.append((begin + found.start(), begin + found.end(), replacement) if found else (end, end, f", {replacement}"))
+        if group.max_parallelism is not None and dist.get("maxParallel") is None:
+            # The room came from deployment.config.maxParallelism: written down, it stays at any parallel.
+            edits.append((end, end, f", maxParallel='{group.max_parallelism}'"))
     for begin, end, replacement in sorted(edits, reverse=True):
         text = text[:begin] + replacement + text[end:]
     return text
@@ -75,16 +79,19 @@ def _closing(text: str, begin: int) -> int:
     raise DeployError("an @dist annotation of the deployed app is not closed")  # the text parsed: cannot happen
 
 
-def scaled_app(plane, app: str, exec_group: str, parallel: int):
-    """The recorded `app` with `exec_group` at `parallel` instances, loaded (a deploy.steps.LoadedApp) and ready to deploy."""
+def scaled_app(plane, app: str, exec_group: str, parallel: int, max_parallelism: int | None = None):
+    """The recorded `app` with `exec_group` at `parallel` instances, loaded (a deploy.steps.LoadedApp) and ready to deploy;
+    `max_parallelism` is the cluster's default room (deployment.config.maxParallelism)."""
     from sp_dagster.cluster.store.deployments import get_deployment
-    from sp_dagster.deploy.steps import load_app
+    from sp_dagster.deploy.steps import load_app, plan_app
 
     record = get_deployment(plane, app)
     if record is None:
         raise DeployError(f"no deployment named '{app}'; `sp-dagster apps` lists the deployments")
     source = f"{app} (deployed)"
-    return load_app(text=scaled_text(load_app(text=record.source, source=source), exec_group, parallel), source=source)
+    deployed = load_app(text=record.source, source=source)
+    deployed = dataclasses.replace(deployed, topology=plan_app(deployed, max_parallelism))
+    return load_app(text=scaled_text(deployed, exec_group, parallel), source=source)
 
 
 def scale(config, app: str, exec_group: str, parallel: int, *, wait: bool = True, timeout: float = 120.0, progress=None):
@@ -93,5 +100,5 @@ def scale(config, app: str, exec_group: str, parallel: int, *, wait: bool = True
     from sp_dagster.deploy.steps import deploy
 
     with ControlPlane.from_config(config) as plane:
-        loaded = scaled_app(plane, app, exec_group, parallel)
+        loaded = scaled_app(plane, app, exec_group, parallel, config.deployment.max_parallelism)
     return deploy(loaded, config, wait=wait, timeout=timeout, progress=progress)

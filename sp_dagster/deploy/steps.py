@@ -93,16 +93,22 @@ def load_app(path: str | Path | None = None, *, text: str | None = None, source:
     source = source or (str(path) if path is not None else "<app>")
     app = load(text, source)
     name = app.name or (Path(path).stem if path is not None else "SiddhiApp")
+    return LoadedApp(name, text, source, content_hash(text), app, _planned(app, name, text, source))
+
+
+def _planned(app: ast.App, name: str, text: str, source: str, max_parallelism: int | None = None) -> Topology:
     try:
-        topology = plan(app, name)
+        return plan(app, name, max_parallelism=max_parallelism)
     except SiddhiQLError as exc:
         raise exc.attach(text, source) from None
-    return LoadedApp(name, text, source, content_hash(text), app, topology)
 
 
-def plan_app(loaded: LoadedApp) -> Topology:
-    """The app's execution groups, partial apps and topics (planned when it was loaded)."""
-    return loaded.topology
+def plan_app(loaded: LoadedApp, max_parallelism: int | None = None) -> Topology:
+    """The app's execution groups, partial apps and topics; with the cluster's `deployment.config.maxParallelism`,
+    groups running in parallel that name no maxParallel get that room (see topology.grouping.build_groups)."""
+    if max_parallelism is None:
+        return loaded.topology
+    return _planned(loaded.app, loaded.name, loaded.text, loaded.source, max_parallelism)
 
 
 def dead_letter_topic(app: str) -> str:
@@ -281,7 +287,7 @@ def deploy(app: str | Path | LoadedApp, config, *, wait: bool = True, timeout: f
     from sp_dagster.messaging import transport_for
 
     loaded = app if isinstance(app, LoadedApp) else load_app(app)
-    topology = plan_app(loaded)
+    topology = plan_app(loaded, config.deployment.max_parallelism)
     plane = ControlPlane.from_config(config)
     try:
         changes = state_changes(plane, topology, fresh=fresh)  # before the topics grow: a refused rescale changes nothing

@@ -75,7 +75,7 @@ def deploy_siddhi_app(
         if len(sources) != 1:
             raise steps.DeployError(f"deploy_siddhi_app runs inside a @siddhi_app_assets function (one app file), not over {sorted(sources) or 'no app'}")
         loaded = steps.load_app(sources.pop())
-        topology = steps.plan_app(loaded)
+        topology = steps.plan_app(loaded, control_plane.config().deployment.max_parallelism)
         check_state(context, control_plane.plane, topology)  # before the topics grow: a refused rescale changes nothing
         topics = steps.create_topics(topology, messaging.transport)
         result = steps.record(control_plane.plane, loaded, topology)

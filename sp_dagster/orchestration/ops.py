@@ -97,19 +97,19 @@ def scale_app(context: dg.OpExecutionContext, config: ScaleAppConfig, control_pl
     from sp_dagster.deploy.scaling import scaled_app
 
     with user_errors():
-        loaded = scaled_app(control_plane.plane, config.app, config.group, config.parallel)
+        loaded = scaled_app(control_plane.plane, config.app, config.group, config.parallel, control_plane.config().deployment.max_parallelism)
     context.log.info(f"{config.app}: group {config.group} at {config.parallel} instances")
     context.add_output_metadata({"app": loaded.name, "group": config.group, "parallel": config.parallel, "content_hash": loaded.content_hash})
     return loaded
 
 
 @dg.op(description="Split the app into execution groups, partial apps and topics.")
-def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp):
-    """Deploy step 2: steps.plan_app."""
+def plan_app(context: dg.OpExecutionContext, loaded: steps.LoadedApp, control_plane: ControlPlaneResource):
+    """Deploy step 2: steps.plan_app, with the cluster's default room (deployment.config.maxParallelism)."""
     from sp_dagster.topology.output import render_text
 
     with user_errors():
-        topology = steps.plan_app(loaded)
+        topology = steps.plan_app(loaded, control_plane.config().deployment.max_parallelism)
     context.add_output_metadata(
         {
             "groups": len(topology.groups),

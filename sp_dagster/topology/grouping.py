@@ -54,11 +54,13 @@ class GroupSpec:
         return (TIERS[self.kind], self.first_index, self.name)
 
 
-def build_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog) -> list[GroupSpec]:
+def build_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog, default_room: int | None = None) -> list[GroupSpec]:
     """The execGroups (in order of first appearance), then one group per aggregation.
 
     Queries that join an in-memory aggregation move into that aggregation's group; an element
-    joining several in-memory aggregations merges their groups.
+    joining several in-memory aggregations merges their groups. A group running in parallel that
+    names no maxParallel may grow to `default_room`; one at parallel 1 keeps its own rules, since
+    room would hold it to the parallel ones.
     """
     groups: dict[str, GroupSpec] = {}
     group_of: dict[int, GroupSpec] = {}
@@ -80,6 +82,9 @@ def build_groups(app_name: str, infos: list[ElementInfo], catalog: Catalog) -> l
             group.max_parallelism = group.max_parallelism or most
         group.elements.append(info)
         group_of[info.index] = group
+    for group in groups.values():
+        if default_room is not None and group.parallelism > 1 and group.max_parallelism is None and default_room > group.parallelism:
+            group.max_parallelism = default_room
     aggregation_groups = _aggregation_groups(app_name, infos, catalog, group_of)
     return [group for group in groups.values() if group.elements] + aggregation_groups
 

@@ -19,14 +19,15 @@ from sp_dagster.topology.validation import validate
 DEFAULT_APP_NAME = "SiddhiApp"
 
 
-def plan(app: ast.App, name: str | None = None, *, transports: bool = True) -> Topology:
+def plan(app: ast.App, name: str | None = None, *, transports: bool = True, max_parallelism: int | None = None) -> Topology:
     """Split a distributed app into execution groups, topics and partial apps.
 
     `name` is used when the app has no `@App:name` (the CLI passes the file's stem). Raises
     SiddhiQLError for a mistake in the app, TopologyError (a SiddhiQLError: line, column,
     message) when the app cannot be distributed. With `transports` (the default) the app's
     sources, sinks and maps must be ones workers run (`siddhi.transports`); the planner's own
-    tests of WSO2's cases turn that off.
+    tests of WSO2's cases turn that off. `max_parallelism` is the cluster's default room for groups
+    running in parallel that name no `@dist(maxParallel)` (`deployment.config.maxParallelism`).
 
     >>> from sp_dagster import parse, plan
     >>> topology = plan(parse('''@App:name('Shop')
@@ -41,7 +42,7 @@ def plan(app: ast.App, name: str | None = None, *, transports: bool = True) -> T
     app_name = app.name or name or DEFAULT_APP_NAME
     _check_app_name(app, app_name)
     catalog = Catalog.of(app, analysis)
-    groups = build_groups(app_name, describe(app), catalog)
+    groups = build_groups(app_name, describe(app), catalog, max_parallelism)
     choices = choose_strategies(groups, catalog)
     producers = producers_of(groups, catalog)
     validate(groups, catalog, choices, producers)

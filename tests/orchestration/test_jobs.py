@@ -6,6 +6,8 @@ control-plane protocol (see standin.py), since these tests are about Dagster, no
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
 from sp_dagster.cluster.election import current_leader, rebalance_requests
@@ -15,6 +17,7 @@ from sp_dagster.orchestration.sensors import build_app_repository_sensor
 from tests.fixtures.waiting import wait_until
 from tests.orchestration.standin import StandInWorker
 
+SAMPLE_APP = Path(__file__).resolve().parents[2] / "apps" / "stock-alerts.siddhi"
 DEPLOY_STEPS = ["load_app", "plan_app", "create_topics", "record_deployment", "refresh_asset_graph", "wait_until_placed", "wait_until_running"]
 
 
@@ -176,3 +179,17 @@ from T[price > 0.0] select symbol, price as p insert into O;
     assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"] == ["load_app", "plan_app"]
     assert {name: kafka.topic_info(name).partitions for name in kafka.list_topics() if name.startswith("Resized.")} == before
     assert get_deployment(plane, "Resized").generation == 1
+
+
+def test_the_deploy_job_gives_parallel_groups_the_clusters_default_room(cluster, manager, plane, kafka):
+    """deployment.config.maxParallelism reaches the job's plan: the keyed topic is laid out for it, and the recorded plan says so."""
+    conf = cluster.manager_conf.read_text()
+    cluster.manager_conf.write_text(conf.replace("  type: distributed\n", "  type: distributed\n  maxParallelism: 4\n", 1))
+    text = SAMPLE_APP.read_text().replace("StockAlerts", "RoomyAlerts")
+    path = cluster.add_app("roomy.siddhi", text)
+    with StandInWorker(plane, "worker-1"):
+        result = deploy(cluster, path)
+    assert result.success, result.all_events
+    assert kafka.topic_info("RoomyAlerts.LargeTradeStream.symbol").partitions == 4
+    groups = {g["name"]: g for g in get_deployment(plane, "RoomyAlerts").plan["groups"]}
+    assert groups["RoomyAlerts-average"]["max_parallelism"] == 4 and groups["RoomyAlerts-average"]["parallelism"] == 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from topology_support import check_partial_apps, plan_text
 
-from sp_dagster.topology import FIELD_GROUPING, ROUND_ROBIN, TopologyError, partition_numbers
+from sp_dagster.siddhi import parse
+from sp_dagster.topology import FIELD_GROUPING, ROUND_ROBIN, TopologyError, partition_numbers, plan
 from sp_dagster.topology.output import to_dict
 
 KEYED = """@App:name('Elastic')
@@ -83,3 +84,25 @@ define stream In (k string, v long, ts long);
 @dist(parallel='2', maxParallel='4')
 define aggregation A from In select k, sum(v) as t group by k aggregate by ts every sec ... min;
 """)
+
+
+def test_the_clusters_default_room_goes_to_groups_running_in_parallel_that_name_no_maximum():
+    """deployment.config.maxParallelism: a parallel group without its own maxParallel grows to it; one at parallel 1 keeps its rules."""
+    text = """@App:name('Room')
+define stream In (k string, v long);
+@dist(execGroup='filter', parallel='2') from In[v > 0] select k, v insert into Mid;
+@dist(execGroup='stats', parallel='2')
+partition with (k of Mid) begin from Mid#window.length(3) select k, sum(v) as total insert into Out; end;
+@dist(execGroup='own', parallel='2', maxParallel='3') from In[v < 0] select k, v insert into Neg;
+@dist(execGroup='wide', parallel='9') from In[v == 0] select k, v insert into Zero;
+@dist(execGroup='single', parallel='1') from Mid#window.length(5) select k, sum(v) as t insert into Sums;
+"""
+    topology = plan(parse(text), max_parallelism=6)
+    check_partial_apps(topology)
+    most = {g.exec_group: g.max_parallelism for g in topology.groups if g.kind == "user"}
+    assert most == {"filter": 6, "stats": 6, "own": 3, "wide": None, "single": None}
+    (read,) = topology.group("Room-stats").inputs
+    assert (read.strategy, topology.topic(read.topic).partitions) == (FIELD_GROUPING, 6)
+    assert len(topology.group("Room-stats").instances) == 2
+    # Without the setting nothing changes.
+    assert topology.group("Room-filter").max_parallelism == 6 and plan(parse(text)).group("Room-filter").max_parallelism is None

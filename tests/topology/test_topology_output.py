@@ -98,6 +98,17 @@ def test_cli_text_and_mermaid():
     assert '    g1 -->|"field_grouping(symbol)"| t2' in mermaid.stdout
 
 
+def test_cli_plan_gives_parallel_groups_the_room_its_conf_names(tmp_path):
+    conf = tmp_path / "deployment.yaml"
+    manager = (ROOT / "conf" / "manager" / "deployment.yaml").read_text()
+    conf.write_text(manager.replace("  type: distributed\n", "  type: distributed\n  maxParallelism: 6\n", 1))
+    text = run_cli("plan", str(SAMPLE), "--conf", str(conf))
+    assert text.returncode == 0, text.stderr
+    assert "StockAlerts-average (user, parallel 2, at most 6)" in text.stdout
+    data = json.loads(run_cli("plan", str(SAMPLE), "--format", "json", "--conf", str(conf)).stdout)
+    assert {t["name"]: t["partitions"] for t in data["topics"]}["StockAlerts.LargeTradeStream.symbol"] == 6
+
+
 def test_cli_invalid_app_as_json_and_as_text(tmp_path):
     app = tmp_path / "bad.siddhi"
     app.write_text("define stream S (k string, v int);\n@dist(execGroup='w', parallel='2')\nfrom S#window.length(5) select k, v insert into O;\n")
