@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "continuous.ckpt"
 STOP_TIMEOUT_S = 30.0
+CONNECT_WAIT_S = 5.0  # how long a graceful stop waits for a starting task to connect
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ class ContinuousInstance:
         self.job_group = f"sp-dagster:{plan.name}:{self.link.token[:8]}"
         self.error: str | None = None
         self.done = threading.Event()
+        self._stopping = False
         self._thread = threading.Thread(target=self._job, name=f"instance-{plan.name}", daemon=True)
 
     def start(self) -> ContinuousInstance:
@@ -132,6 +135,8 @@ class ContinuousInstance:
         context = self.spark.sparkContext
         try:
             context.setJobGroup(self.job_group, f"sp-dagster instance {self.plan.name} (continuous)", interruptOnCancel=True)
+            if self._stopping:  # stopped before its job was submitted
+                return
             context.parallelize([self.spec], 1).mapPartitions(run_task).collect()
         except Exception as exc:  # the task failed (after Spark's retries) or was cancelled
             self.error = _first_line(exc)
@@ -162,12 +167,24 @@ class ContinuousInstance:
 
     def stop(self, *, save: bool, timeout: float = STOP_TIMEOUT_S) -> None:
         """Ask the task to stop (after a last checkpoint when save) and wait; cancel it if it does not."""
-        if self.link.send(("stop", save)):
+        self._stopping = True
+        sent = self.link.send(("stop", save))
+        if save and not sent:
+            # A task still starting is told once it connects, so it stops with a checkpoint instead of being
+            # cancelled mid-turn; one that does not connect soon (queued for a core) has done nothing yet.
+            deadline = time.monotonic() + min(timeout, CONNECT_WAIT_S)
+            while not sent and not self.done.is_set() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                sent = self.link.send(("stop", save))
+        if sent:
             self.link.finished.wait(timeout)
         if not self.done.wait(0 if not self.link.finished.is_set() else timeout):
             log.warning("%s: the task did not stop in time; cancelling its Spark job", self.plan.name)
-            self.spark.sparkContext.cancelJobGroup(self.job_group)
-            self.done.wait(timeout)
+            # Again until it ends: a cancel that comes before the job is submitted cancels nothing.
+            deadline = time.monotonic() + timeout
+            while not self.done.is_set() and time.monotonic() < deadline:
+                self.spark.sparkContext.cancelJobGroup(self.job_group)
+                self.done.wait(1.0)
         self.server.forget(self.link)
 
 

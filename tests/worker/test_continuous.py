@@ -288,6 +288,15 @@ def test_instances_run_as_long_running_spark_tasks_under_the_control_line(spark,
         for handle in handles[:2]:
             handle.stop(save=True)
             assert not handle.active and (handle.checkpoint_dir / CHECKPOINT_FILE).exists()
+        # Moved again while its task is still starting: it never runs (its job was not submitted yet), or it is told once
+        # it connects and stops after a checkpoint; it is never cancelled mid-turn.
+        again = ContinuousInstance(spark, server, handles[0].plan, messaging, settings, handles[0].checkpoint_dir).start()
+        again.stop(save=True)
+        assert not again.active and again.error is None and again.link.reason in (None, "stopped")
+        # Fenced right after it was started (no checkpoint): it ends, whether or not its job was submitted yet.
+        fenced = ContinuousInstance(spark, server, handles[1].plan, messaging, settings, handles[1].checkpoint_dir).start()
+        fenced.stop(save=False)
+        assert not fenced.active
         # The lease lapses (the worker's heartbeat failed): the other tasks stop by themselves.
         lease["seconds"] = 0.0
         deadline = time.monotonic() + 30
