@@ -83,8 +83,21 @@ class Report:
         return rows + [{"figure": "chaos", **totals, **samples}]
 
 
+def _stream_transport(messaging: str, servers: str, cluster_id: str):
+    """The client the stream's producer and reader use, on the cluster's messaging layer."""
+    if messaging == "nats":
+        from sp_dagster.messaging.nats import NatsTransport
+
+        return NatsTransport(servers, cluster_id, timeout=15)
+    from sp_dagster.messaging.kafka import KafkaTransport
+
+    # Only critical errors: a broker restart is expected here, and "connect failed" lines would bury a failure's report.
+    return KafkaTransport(servers, {"log_level": "2"}, timeout=15)
+
+
 class ChaosRun:
-    """A local cluster (2 managers, 2 workers) running one app on `bootstrap`, and the stream through it."""
+    """A local cluster (2 managers, 2 workers) running one app on `bootstrap` (Kafka's servers, or the NATS server with
+    `messaging="nats"`), and the stream through it."""
 
     def __init__(
         self,
@@ -98,9 +111,10 @@ class ChaosRun:
         database=None,
         database_url: str | None = None,
         outage_s: float = 30.0,
+        messaging: str = "kafka",
+        cluster_id: str = "sp-dagster",
     ):
         from sp_dagster.deploy import load_app, plan_app
-        from sp_dagster.messaging.kafka import KafkaTransport
         from sp_dagster.worker.instance_plan import plan_instance
 
         self.home = Path(home)
@@ -118,11 +132,12 @@ class ChaosRun:
         first = group.instances[0]
         (self.entry,) = plan_instance(first.name, first.siddhi).inputs
         self.output_topic = f"{self.loaded.name}.Averages"
-        self.cluster = LocalCluster(self.home / "cluster", bootstrap, workers=workers, managers=2, slots=4, database=database_url)
+        self.cluster = LocalCluster(
+            self.home / "cluster", bootstrap, workers=workers, managers=2, slots=4, database=database_url, messaging=messaging, cluster_id=cluster_id
+        )
         self.broker, self.database, self.outage_s = broker, database, outage_s
-        # The stream's own clients log only critical errors: a broker restart is expected here,
-        # and their "connect failed" lines would bury a failure's report.
-        self.kafka = KafkaTransport(bootstrap, {"log_level": "2"}, timeout=15)
+        self._layer = (messaging, bootstrap, cluster_id)
+        self.transport = self.client()
         self.rate = rate
         self.rows: list[tuple] = []
         self.stamps: list[int] = []
@@ -132,6 +147,10 @@ class ChaosRun:
         self._threads: list[threading.Thread] = []
         self.harness_errors: list[str] = []  # the stream's own producer or consumer failing is not the cluster's fault
         self.final_status = ""  # `sp-dagster status` as the run ended (placements, lag, replay): for failure messages
+
+    def client(self):
+        """A new client of the cluster's messaging layer (the caller closes it)."""
+        return _stream_transport(*self._layer)
 
     # -- the stream --------------------------------------------------------------------------
 
@@ -145,7 +164,7 @@ class ChaosRun:
         from sp_dagster.messaging import Partitioned, codec_for
 
         rng = random.Random(seed)
-        publisher = self.kafka.publisher(self.entry.topic, codec_for(self.entry.codec, self.entry.attributes), Partitioned(0, "symbol"))
+        publisher = self.transport.publisher(self.entry.topic, codec_for(self.entry.codec, self.entry.attributes), Partitioned(0, "symbol"))
         chunk = max(1, self.rate // 10)
         while not self._stop.is_set():
             rows = [(rng.choice(SYMBOLS), round(rng.uniform(10, 200), 2), rng.randint(1, 40)) for _ in range(chunk)]
@@ -160,7 +179,7 @@ class ChaosRun:
     def _consume(self) -> None:
         from sp_dagster.messaging import EARLIEST, codec_for
 
-        reader = self.kafka.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
+        reader = self.transport.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
         try:
             while not self._consumed.is_set():
                 for event in reader.poll(max_events=10_000, timeout=0.2).events:
@@ -179,12 +198,12 @@ class ChaosRun:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                end = self.kafka.end_offsets(self.output_topic)[0]
+                end = self.transport.end_offsets(self.output_topic)[0]
                 break
             except BrokerUnavailable:
                 if time.monotonic() > deadline:
                     raise
-        reader = self.kafka.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
+        reader = self.transport.reader(self.output_topic, {0: EARLIEST}, codec_for("json", OUTPUT))
         rows = []
         try:
             while reader.fetched_to().get(0, 0) < end:
@@ -309,7 +328,7 @@ class ChaosRun:
                 raise RuntimeError(f"the chaos stream itself failed (not the cluster): {self.harness_errors}")
         finally:
             self.cluster.stop()
-            self.kafka.close()
+            self.transport.close()
         return self._report(expected, struck)
 
     def _status(self) -> str:
@@ -325,9 +344,13 @@ class ChaosRun:
     def _open_transactions(self) -> str:
         """Where the app's topics end for a read_committed reader and with open transactions: a
         difference is a transaction left open, which hides everything after it from every reader."""
+        from sp_dagster.messaging.kafka import KafkaTransport
+
+        if not isinstance(self.transport, KafkaTransport):
+            return ""
         lines = []
-        for topic in sorted(t for t in self.kafka.list_topics() if t.startswith(f"{self.loaded.name}.")):
-            committed, written = self.kafka.end_offsets(topic), self.kafka.end_offsets_with_open_transactions(topic)
+        for topic in sorted(t for t in self.transport.list_topics() if t.startswith(f"{self.loaded.name}.")):
+            committed, written = self.transport.end_offsets(topic), self.transport.end_offsets_with_open_transactions(topic)
             held = {p: (committed[p], end) for p, end in written.items() if committed.get(p) != end}
             lines.append(f"{topic}: ends {written}" + (f"; open transactions from {held} (committed end, written end)" if held else ""))
         return "\n".join(lines)
