@@ -45,8 +45,10 @@ CONNECT_TIMEOUT_S = 5
 # read/write timeouts above the lock-wait timeout (MySQL/MariaDB).
 LINK_TIMEOUT_S = 10
 MYSQL_SOCKET_TIMEOUT_S = 30  # above innodb_lock_wait_timeout (20 s): a lock wait fails as itself
-# A transaction left open this long by a stalled client is rolled back by the server.
-IDLE_IN_TRANSACTION_TIMEOUT_S = 10
+# A transaction left open this long by a stalled client is rolled back by the server. Its row locks hold
+# everyone else back until then: a leader cut off mid-pass kept the next leader waiting this long, so it is
+# kept near the managers' default lease (2 s); our transactions never idle between statements for long.
+IDLE_IN_TRANSACTION_TIMEOUT_S = 3
 SQLITE_BUSY_TIMEOUT_S = 30
 # The lock that processes changing sp-dagster's tables in one database take turns on.
 SCHEMA_LOCK_NAME, SCHEMA_LOCK_KEY = "sp_dagster.schema", 7301450961

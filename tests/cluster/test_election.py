@@ -123,3 +123,26 @@ def test_a_reset_lease_row_never_reuses_a_recorded_term(plane):
         conn.execute(leader_lease.delete())
     assert a.tick() is None  # the row is gone: recreated on the next tick, then taken
     assert a.tick().term == 3
+
+
+def test_a_leader_gone_inside_a_pass_holds_the_next_one_back_only_until_the_server_ends_its_transaction(plane):
+    """A leader cut off mid-pass leaves its lock on the lease row; the database server rolls its transaction back after
+    IDLE_IN_TRANSACTION_TIMEOUT_S, so the takeover waits that long at most, not a network's retransmission limit, and
+    within the multi-host suite's bound for a cut leader (its lease + 5 s)."""
+    if plane.dialect == "sqlite":
+        pytest.skip("a database server's timeout: SQLite has no server, and one process's lock ends with it")
+    gone = ControlPlane(plane.url)  # the cut-off leader's own connection, never used again
+    try:
+        leadership = elector(gone, "m1").tick()
+        assert leadership is not None
+        pass_ = fenced(gone, leadership)
+        pass_.__enter__()  # the lease row locked, and the client says nothing more: as a cut link looks to the server
+        started = time.monotonic()
+        other = elector(plane, "m2")
+        while (taken := other.tick()) is None and time.monotonic() - started < 30:
+            time.sleep(0.1)
+        took = time.monotonic() - started
+        assert taken is not None and taken.term == 2
+        assert LEASE_MS / 1000 <= took <= LEASE_MS / 1000 + 5, took
+    finally:
+        gone.engine.dispose()
