@@ -45,9 +45,12 @@ def test_a_keyed_groups_state_moves_and_another_stateful_groups_rescale_is_refus
         with pytest.raises(DeployError, match=r"group Trades-average: 3 -> 2 .*but its keyed input is published from outside the app.*--fresh"):
             check_rescales([refused], fresh=False)
         assert check_rescales([refused], fresh=True) == ["group Trades-average: 3 -> 2 instances; 67% of its keys change instance: starting empty (--fresh)"]
-        # The stateless filter group rescales freely.
+        # The stateless filter group has no state to refuse over, but its partitions' read positions move: each new instance
+        # starts where the old ones stopped reading (its old instances are held until stopped with a last checkpoint).
         filters = wider.replace("@dist(execGroup = 'filter', parallel = '2')", "@dist(execGroup = 'filter', parallel = '3')")
-        assert _deploy(plane, filters)[0] == "group Trades-filter: 2 -> 3 instances (stateless: nothing to move)"
+        assert _deploy(plane, filters)[0] == "group Trades-filter: 2 -> 3 instances (stateless: each partition's read position moves with it)"
+        handed = {i.instance_id: i.extra.get(RESCALED) for i in list_instances(plane, "Trades") if "-filter-" in i.instance_id}
+        assert sorted(handed) == [f"Trades-filter-{n}" for n in (1, 2, 3)] and all(r["from"] == ["Trades-filter-1", "Trades-filter-2"] for r in handed.values())
         narrower = filters.replace("@dist(execGroup = 'average', parallel = '3')", "@dist(execGroup = 'average', parallel = '2')")
         lines = _deploy(plane, narrower, fresh=True)
         assert lines[0] == "group Trades-average: 3 -> 2 instances; 67% of its keys change instance: starting empty (--fresh)"

@@ -6,8 +6,10 @@ processed rate over the sum of its instances' busy fractions, that sum floored a
 instance so a near-idle group cannot over-estimate its capacity), at `targetUtilization`. Advice
 differs from the running parallelism only when every sample of the last `stabilizationSeconds`
 puts the group's utilisation outside a band of BAND around the target, on the same side; a group
-scales down only while no instance of any of those samples is busy above the band. So steady load,
-whose utilisation stays on one side or inside the band, never flaps.
+scales down only while no instance of any of those samples is busy above the band, and not while a
+backlog drains (more than BACKLOG_S of its processing waits): a smaller group would drain it slower,
+and the next window would ask for a second step down. So steady load, whose utilisation stays on one
+side or inside the band, never flaps, and a load that ends is followed by one step down.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sp_dagster.wording import counted
 
 BAND = 0.1  # utilisation within targetUtilization +/- BAND holds the running parallelism
 BUSY_FLOOR = 0.05  # a busy fraction below this is not trusted to measure capacity
+BACKLOG_S = 1.0  # a lag above this many seconds of the group's processing is a backlog, not events in flight
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,9 @@ def advise(history: Sequence[LoadSample], parallel: int, max_parallel: int | Non
         busiest = max((b for s in window for b in s.busy), default=0.0)
         if busiest > high:
             return Advice(parallel, f"holding: {span} below {low:.2f}, but an instance was {busiest:.2f} busy (above {high:.2f})")
+        newest = window[-1]
+        if newest.lag > max(newest.processed_per_s, 1.0) * BACKLOG_S:
+            return Advice(parallel, f"holding: {span} below {low:.2f}, but {counted(newest.lag, 'event')} wait: draining them first")
         advised = min(parallel, max(n.instances for n in known))
         if advised < parallel:
             return Advice(advised, f"scale down: {span} below {low:.2f}; {counted(advised, 'instance')} stay below {target:.2f}")

@@ -1,6 +1,8 @@
 """Parallelism changes on redeploy: what they do to state, moving per-key state, and which are refused.
 
-A stateless group rescales freely. A keyed group (`partition with (key of S)`, fed by field
+A stateless group hands its read positions over: its old instances stop with a last checkpoint,
+and each new one starts its partitions where their old owner stopped (no event read twice or
+skipped, whichever instance a partition moves to). A keyed group (`partition with (key of S)`, fed by field
 grouping from other groups of the app) whose state is all per key moves each key's state to the
 instance that owns the key under the new layout, in three recorded steps:
 
@@ -67,6 +69,12 @@ class Rescale:
         return self.keyed and not self.stateless and self.unmovable is None
 
     @property
+    def hands_over(self) -> bool:
+        """The old instances hand their last checkpoints to the new ones: per-key state with its keys, or a
+        stateless group's read positions."""
+        return self.moves or self.stateless
+
+    @property
     def keeps_partitions(self) -> bool:
         """Its keyed topics keep their partition count (room left by maxParallel): no key changes partition."""
         count = self.recorded_partitions
@@ -88,7 +96,7 @@ class Rescale:
         """One line: the change and what it does to state (`fresh`: the deploy starts it empty)."""
         head = f"group {self.group}: {self.old} -> {self.new} instances"
         if self.stateless:
-            return f"{head} (stateless: nothing to move)"
+            return f"{head} (stateless: each partition's read position moves with it)"
         if self.keyed and fresh:
             return f"{head}; {self.moving:.0%} of its keys change instance: starting empty (--fresh)"
         if self.moves:
@@ -164,7 +172,7 @@ def state_specs(specs: list, found: list[Rescale], previous: dict[str, dict], *,
 
     now = int(time.time() * 1000)
     restarting = {r.group for r in found if not r.stateless and fresh}
-    moving = {r.group: r for r in found if r.moves and not fresh}
+    moving = {r.group: r for r in found if (r.moves and not fresh) or r.stateless}
     result = []
     for spec in specs:
         group = spec.extra.get("group")
@@ -190,26 +198,41 @@ def move_state(plane, topology, specs: list, found: list[Rescale], record_specs,
     from sp_dagster.cluster.store.deployments import InstanceSpec, list_instances
     from sp_dagster.deploy.state import wait_until_released
 
-    moving = [r for r in found if r.moves]
+    moving = [r for r in found if r.hands_over]
     if not moving:
         return []
     groups = {r.group for r in moving}
-    # Keys that keep their partition need no drain and no pause upstream: the old owners stop with a
-    # last checkpoint and the new ones start from their partitions' offsets in it.
-    in_place = all(r.keeps_partitions for r in moving)
-    upstream = set() if in_place else {g for r in moving for g in r.upstream}
+    # Keys that keep their partition (and stateless groups, which have no keys) need no drain and no pause
+    # upstream: the old owners stop with a last checkpoint and the new ones start from their partitions' offsets in it.
+    in_place = all(r.keeps_partitions or r.stateless for r in moving)
+    upstream = set() if in_place else {g for r in moving if not r.stateless for g in r.upstream}
     held = [
         dataclasses.replace(s, extra={**s.extra, HOLD: "rescale"}) if s.extra.get("group") in upstream else s
         for s in specs
         if s.extra.get("group") not in groups
     ]
     old = [i for i in list_instances(plane, topology.app) if i.extra.get("group") in groups]
-    as_recorded = lambda extra: [InstanceSpec(i.instance_id, i.group, i.parallel_index, i.siddhi_app, i.receiver, {**i.extra, **extra}) for i in old]  # noqa: E731
+    drained = set() if in_place else {r.group for r in moving if not r.stateless}
+
+    def as_recorded(hold: bool) -> list:
+        """The old instances as recorded; with `hold`, each held: drained, or stopped in place."""
+        return [
+            InstanceSpec(
+                i.instance_id,
+                i.group,
+                i.parallel_index,
+                i.siddhi_app,
+                i.receiver,
+                {**i.extra, **({HOLD: DRAIN if i.extra.get("group") in drained else "rescale"} if hold else {})},
+            )
+            for i in old
+        ]
+
     if not in_place:
-        record_specs(held + as_recorded({}))
+        record_specs(held + as_recorded(False))
         for _ in range(2):  # and again after a pause: a worker that read its assignments just before may still start one
             wait_until_released(plane, [s.instance_id for s in held if s.extra.get(HOLD)], timeout)
             time.sleep(SETTLE_S)
-    record_specs(held + as_recorded({HOLD: "rescale" if in_place else DRAIN}))
+    record_specs(held + as_recorded(True))
     wait_until_released(plane, [i.instance_id for i in old], timeout)
     return moving

@@ -198,7 +198,7 @@ def record(plane, loaded: LoadedApp, topology: Topology, *, fresh: bool = False,
         return record_deployment(plane, topology.app, content_hash=content_hash, source=loaded.text, plan=to_dict(topology), instances=instances)
 
     # while state moves the recorded hash is not the app's: a deploy cut short is done again, not found unchanged
-    moving = [] if fresh else found
+    moving = [r for r in found if r.stateless] if fresh else found  # fresh empties state, but never re-reads a partition
     move_state(plane, topology, state_specs(specs, [], previous, fresh=False), moving, lambda i: record_specs(i, f"rescaling:{loaded.content_hash}"), timeout)
     return record_specs(after_drops(plane, state_specs(specs, found, previous, fresh=fresh, since=int(time.time() * 1000))))
 

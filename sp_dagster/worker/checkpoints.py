@@ -123,9 +123,10 @@ def unfit_reason(saved: Checkpoint, incarnations: Mapping[str, str], ends: Calla
     return None
 
 
-def split_checkpoints(olds: Iterable[bytes], owns: Callable[[str], bool]) -> Checkpoint:
-    """The start of a rescaled keyed instance: the state of the keys it owns (`owns(key)`) from every old
-    instance's last checkpoint, and the offsets they reached (drained: where the old layout ends)."""
+def split_checkpoints(olds: Iterable[bytes], owns: Callable[[str], bool], *, stateless: bool = False) -> Checkpoint:
+    """The start of a rescaled instance: the offsets every old instance's last checkpoint reached (drained: where
+    the old layout ends) and, keyed, the state of the keys it owns (`owns(key)`); a `stateless` one has none to
+    split, and takes the first one's (empty) state as it is."""
     from sp_dagster.worker.instance_runtime import merge_snapshots
 
     saved = [Checkpoint.decode(data) for data in olds]
@@ -135,7 +136,7 @@ def split_checkpoints(olds: Iterable[bytes], owns: Callable[[str], bool]) -> Che
         for place, offset in checkpoint.positions.items():
             positions[place] = max(positions.get(place, 0), offset)
         topics.update(checkpoint.topics)
-    snapshot = merge_snapshots([c.snapshot for c in saved], owns)
+    snapshot = saved[0].snapshot if stateless and saved else merge_snapshots([c.snapshot for c in saved], owns)
     return Checkpoint(positions, snapshot, max((c.saved_at for c in saved), default=0), topics)
 
 

@@ -322,8 +322,9 @@ class Worker:
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
 
     def _rescaled(self, plan, rescaled: dict, checkpoint: Path) -> None:
-        """A keyed instance of a rescaled group (deploy.rescale) that has not checkpointed since: its start
-        is the state of the keys it now owns, split from its group's old instances' last checkpoints."""
+        """An instance of a rescaled group (deploy.rescale) that has not checkpointed since: its start is where
+        its group's old instances stopped reading, and (keyed) the state of the keys it now owns, split from their
+        last checkpoints."""
         from sp_dagster.messaging.strategies import partition_for_key
         from sp_dagster.worker.checkpoints import Checkpoint, split_checkpoints
         from sp_dagster.worker.continuous import read_checkpoint, write_checkpoint
@@ -331,17 +332,27 @@ class Worker:
         own = read_checkpoint(checkpoint)
         if own is not None and Checkpoint.decode(own).saved_at >= rescaled["since"]:
             return
-        topic, count = next(iter(sorted(rescaled["partitions"].items())))
-        mine = set(next(s.partitions for s in plan.inputs if s.topic == topic))
+        topic, count = next(iter(sorted(rescaled["partitions"].items())), (None, 0))
+        mine = set(next((s.partitions for s in plan.inputs if s.topic == topic), ()))
         # As they were when the rescale was recorded: a new instance may share an old one's name, and
         # its own revisions (the keys it owns now) must not stand in for the old one's last state.
         found = {old: self.store.newest_checkpoint(old, before_ms=rescaled["since"]) for old in rescaled["from"]}
         olds = {old: data for old, data in found.items() if data is not None}
         missing = sorted(set(found) - set(olds))
-        if missing:
+        if missing and not plan.stateless:
             raise RuntimeError(f"rescaled, but no checkpoint of {', '.join(missing)} is in the persistence store (it must be shared)")
-        owns = lambda key: partition_for_key(key.encode("utf-8"), count) in mine  # noqa: E731
-        write_checkpoint(checkpoint, split_checkpoints(olds.values(), owns).encode())
+        if missing:  # no state to lose: go on from what there is, and say what may be read twice
+            log.warning(
+                "worker %s: %s: no checkpoint of %s in the persistence store, so the partitions they read may be read again; "
+                "share the persistence store between workers to move read positions exactly",
+                self.config.node_id, plan.name, ", ".join(missing),
+            )  # fmt: skip
+            if own is not None:
+                olds[plan.name] = own
+            if not olds:
+                return
+        owns = lambda key: not count or partition_for_key(key.encode("utf-8"), count) in mine  # noqa: E731
+        write_checkpoint(checkpoint, split_checkpoints(olds.values(), owns, stateless=plan.stateless).encode())
         log.info("worker %s: %s starts with the keys it owns of %s (partitions %s of %s)", self.config.node_id, plan.name, ", ".join(olds), sorted(mine), topic)
 
     def _plan(self, assignment):

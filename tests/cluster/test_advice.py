@@ -94,3 +94,16 @@ def test_unknown_capacity_and_other_parallelism_hold():
     assert advice.advised == 2 and "not measurable" in advice.reason
     before_rescale = [group_load(1, 1000, capacity=300, at_ms=i * STEP_MS) for i in range(30)]
     assert advise(before_rescale, 3, None, SETTINGS, before_rescale[-1].at_ms).advised == 3  # samples of parallel 1 say nothing of 3
+
+
+def test_no_step_down_while_a_backlog_drains_then_one_step_to_what_the_load_needs():
+    """A load that ends leaves a backlog: the group keeps its instances until it is drained, then goes down in one step."""
+    draining = [LoadSample(i * STEP_MS, 4, 0.0, 900.0, (0.3,) * 4, 30_000 - 4500 * i) for i in range(6)]
+    advice = advise(draining, 4, None, SETTINGS, draining[-1].at_ms + SETTINGS.stabilization_seconds * 1000)
+    assert advice.advised == 4 and "wait: draining them first" in advice.reason, advice
+    drained = draining + [LoadSample((6 + i) * STEP_MS, 4, 0.0, 0.0, (0.0,) * 4, 0) for i in range(30)]
+    advice = advise(drained, 4, None, SETTINGS, drained[-1].at_ms)
+    assert advice.advised == 1 and advice.reason.startswith("scale down"), advice
+    # Events in flight (under a second of processing) are no backlog: a lighter steady load still steps down.
+    light = [LoadSample(i * STEP_MS, 4, 200.0, 200.0, (0.2625,) * 4, 150) for i in range(30)]
+    assert advise(light, 4, None, SETTINGS, light[-1].at_ms).advised == 2
