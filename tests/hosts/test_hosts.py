@@ -238,7 +238,9 @@ def test_drop_state_from_the_operators_machine_then_a_redeploy_starts_empty(clus
     first = expected_outputs(APP_PATH.read_text(), rows, stamps)
     assert collections.Counter(produce_and_read(cluster, rows, stamps, len(first))) == collections.Counter(first), cluster.logs()
     held = lambda: [p for w in cluster.WORKERS for p in cluster.hosts[w].home.glob("**/checkpoints/Trades-*")]  # noqa: E731
-    wait_until(lambda: len(held()) == 4, timeout=60, what="every instance's checkpoint folder on its worker")
+    # Four instances, each with a folder on its worker (and one on a worker it was moved from, when the second
+    # worker joined after the deploy had placed everything on the first).
+    wait_until(lambda: len({p.name for p in held()}) == 4, timeout=60, what="every instance's checkpoint folder on its worker")
     time.sleep(4)  # a revision in the database too (persistence interval 3 s): state a replay must not bring back
     dropped = cluster.operator("undeploy", "Trades", "--drop-state", timeout=120)
     assert dropped.returncode == 0, dropped.stdout + dropped.stderr
