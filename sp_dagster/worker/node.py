@@ -347,8 +347,8 @@ class Worker:
                 "share the persistence store between workers to move read positions exactly",
                 self.config.node_id, plan.name, ", ".join(missing),
             )  # fmt: skip
-            if own is not None:
-                olds[plan.name] = own
+            if own is not None:  # never over an old instance's of the same name: that one is newer
+                olds.setdefault(plan.name, own)
             if not olds:
                 return
         owns = lambda key: not count or partition_for_key(key.encode("utf-8"), count) in mine  # noqa: E731
