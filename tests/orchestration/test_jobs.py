@@ -29,6 +29,11 @@ def deploy(cluster, path, **ops):
     return execute(deploy_job, cluster, {"ops": {"load_app": {"config": {"path": str(path)}}, **ops}})
 
 
+def failures(result) -> list[str]:
+    """Each failed step with its message, for an assertion's report."""
+    return [f"{e.step_key}: {e.message}" for e in result.all_events if e.is_failure]
+
+
 def failure_message(result, step: str) -> str:
     failure = result.failure_data_for_node(step)
     assert failure is not None, f"{step} did not fail"
@@ -40,7 +45,7 @@ def test_deploy_job_records_places_and_runs_the_sample_app(cluster, manager, pla
     # Checked while the workers are up: once they leave, the leader re-marks the deployment waiting.
     with StandInWorker(plane, "worker-1"), StandInWorker(plane, "worker-2"):
         result = deploy(cluster, path)
-        assert result.success, result.all_events
+        assert result.success, failures(result)
         record = get_deployment(plane, "StockAlerts")
         instances = list_instances(plane, "StockAlerts")
         again = deploy(cluster, path)
@@ -84,7 +89,8 @@ def test_sensor_runs_deploy_then_undeploy_when_the_file_goes(cluster, manager, p
     data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
     [request] = data.run_requests
     with StandInWorker(plane, "worker-1"):
-        assert execute(deploy_job, cluster, request.run_config, instance).success
+        result = execute(deploy_job, cluster, request.run_config, instance)
+        assert result.success, failures(result)
     assert get_deployment(plane, "StockAlerts") is not None
 
     (cluster.apps / "stock-alerts.siddhi").unlink()
@@ -109,7 +115,8 @@ def test_undeploy_of_a_file_that_never_deployed_does_nothing(cluster, plane):
 
 def test_undeploy_by_name_can_delete_the_topics(cluster, manager, plane, kafka):
     with StandInWorker(plane, "worker-1"):
-        assert deploy(cluster, cluster.add_app()).success
+        result = deploy(cluster, cluster.add_app())
+        assert result.success, failures(result)
     run_config = {"ops": {"resolve_app": {"config": {"app": "StockAlerts"}}, "undeploy_app": {"config": {"delete_topics": True}}}}
     result = execute(undeploy_job, cluster, run_config)
     assert result.success
@@ -126,7 +133,8 @@ def test_undeploy_of_an_unknown_app_fails_clearly(cluster, plane):
 
 def test_rebalance_job_asks_the_leader_and_reports_moves(cluster, manager, plane):
     with StandInWorker(plane, "worker-1"):
-        assert deploy(cluster, cluster.add_app()).success
+        result = deploy(cluster, cluster.add_app())
+        assert result.success, failures(result)
         with StandInWorker(plane, "worker-2"):
             wait_until(lambda: current_leader(plane) and current_leader(plane).alive, what="a live leader")
             with plane.transaction() as conn:
@@ -189,7 +197,7 @@ def test_the_deploy_job_gives_parallel_groups_the_clusters_default_room(cluster,
     path = cluster.add_app("roomy.siddhi", text)
     with StandInWorker(plane, "worker-1"):
         result = deploy(cluster, path)
-    assert result.success, result.all_events
+    assert result.success, failures(result)
     assert kafka.topic_info("RoomyAlerts.LargeTradeStream.symbol").partitions == 4
     groups = {g["name"]: g for g in get_deployment(plane, "RoomyAlerts").plan["groups"]}
     assert groups["RoomyAlerts-average"]["max_parallelism"] == 4 and groups["RoomyAlerts-average"]["parallelism"] == 2
