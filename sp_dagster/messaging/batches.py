@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from itertools import accumulate
 
 from sp_dagster.messaging.errors import EventDecodeError
 
@@ -32,6 +33,9 @@ def encode_all(
     stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: Sequence[bytes | None], values: Sequence[bytes], max_bytes: int = MAX_BYTES
 ) -> list[tuple[int | None, bytes]]:
     """Events as batches of at most about `max_bytes` each (one event at least): (the first event's timestamp, the batch)."""
+    total = sum(map(len, values)) + sum(len(k) for k in keys if k) + sum(len(o) for o in origins if o) + _PER_EVENT * len(values)
+    if total <= max_bytes:  # the common case: all in one batch
+        return [(stamps[0], encode(stamps, keys, origins, values))] if values else []
     out, first, size = [], 0, 0
     for index, value in enumerate(values):
         key, origin = keys[index], origins[index]
@@ -90,6 +94,13 @@ def decode(data: bytes) -> tuple[list[int | None], list[bytes | None], list[byte
 
 def _cut(data: bytes, pos: int, lengths: Sequence[int]) -> tuple[list, int]:
     """The pieces of `data` of these lengths from `pos` on (None for a negative length), and where they end."""
+    if not lengths:
+        return [], pos
+    if min(lengths) >= 0:  # every piece present (values; origins and keys mostly): cut at the running sums
+        ends = list(accumulate(lengths, initial=pos))
+        return [data[start:end] for start, end in zip(ends, ends[1:])], ends[-1]
+    if max(lengths) < 0:  # none present (keys mostly)
+        return [None] * len(lengths), pos
     pieces: list = []
     append = pieces.append
     for length in lengths:

@@ -145,6 +145,8 @@ class JsonCodec(Codec):
                 document = json.loads(data)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise EventDecodeError(f"not valid JSON: {exc}") from None
+        if type(document) is dict:  # the common case: one event
+            return [self._row(document)]
         items = document if isinstance(document, list) and document and not _is_value_row(document, self) else [document]
         return [self._row(item) for item in items]
 

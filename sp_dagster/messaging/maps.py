@@ -154,10 +154,10 @@ class JsonMapper(Mapper):
         enclosing = spec.option("enclosing.element")
         self.enclosing = json_path(enclosing) if enclosing else None
         self.paths = tuple(json_path(m) for m in self.mappings) if self.mappings else None
+        if self.enclosing is None and self.paths is None:
+            self.decode = self._default.decode  # Siddhi's default form: the codec's, without a call in between
 
     def decode(self, data):
-        if self.enclosing is None and self.paths is None:
-            return self._default.decode(data)
         try:
             document = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

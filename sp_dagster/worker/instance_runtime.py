@@ -29,6 +29,7 @@ import functools
 import heapq
 import json
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
@@ -61,24 +62,9 @@ class Message(NamedTuple):
 
 
 _new = tuple.__new__  # makes a Message without its __new__'s keyword handling: a worker makes one per event
+_OFFSET = operator.itemgetter(2)  # a Message's offset
+_NONE = object()  # no send yet (a send may be None: what timers fire)
 _ORIGIN_KEYS: dict[bytes, str] = {}  # origin keys as read, decoded once: a partition's messages share a few
-
-
-def origin_of(message: Message) -> tuple[str, tuple[int, ...]]:
-    """(origin key, sequence) of an input message: its header, or the message's own place."""
-    origin = message.origin
-    if origin:
-        raw, _, sequence = origin.rpartition(b"|")
-        key = _ORIGIN_KEYS.get(raw)
-        if key is None:
-            if len(_ORIGIN_KEYS) >= 4096:
-                _ORIGIN_KEYS.clear()
-            key = _ORIGIN_KEYS[raw] = raw.decode("utf-8")
-        parts = sequence.split(b".")
-        if len(parts) == 2:  # the most common: (offset, n)
-            return key, (int(parts[0]), int(parts[1]))
-        return key, tuple(map(int, parts))
-    return f"{message.topic}:{message.partition}", (message.offset,)
 
 
 def origin_prefix(key: str, sequence: tuple[int, ...]) -> str:
@@ -164,6 +150,7 @@ class InstanceRuntime:
         self.rows_in = self.rows_out = self.rejected = self.duplicates = 0
         self.group = plan.name.rsplit("-", 1)[0]
         self.seen: dict[tuple[str, int, str], tuple[int, ...]] = {}
+        self._named: dict[tuple[str, int, str], str] = {}  # (topic, partition, origin key) -> its outputs' origin key
         # What the wall clock's outputs are named after: per key (micro-batch) or per instance, never
         # shared by two instances, whose outputs may meet downstream at the same due time.
         self.clock_origin = f"{self.group}@clock:{key or plan.name}"
@@ -270,14 +257,21 @@ class InstanceRuntime:
             if not collector.rows:
                 continue
             rows, stamps, sends = collector.take()
-            origins = []
-            for send in sends:
-                last = counts[send] = counts.get(send, named) + 1
-                prefix = prefixes.get(send)
-                if prefix is None:
-                    origin_key, sequence = origin_of_send(send)
-                    prefix = prefixes[send] = origin_prefix(origin_key, sequence)
-                origins.append(f"{prefix}{last}".encode())
+            origins: list[bytes] = []
+            append, current, prefix = origins.append, _NONE, ""
+            for send in sends:  # a send's outputs mostly come together: look it up once per run of them
+                if send != current:
+                    if current is not _NONE:
+                        counts[current] = last
+                    current, last = send, counts.get(send, named)
+                    prefix = prefixes.get(send)
+                    if prefix is None:
+                        origin_key, sequence = origin_of_send(send)
+                        prefix = prefixes[send] = origin_prefix(origin_key, sequence)
+                last += 1
+                append(f"{prefix}{last}".encode())
+            if current is not _NONE:
+                counts[current] = last
             publish(rows, stamps, origins)
         return last
 
@@ -319,39 +313,67 @@ class InstanceRuntime:
         if self.on_wall_clock:
             self._advance(wall)
         run = _Run()
-        seen, inputs, sequenced_topics, name_origin = self.seen, self._inputs, self._sequenced, self._origin
+        seen, inputs, sequenced_topics, keys, keys_get = self.seen, self._inputs, self._sequenced, _ORIGIN_KEYS, _ORIGIN_KEYS.get
+        named, stateless = self._named, self.plan.stateless
+        rows_in = 0
         for message in _in_order(messages):
-            topic = message.topic
+            topic, partition, offset, stamp, _k, value, raw, index = message
             if topic in sequenced_topics:
                 try:
                     message = sequenced(message)
                 except EventDecodeError as exc:
                     self._reject(message, str(exc))
                     continue
-            key, sequence = origin_of(message)
-            place = (topic, message.partition, key)
+                value, raw = message.value, message.origin
+            # The message's origin (key, sequence): its sp-origin header, or its own place.
+            if raw:
+                head, _, tail = raw.rpartition(b"|")
+                key = keys_get(head)
+                if key is None:
+                    if len(keys) >= 4096:
+                        keys.clear()
+                    key = keys[head] = head.decode("utf-8")
+                parts = tail.split(b".")
+                sequence = (int(parts[0]), int(parts[1])) if len(parts) == 2 else tuple(map(int, parts))
+            else:
+                key, sequence = f"{topic}:{partition}", (offset,)
+            place = (topic, partition, key)
             last = seen.get(place)
             if last is not None and sequence <= last:
                 self.duplicates += 1
                 continue
             seen[place] = sequence
-            origin = name_origin(topic, message.partition, message.offset, key, sequence, message.index)
+            # self._origin(...), its names made once per place
+            name = named.get(place)
+            if name is None:
+                if len(named) >= 65536:
+                    named.clear()
+                name = named[place] = self._origin_key(topic, partition, key)
+            origin = (name, sequence) if stateless else (name, (offset,) if index < 0 else (offset, index))
             stream, codec = inputs[topic]
             try:
-                rows = codec.decode(message.value)
+                rows = codec.decode(value)
             except EventDecodeError as exc:
                 self._reject(message, str(exc))
                 continue
             if not rows:
                 continue
-            self.rows_in += len(rows)
-            stamp = message.timestamp
+            size = len(rows)
+            rows_in += size
             if stream != run.stream or stamp is None or stamp < 0:
                 self._send(run)  # a message without its own time takes the clock's, as it stands after those before it
                 run = _Run(stream)
                 if stamp is None or stamp < 0:
                     stamp = self.engine.clock.now()
-            run.add(rows, stamp, origin)
+            if size == 1:
+                run.rows.append(rows[0])
+                run.stamps.append(stamp)
+            else:
+                run.rows += rows
+                run.stamps += [stamp] * size
+            run.sizes.append(size)
+            run.origins.append(origin)
+        self.rows_in += rows_in
         self._send(run)
         if self.on_wall_clock:
             self._advance(wall)
@@ -407,10 +429,17 @@ class InstanceRuntime:
         one origin (a topic split round robin or by key) and publish to the same partitions: one
         partition is read by one instance at a time, so each key still has one publisher whose
         sequences only grow, as the next group's duplicate check needs."""
+        name = self._origin_key(topic, partition, key)
+        if self.plan.stateless:
+            return (name, sequence)
+        return (name, (offset,) if index < 0 else (offset, index))
+
+    def _origin_key(self, topic: str, partition: int, key: str) -> str:
+        """The origin key of the outputs of a message from (topic, partition) whose own origin key is `key` (see _origin)."""
         place = f"{topic}:{partition}"
         if self.plan.stateless:  # a message without an origin header is its own place: named once
-            return (f"{self.group}>{place}" if key == place else f"{self.group}>{place}>{key}", sequence)
-        return (f"{self.group}@{place}", (offset,) if index < 0 else (offset, index))
+            return f"{self.group}>{place}" if key == place else f"{self.group}>{place}>{key}"
+        return f"{self.group}@{place}"
 
     def _send(self, run: _Run) -> None:
         """One engine call for a run of messages of one stream: each message is one send, as if sent
@@ -553,8 +582,8 @@ def _in_order(messages: Iterable[Message]) -> Iterable[Message]:
     """Each partition's messages in offset order; partitions merged by event time."""
     by_partition: dict[tuple[str, int], list[Message]] = {}
     for message in messages:
-        by_partition.setdefault((message.topic, message.partition), []).append(message)
-    runs: Sequence[list[Message]] = [sorted(run, key=lambda m: m.offset) for run in by_partition.values()]
+        by_partition.setdefault(message[:2], []).append(message)  # (topic, partition)
+    runs: Sequence[list[Message]] = [sorted(run, key=_OFFSET) for run in by_partition.values()]
     if len(runs) == 1:
         return runs[0]
     return heapq.merge(*runs, key=lambda m: m.timestamp if m.timestamp is not None else -1)
