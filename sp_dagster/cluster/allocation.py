@@ -39,6 +39,8 @@ from sp_dagster.wording import counted
 #: Instance extra of a receiver whose http source asks for basic auth, and the heartbeat metric of a
 #: node that has deployment.config.receiverUsers: the one runs only where the other is true.
 RECEIVER_USERS = "receiver_users"
+#: Likewise for a receiver whose http source listens on https:// and a node with deployment.config.receiverTls.
+RECEIVER_TLS = "receiver_tls"
 
 WSO2_ALGORITHMS = (
     "org.wso2.carbon.sp.jobmanager.core.allocation.RoundRobinAllocationAlgorithm",
@@ -65,6 +67,7 @@ class InstanceInfo:
     parallel_index: int = 1
     receiver: bool = False
     needs_receiver_users: bool = False  # its http source asks for basic auth
+    needs_receiver_tls: bool = False  # its http source listens on https://
 
     @property
     def group_key(self) -> tuple[str, str]:
@@ -103,11 +106,13 @@ class AllocationAlgorithm(ABC):
 
 def eligible_nodes(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> list[NodeInfo]:
     """The nodes an instance may run on: receiver nodes for receiver instances when any exist, else workers;
-    for a basic-auth receiver, only those with receiverUsers."""
+    for a basic-auth receiver, only those with receiverUsers; for an https one, only those with receiverTls."""
     receivers = [n for n in nodes if n.receiver]
     eligible = receivers if instance.receiver and receivers else [n for n in nodes if not n.receiver]
     if instance.needs_receiver_users:
-        return [n for n in eligible if n.metrics.get(RECEIVER_USERS) is True]
+        eligible = [n for n in eligible if n.metrics.get(RECEIVER_USERS) is True]
+    if instance.needs_receiver_tls:
+        eligible = [n for n in eligible if n.metrics.get(RECEIVER_TLS) is True]
     return eligible
 
 
@@ -153,11 +158,14 @@ class BalancedAllocation(AllocationAlgorithm):
 
 def _no_node_reason(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> str:
     alive = f"{counted(len(nodes), 'node')} alive"
+    needs = []  # (why, the setting, what to add)
     if instance.needs_receiver_users:
-        return (
-            f"its http source has basic.auth.enabled='true' and none of the {alive} has deployment.config.receiverUsers: "
-            "add the users it accepts to a receiver node's deployment.yaml (or a worker's, without receiver nodes)"
-        )
+        needs.append(("has basic.auth.enabled='true'", "deployment.config.receiverUsers", "the users it accepts"))
+    if instance.needs_receiver_tls:
+        needs.append(("listens on https://", "deployment.config.receiverTls", "a certificate and key"))
+    if needs:
+        why, settings, what = (" and ".join(part) for part in zip(*needs))
+        return f"its http source {why} and none of the {alive} has {settings}: add {what} to a receiver node's deployment.yaml (or a worker's, without receiver nodes)"
     return f"no eligible node: {alive}"
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select, update
 
 from sp_dagster.cluster.allocation import (
+    RECEIVER_TLS,
     RECEIVER_USERS,
     AllocationAlgorithm,
     AllocationRequest,
@@ -72,10 +73,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
         rows = conn.execute(
             select(instances.c.instance_id, instances.c.app, instances.c.group_name, instances.c.parallel_index, instances.c.receiver, instances.c.extra)
         ).all()
-        wanted = tuple(
-            InstanceInfo(r.instance_id, r.app, r.group_name, int(r.parallel_index), bool(r.receiver), bool(json.loads(r.extra or "{}").get(RECEIVER_USERS)))
-            for r in rows
-        )
+        wanted = tuple(_instance_info(r) for r in rows)
         placements = read_placements(conn)
         current = {i: p.node_id for i, p in placements.items() if p.node_id in alive}
         # An instance held for a rescale with state stays where it is while its node lives: its
@@ -137,6 +135,14 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
             status_changes=tuple(changes),
             moving=tuple(asked),
         )
+
+
+def _instance_info(row) -> InstanceInfo:
+    """An instance row as the allocation sees it (with what its receiver needs of a node)."""
+    extra = json.loads(row.extra or "{}")
+    return InstanceInfo(
+        row.instance_id, row.app, row.group_name, int(row.parallel_index), bool(row.receiver), bool(extra.get(RECEIVER_USERS)), bool(extra.get(RECEIVER_TLS))
+    )
 
 
 def _moved(fence, instance_id: str, move: Move | None, old, owner, node: str) -> bool:

@@ -95,6 +95,19 @@ class ReceiverUser:
         return f"ReceiverUser(username={self.username!r}, password='***')"
 
 
+@dataclass(frozen=True)
+class ReceiverTls:
+    """`deployment.config.receiverTls`: the certificate HTTP receivers serve an `https://` receiver.url with."""
+
+    cert_file: str | None = setting("certFile", None, doc="the TLS certificate (PEM) of every `https://` receiver on this node, with `keyFile`")
+    key_file: str | None = setting("keyFile", None, doc="the certificate's private key (PEM)")
+
+    @property
+    def enabled(self) -> bool:
+        """True when this node can serve https:// receivers (both files named)."""
+        return bool(self.cert_file and self.key_file)
+
+
 API_ROLES = ("viewer", "deployer", "admin")
 
 
@@ -217,6 +230,9 @@ class DeploymentConfig:
     resource_managers: tuple[HttpsInterface, ...] = setting("resourceManagers", (), doc="the managers; accepted for compatibility")
     is_receiver_node: bool = setting("isReceiverNode", False, doc="run only receiver (passthrough) partial apps")
     receiver_users: tuple[ReceiverUser, ...] = setting("receiverUsers", (), doc="users HTTP receivers with basic.auth.enabled accept: `[{username, password}]`")
+    receiver_tls: ReceiverTls = setting(
+        "receiverTls", factory=ReceiverTls, doc="`{certFile, keyFile}`: the TLS certificate of this node's `https://` receivers (docs/operations/security.md)"
+    )
     autoscaling: AutoscalingConfig = setting(
         "autoscaling", factory=AutoscalingConfig, doc="parallelism advice (`sp-dagster advise`) and the autoscaling sensor"
     )

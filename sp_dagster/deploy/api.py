@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from sp_dagster.cluster.api_users import ADMIN, DEPLOYER, VIEWER, ApiRefused, Caller, Users
+from sp_dagster.config.tls import server_context
 from sp_dagster.errors import ConfigError, SpDagsterError
 
 log = logging.getLogger(__name__)
@@ -244,14 +245,7 @@ def serve_api(config, plane, *, leading: Callable[[], bool], leader_address: Cal
     api_settings, interface = config.deployment.api, config.deployment.https_interface
     context = None
     if api_settings.cert_file:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(api_settings.cert_file, api_settings.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"{config.source}: deployment.config.api: cannot load certFile {api_settings.cert_file} with keyFile {api_settings.key_file} ({exc}); name PEM files this user can read"
-            ) from None
+        context = server_context(api_settings.cert_file, api_settings.key_file or "", f"{config.source}: deployment.config.api")
     handler = type("ApiHandler", (_Handler,), {"api": Api(config, plane, leading=leading, leader_address=leader_address)})
     try:
         server = _TlsServer((interface.host, interface.port), handler)

@@ -139,9 +139,9 @@ def create_topics(topology: Topology, transport) -> list:
 
 def instance_specs(topology: Topology) -> list:
     """The control plane's view of every partial-app instance of a plan."""
-    from sp_dagster.cluster.allocation import RECEIVER_USERS
+    from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS
     from sp_dagster.cluster.store.deployments import InstanceSpec
-    from sp_dagster.siddhi.transports import basic_auth_streams
+    from sp_dagster.siddhi.transports import basic_auth_streams, https_streams
 
     specs = []
     for group in topology.groups:
@@ -158,6 +158,7 @@ def instance_specs(topology: Topology) -> list:
                         "dead_letter_topic": dead_letter_topic(topology.app),
                         **({"shard_id": instance.shard_id} if instance.shard_id else {}),
                         **({RECEIVER_USERS: True} if basic_auth_streams(instance.app) else {}),
+                        **({RECEIVER_TLS: True} if https_streams(instance.app) else {}),
                     },
                 )
             )

@@ -243,6 +243,16 @@ def basic_auth_streams(app: ast.App) -> list[str]:
     return [d.name for d in app.definitions if isinstance(d, ast.StreamDefinition) and any(basic_auth_enabled(s) for s in d.annotations_named("source"))]
 
 
+def serves_https(source: ast.Annotation) -> bool:
+    """True when an http @source listens on an https:// receiver.url."""
+    return (source.get("type") or "").lower() == "http" and (source.get("receiver.url") or "").strip().lower().startswith("https://")
+
+
+def https_streams(app: ast.App) -> list[str]:
+    """The streams of `app` whose http @source listens on https://: only a node with receiverTls can serve them."""
+    return [d.name for d in app.definitions if isinstance(d, ast.StreamDefinition) and any(serves_https(s) for s in d.annotations_named("source"))]
+
+
 def default_receiver_url(app: str, stream: str) -> str:
     """siddhi-io-http's receiver.url for an http @source of `stream` in `app` that names none."""
     return f"http://0.0.0.0:9763/{app}/{stream}"

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from sp_dagster.errors import EventDecodeError
+from sp_dagster.errors import ConfigError, EventDecodeError
 from sp_dagster.messaging.errors import MessageTooLarge
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.transport import Transport
@@ -114,14 +114,17 @@ class ReceiverLoop:
         self._loop = loop = _event_loop()
         asyncio.set_event_loop(loop)
         try:
-            routes: dict[tuple[str, int], dict] = {}
+            routes: dict[tuple[str, str, int], dict] = {}
             for source in self.plan.http_inputs:
                 parts = urlsplit(source.url)
-                routes.setdefault((parts.hostname or "127.0.0.1", parts.port or 80), {})[parts.path or "/"] = self._handler(source)
-            for (host, port), paths in routes.items():
+                secure = parts.scheme.lower() == "https"
+                place = ("https" if secure else "http", parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80))
+                routes.setdefault(place, {})[parts.path or "/"] = self._handler(source)
+            for (scheme, host, port), paths in routes.items():
                 runner = loop.run_until_complete(self._runner(paths))
                 loop.run_until_complete(runner.setup())
-                site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=self.processes > 1)
+                context = self._tls(host, port) if scheme == "https" else None
+                site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=self.processes > 1, ssl_context=context)
                 loop.run_until_complete(site.start())
                 self._runners.append(runner)
             self._committer = loop.create_task(self._commit())
@@ -141,6 +144,17 @@ class ReceiverLoop:
             loop.run_until_complete(self._shutdown())
             loop.close()
             self._done.set()
+
+    def _tls(self, host: str, port: int):
+        """The TLS context of an https:// receiver (deployment.config.receiverTls); ConfigError without one."""
+        from sp_dagster.config.tls import server_context
+
+        if self.settings.receiver_tls is None:
+            raise ConfigError(
+                f"{self.plan.name}: https://{host}:{port} needs a certificate: set deployment.config.receiverTls (certFile, keyFile) on this node"
+            )
+        cert, key = self.settings.receiver_tls
+        return server_context(cert, key, "deployment.config.receiverTls")
 
     async def _runner(self, paths: dict):
         """A low-level aiohttp server for one host:port, dispatching POSTs by path (made on the loop)."""

@@ -83,6 +83,7 @@ class LoopSettings:
     idle_wait_s: float = 0.2  # the longest a poll waits when nothing is due
     flush_timeout_s: float = 60.0
     receiver_users: tuple = ()  # (username, password) pairs HTTP receivers with basic auth accept
+    receiver_tls: tuple[str, str] | None = None  # (certificate, key) PEM files of https:// receivers
     # The broker aborts a transaction left open this long (the worker's fence window): a cut-off
     # owner's open transaction then stops hiding later outputs of its partitions from every reader.
     abandoned_after_s: float | None = None

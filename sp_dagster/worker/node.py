@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sp_dagster.cluster.allocation import RECEIVER_USERS
+from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS
 from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.config.yamlsource import default_home
-from sp_dagster.errors import NotOwnerError
+from sp_dagster.errors import ConfigError, NotOwnerError
 from sp_dagster.wording import counted
 from sp_dagster.worker.broker_watch import BrokerWatch
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
@@ -103,13 +103,33 @@ def spark_session(config):
 
 def require_receiver_users(plan, config) -> None:
     """InstancePlanError when the instance's HTTP receiver asks for basic auth but this node accepts no user
-    (every request would get 401): the instance fails with what to add, instead of serving."""
+    (every request would get 401), or listens on https:// but this node has no certificate: the instance
+    fails with what to add, instead of serving."""
     locked = [h.stream for h in plan.http_inputs if h.basic_auth]
     if locked and not config.deployment.receiver_users:
         raise InstancePlanError(
             f"{plan.name}: the http source of {', '.join(locked)} has basic.auth.enabled='true', but node {config.node_id} "
             f"has no deployment.config.receiverUsers in {config.source}: add the users it accepts"
         )
+    secure = [h.stream for h in plan.http_inputs if h.url.lower().startswith("https://")]
+    if secure and not config.deployment.receiver_tls.enabled:
+        raise InstancePlanError(
+            f"{plan.name}: the http source of {', '.join(secure)} listens on https://, but node {config.node_id} "
+            f"has no deployment.config.receiverTls in {config.source}: add its certFile and keyFile"
+        )
+
+
+def receiver_tls_files(config) -> tuple[str, str] | None:
+    """(certificate, key) of this node's https:// receivers, checked to load; None without; ConfigError, one line, when they do not."""
+    from sp_dagster.config.tls import server_context
+
+    tls, where = config.deployment.receiver_tls, f"{config.source}: deployment.config.receiverTls"
+    if bool(tls.cert_file) != bool(tls.key_file):
+        raise ConfigError(f"{where}: certFile and keyFile go together; set both (https:// receivers) or neither")
+    if not tls.enabled:
+        return None
+    server_context(tls.cert_file, tls.key_file, where)
+    return tls.cert_file, tls.key_file
 
 
 class Worker:
@@ -120,6 +140,7 @@ class Worker:
         from sp_dagster.cluster.fencing import NodeSession
 
         self.config = config
+        self.receiver_tls = receiver_tls_files(config)  # first: a certificate that cannot load is one line, before anything starts
         self.plane = plane or ControlPlane.from_config(config)
         self.session = NodeSession.from_config(config, self.plane)
         self.store = store_for(config, default_home(), self.plane)
@@ -191,6 +212,7 @@ class Worker:
             "broker": self.broker.state,
             "fence_after_s": self.session.fence_after_s,  # `status` tells a silent node from a live one by it
             RECEIVER_USERS: bool(self.config.deployment.receiver_users),  # basic-auth receivers run only where this is true
+            RECEIVER_TLS: self.receiver_tls is not None,  # https:// receivers likewise
         }
         if self.metrics_endpoint is not None:
             metrics["metrics_url"] = self.metrics_endpoint.url
@@ -377,6 +399,7 @@ class Worker:
                 transactions=spark.exactly_once,
                 checkpoint_interval_s=spark.checkpoint_interval / 1000,
                 receiver_users=users,
+                receiver_tls=self.receiver_tls,
                 abandoned_after_s=self.session.fence_after_s,
             )
             if self.mode != "continuous":  # a query cannot listen: the driver hosts the receiver on a thread

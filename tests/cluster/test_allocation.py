@@ -103,6 +103,22 @@ def test_a_basic_auth_receiver_waits_for_a_node_with_users_and_says_what_to_add(
     assert "not an alive eligible node" in checked.unplaced["a-in-1"]
 
 
+def test_an_https_receiver_runs_only_where_a_certificate_is_configured_and_says_what_to_add():
+    secure = InstanceInfo("a-in-1", "a", "in", 1, receiver=True, needs_receiver_tls=True)
+    both = InstanceInfo("a-in-1", "a", "in", 1, receiver=True, needs_receiver_users=True, needs_receiver_tls=True)
+    nodes = (NodeInfo("w1", metrics={"receiver_users": True}), NodeInfo("w2", metrics={"receiver_tls": True}), NodeInfo("w3", metrics={"receiver_tls": False}))
+    assert allocate(nodes, [secure], current={"a-in-1": "w3"}).placement == {"a-in-1": "w2"}
+    waiting = allocate(nodes, [both])
+    assert waiting.placement == {}
+    assert waiting.unplaced["a-in-1"] == (
+        "its http source has basic.auth.enabled='true' and listens on https:// and none of the 3 nodes alive has "
+        "deployment.config.receiverUsers and deployment.config.receiverTls: add the users it accepts and a certificate and key "
+        "to a receiver node's deployment.yaml (or a worker's, without receiver nodes)"
+    )
+    ready = (*nodes, NodeInfo("w4", metrics={"receiver_users": True, "receiver_tls": True}))
+    assert allocate(ready, [both]).placement == {"a-in-1": "w4"}
+
+
 def test_one_unplaceable_instance_leaves_the_rest_of_its_app_placed():
     nodes = (NodeInfo("w1"), NodeInfo("r1", receiver=True))
     instances = group("a", "passthrough", 2, receiver=True) + group("a", "g", 2)

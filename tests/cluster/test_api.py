@@ -17,6 +17,7 @@ from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import current_leader
 from sp_dagster.cluster.processes import ManagerProcess, manager_config
 from sp_dagster.embedded.broker import free_port
+from tests.fixtures.certificates import certificate
 from tests.fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,18 +32,6 @@ define stream Out (symbol string, price double);
 @info(name='q') @dist(execGroup='g', parallel='1')
 from In[price > 10.0] select symbol, price insert into Out;
 """
-
-
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate and key for 127.0.0.1."""
-    cert, key = tmp_path / "api.crt", tmp_path / "api.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def manager_conf(tmp_path: Path, name: str, url: str, bootstrap: str, port: int, cert: Path, key: Path) -> Path:
@@ -72,7 +61,7 @@ def cluster(tmp_path, broker):
     """Two managers (m1 leads) with the API on, and an operator conf naming m2's API and a database that does not answer."""
     url = f"sqlite:///{tmp_path / 'cp.db'}"
     ControlPlane(url).migrate()
-    cert, key = certificate(tmp_path)
+    cert, key = certificate(tmp_path, "api")
     ports = {"m1": free_port(), "m2": free_port()}
     procs = {}
     for name in ("m1", "m2"):

@@ -248,20 +248,28 @@ from Readings[watts > 100.0] select device, watts insert into Heavy;
 """
 
 
-def test_a_basic_auth_receiver_waits_for_a_node_with_receiver_users(plane):
+@pytest.mark.parametrize(
+    "text, setting, metric",
+    [
+        (LOCKED_APP, "receiverUsers", "receiver_users"),
+        (LOCKED_APP.replace("http://", "https://").replace(", basic.auth.enabled='true'", ""), "receiverTls", "receiver_tls"),
+    ],
+    ids=["basic-auth", "https"],
+)
+def test_a_receiver_waits_for_a_node_that_can_serve_it(plane, text, setting, metric):
     from sp_dagster.deploy import instance_specs, load_app
 
     register_node(plane, "w1")
-    first = register_node(plane, "r1", receiver=True)  # no receiverUsers in its deployment.yaml
+    first = register_node(plane, "r1", receiver=True)  # no receiverUsers / receiverTls in its deployment.yaml
     leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
-    specs = instance_specs(load_app(text=LOCKED_APP).topology)
+    specs = instance_specs(load_app(text=text).topology)
     record_deployment(plane, "Locked", content_hash="h", source="s", plan={}, instances=specs)
     run(plane, leader)
     receiver = next(s.instance_id for s in specs if s.receiver)
     assert placement(plane)[receiver] is None
-    assert "none of the 2 nodes alive has deployment.config.receiverUsers" in get_deployment(plane, "Locked").waiting_reason
+    assert f"none of the 2 nodes alive has deployment.config.{setting}:" in get_deployment(plane, "Locked").waiting_reason
     assert {n for i, n in placement(plane).items() if i != receiver} == {"w1"}  # the rest runs meanwhile
-    heartbeat(plane, "r1", first, metrics={"receiver_users": True})  # its operator added users and restarted it
+    heartbeat(plane, "r1", first, metrics={metric: True})  # its operator added the setting and restarted it
     run(plane, leader)
     assert placement(plane)[receiver] == "r1"
     assert get_deployment(plane, "Locked").status == "placed"

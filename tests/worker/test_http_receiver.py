@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import uuid
@@ -308,3 +309,84 @@ def test_a_receiver_with_basic_auth_on_a_node_without_users_fails_saying_what_to
     )
     users = parse_config("deployment.config:\n  type: distributed\n  receiverUsers: [{username: ops, password: pw}]\n", "worker.yaml", node_id="receiver-1")
     require_receiver_users(plan, users)  # served
+
+
+def test_an_https_receiver_serves_tls_with_the_nodes_certificate_and_nothing_in_clear(kafka, tmp_path):
+    from sp_dagster.errors import ConfigError
+    from tests.fixtures.certificates import certificate
+
+    cert, key = certificate(tmp_path, "receiver")
+    port = free_port()
+    app = APP.replace("http://", "https://").replace(", basic.auth.enabled='true'", "")
+    topology = deploy_topics(kafka, app.format(name=f"Tls{uuid.uuid4().hex[:6]}", port=port))
+    instance = next(i for g in topology.groups if g.receiver for i in g.instances)
+    plan = plan_instance(instance.name, instance.siddhi)
+    settings = LoopSettings(None, metrics_interval_s=0.1, idle_wait_s=0.05)
+    with pytest.raises(ConfigError, match=r"https://127\.0\.0\.1:\d+ needs a certificate: set deployment.config.receiverTls"):
+        HostedReceiver(plan, kafka, settings).start()
+
+    hosted = HostedReceiver(plan, kafka, dataclasses.replace(settings, receiver_tls=(str(cert), str(key)))).start()
+    try:
+        url = f"https://127.0.0.1:{port}/readings"
+        answer = requests.post(url, data=event("d1", 5), timeout=30, verify=str(cert))
+        assert answer.status_code == 200, answer.text
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.post(url, data=event("d2", 6), timeout=30)  # a client that does not trust the certificate
+        # Plain HTTP on the TLS port is no way in: the server answers it with a TLS alert, not a receipt.
+        with pytest.raises(requests.exceptions.ConnectionError):
+            requests.post(url.replace("https://", "http://"), data=event("d3", 7), timeout=30)
+        output = plan.outputs[0]
+        reader = kafka.reader(output.topic, {p: EARLIEST for p in range(kafka.require_topic(output.topic).partitions)}, RawCodec())
+        codec = mapper_for(output.mapping or output.codec, output.attributes)
+        got: list[Message] = []
+
+        def arrived():
+            got.extend(expand(output.topic, reader.poll_raw(1000, 0.2, ORIGIN_HEADER)))
+            return bool(got)
+
+        wait_until(arrived, timeout=60, what="the event in the entry topic")
+        got.extend(expand(output.topic, reader.poll_raw(1000, 0.5, ORIGIN_HEADER)))
+        reader.close()
+        assert [tuple(codec.decode(m.value)[0]) for m in got] == [("d1", 5)]
+    finally:
+        hosted.stop()
+
+
+def test_a_receiver_on_https_on_a_node_without_a_certificate_fails_saying_what_to_add():
+    from sp_dagster.config.loader import parse_config
+    from sp_dagster.worker.instance_plan import InstancePlanError
+    from sp_dagster.worker.node import require_receiver_users
+
+    plan = plan_instance("Secure-1", APP.replace("http://", "https://").format(name="Secure", port=8282))
+    users = "  receiverUsers: [{username: ops, password: pw}]\n"
+    bare = parse_config(f"deployment.config:\n  type: distributed\n{users}", "worker.yaml", node_id="receiver-1")
+    with pytest.raises(InstancePlanError) as refused:
+        require_receiver_users(plan, bare)
+    assert str(refused.value) == (
+        "Secure-1: the http source of Readings listens on https://, but node receiver-1 has no "
+        "deployment.config.receiverTls in worker.yaml: add its certFile and keyFile"
+    )
+    tls = parse_config(
+        f"deployment.config:\n  type: distributed\n{users}  receiverTls: {{certFile: r.crt, keyFile: r.key}}\n", "worker.yaml", node_id="receiver-1"
+    )
+    require_receiver_users(plan, tls)  # served
+
+
+def test_a_receiver_certificate_that_cannot_load_is_one_line_naming_the_setting(tmp_path):
+    from sp_dagster.config.loader import parse_config
+    from sp_dagster.errors import ConfigError
+    from sp_dagster.worker.node import receiver_tls_files
+    from tests.fixtures.certificates import certificate
+
+    def conf(tls: str):
+        return parse_config(f"deployment.config:\n  type: distributed\n  receiverTls: {tls}\n", "worker.yaml", node_id="receiver-1")
+
+    with pytest.raises(ConfigError, match=r"^worker.yaml: deployment.config.receiverTls: certFile and keyFile go together"):
+        receiver_tls_files(conf("{certFile: r.crt}"))
+    missing = tmp_path / "missing.crt"
+    with pytest.raises(ConfigError) as refused:
+        receiver_tls_files(conf(f"{{certFile: {missing}, keyFile: {tmp_path / 'missing.key'}}}"))
+    assert str(refused.value).startswith(f"worker.yaml: deployment.config.receiverTls: cannot load certFile {missing}")
+    assert "name PEM files this user can read" in str(refused.value)
+    cert, key = certificate(tmp_path)
+    assert receiver_tls_files(conf(f"{{certFile: {cert}, keyFile: {key}}}")) == (str(cert), str(key))
