@@ -56,6 +56,16 @@ def test_config_check_names_a_managers_file_a_manager(tmp_path):
     assert roles == ["manager", "manager", "worker"]
 
 
+def test_config_check_loads_a_workers_receiver_certificate(tmp_path):
+    worker = (ROOT / "conf/worker/deployment.yaml").read_text()
+    conf = tmp_path / "worker.yaml"
+    conf.write_text(worker.replace("deployment.config:\n", f"deployment.config:\n  receiverTls: {{certFile: {tmp_path / 'r.crt'}, keyFile: {tmp_path / 'r.key'}}}\n", 1))
+    result = run_cli("config", "check", str(conf))
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"FAIL {conf}: deployment.config.receiverTls: cannot load certFile {tmp_path / 'r.crt'}"), result.stdout
+    assert "Traceback" not in result.stderr
+
+
 def test_config_check_all_good_exits_zero():
     result = run_cli("config", "check", "conf/worker/deployment.yaml")
     assert result.returncode == 0 and result.stdout.startswith("OK")

@@ -74,11 +74,14 @@ def check_files(args: argparse.Namespace) -> int:
     """Print OK or the error for each file; 1 when any failed."""
     from sp_dagster.cli.options import safe_address
     from sp_dagster.config.loader import load_config
+    from sp_dagster.config.tls import receiver_tls_files
 
     failed = 0
     for path in args.files:
         try:
             config = load_config(path, role=args.role or file_role(path))
+            if config.role == "worker":
+                receiver_tls_files(config)
         except ConfigError as exc:
             failed += 1
             print(f"FAIL {exc}")
@@ -90,7 +93,7 @@ def check_files(args: argparse.Namespace) -> int:
 
 
 # Sections and deployment.config keys only one role's file has (WSO2's files and conf/ alike).
-_WORKER_ONLY = ("state.persistence", "spark", "leaderRetryInterval", "resourceManagers", "isReceiverNode", "receiverUsers")
+_WORKER_ONLY = ("state.persistence", "spark", "leaderRetryInterval", "resourceManagers", "isReceiverNode", "receiverUsers", "receiverTls")
 _MANAGER_ONLY = ("cluster.config", "dagster", "minResourceCount")
 
 

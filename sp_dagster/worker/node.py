@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS
 from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
+from sp_dagster.config.tls import receiver_tls_files
 from sp_dagster.config.yamlsource import default_home
-from sp_dagster.errors import ConfigError, NotOwnerError
+from sp_dagster.errors import NotOwnerError
 from sp_dagster.wording import counted
 from sp_dagster.worker.broker_watch import BrokerWatch
 from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
@@ -117,19 +118,6 @@ def require_receiver_users(plan, config) -> None:
             f"{plan.name}: the http source of {', '.join(secure)} listens on https://, but node {config.node_id} "
             f"has no deployment.config.receiverTls in {config.source}: add its certFile and keyFile"
         )
-
-
-def receiver_tls_files(config) -> tuple[str, str] | None:
-    """(certificate, key) of this node's https:// receivers, checked to load; None without; ConfigError, one line, when they do not."""
-    from sp_dagster.config.tls import server_context
-
-    tls, where = config.deployment.receiver_tls, f"{config.source}: deployment.config.receiverTls"
-    if bool(tls.cert_file) != bool(tls.key_file):
-        raise ConfigError(f"{where}: certFile and keyFile go together; set both (https:// receivers) or neither")
-    if not tls.enabled:
-        return None
-    server_context(tls.cert_file, tls.key_file, where)
-    return tls.cert_file, tls.key_file
 
 
 class Worker:

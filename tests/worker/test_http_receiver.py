@@ -374,8 +374,8 @@ def test_a_receiver_on_https_on_a_node_without_a_certificate_fails_saying_what_t
 
 def test_a_receiver_certificate_that_cannot_load_is_one_line_naming_the_setting(tmp_path):
     from sp_dagster.config.loader import parse_config
+    from sp_dagster.config.tls import receiver_tls_files
     from sp_dagster.errors import ConfigError
-    from sp_dagster.worker.node import receiver_tls_files
     from tests.fixtures.certificates import certificate
 
     def conf(tls: str):
