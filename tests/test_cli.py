@@ -59,7 +59,9 @@ def test_config_check_names_a_managers_file_a_manager(tmp_path):
 def test_config_check_loads_a_workers_receiver_certificate(tmp_path):
     worker = (ROOT / "conf/worker/deployment.yaml").read_text()
     conf = tmp_path / "worker.yaml"
-    conf.write_text(worker.replace("deployment.config:\n", f"deployment.config:\n  receiverTls: {{certFile: {tmp_path / 'r.crt'}, keyFile: {tmp_path / 'r.key'}}}\n", 1))
+    conf.write_text(
+        worker.replace("deployment.config:\n", f"deployment.config:\n  receiverTls: {{certFile: {tmp_path / 'r.crt'}, keyFile: {tmp_path / 'r.key'}}}\n", 1)
+    )
     result = run_cli("config", "check", str(conf))
     assert result.returncode == 1
     assert result.stdout.startswith(f"FAIL {conf}: deployment.config.receiverTls: cannot load certFile {tmp_path / 'r.crt'}"), result.stdout

@@ -211,6 +211,9 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
         for key in sorted({check.asset_key for check in selected}, key=lambda k: tuple(k.path)):
             app, exec_group = targets[key]
             instances = instance_rows(status, app, exec_group)
+            deployment = next((d for d in status["deployments"] if d["app"] == app), None)
+            if deployment is not None and (deployed := deployed_materialization(context.instance, key, deployment, exec_group)) is not None:
+                context.op_execution_context.log_event(deployed)  # before the checks: their results then count for this version
             previous = _previous(context.instance, key, samples - 1)
             observation = observe(key, instances, nodes, previous, now)
             context.op_execution_context.log_event(observation)
@@ -225,6 +228,25 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
         _observe_topics(context, messaging, status, topics, {targets[c.asset_key][0] for c in selected}, now)
 
     return partial_app_health
+
+
+def deployed_materialization(instance: dg.DagsterInstance, key: dg.AssetKey, deployment: dict, exec_group: str) -> dg.AssetMaterialization | None:
+    """A materialization of the partial app as its deployment now stands (generation, text), or None when the event
+    log has it already. A partial app "materializes" when a deploy changes it: the graph and the catalog then show
+    when, and the health checks count for that version instead of an asset never materialized."""
+    generation, content_hash = deployment["generation"], deployment["content_hash"]
+    records = instance.fetch_materializations(key, limit=1).records
+    latest = records[0].asset_materialization if records else None
+    if latest is not None:
+        seen = {name: getattr(value, "value", value) for name, value in latest.metadata.items()}
+        if seen.get("generation") == generation and seen.get("content_hash") == content_hash:
+            return None
+    parallel = sum(1 for i in deployment["instances"] if i["group"] == exec_group)
+    return dg.AssetMaterialization(
+        asset_key=key,
+        description=f"{deployment['app']} generation {generation} deployed: {counted(parallel, 'instance')} of {exec_group}",
+        metadata={"generation": generation, "content_hash": content_hash, "parallelism": parallel},
+    )
 
 
 def live_worker_result(key, app: str, instances: list[dict], nodes: dict, max_age_ms: int) -> dg.AssetCheckResult:

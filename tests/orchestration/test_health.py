@@ -90,6 +90,19 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
     assert "StockAlerts-alert-1:" in evaluation.description
 
+    # The deployed version is the partial app's materialization: logged once per generation, and the
+    # checks count for it (the graph shows them on the asset instead of "never materialized").
+    materialized = instance.fetch_materializations(FILTER, limit=10).records
+    assert len(materialized) == 1
+    assert materialized[0].asset_materialization.metadata["generation"].value == 1
+    assert materialized[0].asset_materialization.metadata["parallelism"].value == 2
+    assert failed.target_materialization_data is not None and failed.target_materialization_data.storage_id == materialized[0].storage_id
+    changed = load_app(text=loaded.text.replace("volume > 100", "volume > 200"), source="stock-alerts.siddhi")
+    record(plane, changed, plan_app(changed))
+    health.execute_in_process(instance=instance)
+    again = instance.fetch_materializations(FILTER, limit=10).records
+    assert [r.asset_materialization.metadata["generation"].value for r in again] == [2, 1]
+
 
 def plan_inputs(loaded, exec_group: str) -> list[dict]:
     """The inputs of one execution group of a loaded app, as its plan records them."""
