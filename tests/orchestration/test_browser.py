@@ -71,3 +71,44 @@ def test_the_ui_shows_partial_apps_with_their_lineage(live, plane, browser):
     assert "topics / StockAlerts.TradeStream" in upstream and "topics / StockAlerts.LargeTradeStream.symbol" in downstream.split("Definition")[0]
     # The lineage graph around the next group: topic -> partial app -> topic.
     page_text(browser, f"{url}/assets/StockAlerts/average?view=lineage", "average", "StockAlerts.LargeTradeS", "StockAlerts.AveragePriceStream")
+
+
+def element_text(browser, url: str, xpath: str, timeout: float = 90) -> str:
+    """Open `url` and wait until an element matching `xpath` is drawn; its text."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = browser.find_elements(By.XPATH, xpath)
+        if found:
+            return found[0].text
+        time.sleep(1)
+    body = browser.find_element(By.TAG_NAME, "body").text
+    raise AssertionError(f"after {timeout:.0f} s {url} has no {xpath}; it shows:\n{body}")
+
+
+def test_a_failed_health_check_shows_on_the_lineage_graph_and_in_the_catalog(live, plane, browser):
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    from sp_dagster.orchestration.definitions import build_definitions
+
+    cluster, url = live
+    loaded = load_app(SAMPLE_APP)
+    record(plane, loaded, plan_app(loaded))  # and no worker: nothing is placed, so live_worker fails
+    port = int(url.rsplit(":", 1)[1])
+    assert reload_code_location("127.0.0.1", port).startswith("reloaded")
+    # The health job's run, as its schedule would launch it, on the webserver's own Dagster instance.
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(cluster.root.parent / "dagster-home")))
+    health = build_definitions(str(cluster.manager_conf), str(cluster.worker_conf)).get_job_def("health")
+    result = health.execute_in_process(instance=instance, raise_on_error=False)
+    assert result.success
+
+    # The graph: the partial app's node says how many checks passed, with the failed-check mark, and links to them.
+    checks = "//*[text()='Asset checks']/..//a[@href='/assets/StockAlerts/filter?view=checks']"
+    shown = element_text(browser, f"{url}/assets/StockAlerts/filter?view=lineage", f"{checks}[.//*[@aria-label='close']]")
+    assert shown == "1 / 3 Passed"  # live_worker and lag_not_growing failed, parallelism_advice passed
+    # The catalog: the partial apps' status is their deployed version, marked as failing its checks.
+    row = "//div[contains(@class, 'VirtualizedTable_row')][.//a[contains(@href, '/assets/StockAlerts/filter')]][.//*[@aria-label='check_failed']]"
+    assert "Materialized" in element_text(browser, f"{url}/assets?view=flat", row)
