@@ -88,23 +88,36 @@ def element_text(browser, url: str, xpath: str, timeout: float = 90) -> str:
     raise AssertionError(f"after {timeout:.0f} s {url} has no {xpath}; it shows:\n{body}")
 
 
-def test_a_failed_health_check_shows_on_the_lineage_graph_and_in_the_catalog(live, plane, browser):
+def test_a_cli_deploy_appears_without_a_reload_and_a_failed_check_shows_on_the_graph_and_in_the_catalog(live, browser):
+    import os
+    import subprocess
+    import sys
+
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
+    from selenium.webdriver.common.by import By
 
     from sp_dagster.orchestration.definitions import build_definitions
 
     cluster, url = live
-    loaded = load_app(SAMPLE_APP)
-    record(plane, loaded, plan_app(loaded))  # and no worker: nothing is placed, so live_worker fails
-    port = int(url.rsplit(":", 1)[1])
-    assert reload_code_location("127.0.0.1", port).startswith("reloaded")
-    # The health job's run, as its schedule would launch it, on the webserver's own Dagster instance.
+    # The catalog is open before the deploy; the CLI's deploy alone brings the partial apps into it.
+    page_text(browser, f"{url}/assets?view=flat", "sp_dagster / control_plane")
+    env = {**os.environ, "SP_DAGSTER_CONF": str(cluster.manager_conf)}
+    deploy = subprocess.run(
+        [sys.executable, "-m", "sp_dagster.cli", "deploy", str(SAMPLE_APP), "--no-wait"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+    deadline, shown = time.monotonic() + 90, ""
+    while time.monotonic() < deadline and "StockAlerts / filter" not in shown:
+        time.sleep(1)
+        shown = browser.find_element(By.TAG_NAME, "body").text
+    assert "StockAlerts / filter" in shown, f"the open catalog did not show the deploy within 90 s:\n{shown}"
+
+    # The health job's run, as its schedule would launch it, on the webserver's own Dagster instance; no worker
+    # runs, so nothing is placed and live_worker fails.
     instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(cluster.root.parent / "dagster-home")))
     health = build_definitions(str(cluster.manager_conf), str(cluster.worker_conf)).get_job_def("health")
-    result = health.execute_in_process(instance=instance, raise_on_error=False)
-    assert result.success
-
+    assert health.execute_in_process(instance=instance, raise_on_error=False).success
     # The graph: the partial app's node says how many checks passed, with the failed-check mark, and links to them.
     checks = "//*[text()='Asset checks']/..//a[@href='/assets/StockAlerts/filter?view=checks']"
     shown = element_text(browser, f"{url}/assets/StockAlerts/filter?view=lineage", f"{checks}[.//*[@aria-label='close']]")
