@@ -86,7 +86,9 @@ def spark(tmp_path_factory):
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
-        SparkSession.builder.master("local[4]")
+        # Up to 3 attempts per task, as on a cluster (spark.task.maxFailures): on 2 cores busy with other tests a
+        # task's Python worker once failed to connect back within Spark's fixed 10 s, which local[4] does not retry.
+        SparkSession.builder.master("local[4,3]")
         .appName("sp-dagster-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
