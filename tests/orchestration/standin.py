@@ -44,6 +44,12 @@ class StandInWorker:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self.session.beat()
+            if self.session.fenced:
+                # A stall longer than the fence window (a loaded CI machine) fences it, as it would a worker; it
+                # runs nothing to stop, so it says so at once and the next beat rejoins as a new incarnation,
+                # as a worker does after stopping its instances. Without this it stayed dead for good.
+                self.session.acknowledge_fence()
+                continue
             for instance in self.running():
                 self.session.report(instance, "running", metrics=self.metrics.get(instance, {"rows_in_total": 0, "rows_out_total": 0, "lag": 0, "batch_ms": 1}))
 
