@@ -39,8 +39,13 @@ TOTALS = ("rows_in_total", "rows_out_total", "lag")
 
 def instance_rows(status: dict, app: str, exec_group: str) -> list[dict]:
     """The instances of one partial app in `sp-dagster status --json` form ([] when not deployed)."""
-    deployment = next((d for d in status["deployments"] if d["app"] == app), None)
+    deployment = deployment_of(status, app)
     return [] if deployment is None else [i for i in deployment["instances"] if i["group"] == exec_group]
+
+
+def deployment_of(status: dict, app: str) -> dict | None:
+    """The app's deployment in `sp-dagster status --json` form (None when not deployed)."""
+    return next((d for d in status["deployments"] if d["app"] == app), None)
 
 
 def worker_problems(instances: list[dict], nodes: dict[str, dict], max_age_ms: int) -> list[str]:
@@ -211,8 +216,8 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
         for key in sorted({check.asset_key for check in selected}, key=lambda k: tuple(k.path)):
             app, exec_group = targets[key]
             instances = instance_rows(status, app, exec_group)
-            deployment = next((d for d in status["deployments"] if d["app"] == app), None)
-            if deployment is not None and (deployed := deployed_materialization(context.instance, key, deployment, exec_group)) is not None:
+            deployment = deployment_of(status, app)
+            if deployment is not None and (deployed := deployed_materialization(context.instance, key, deployment, exec_group, len(instances))) is not None:
                 context.op_execution_context.log_event(deployed)  # before the checks: their results then count for this version
             previous = _previous(context.instance, key, samples - 1)
             observation = observe(key, instances, nodes, previous, now)
@@ -230,7 +235,9 @@ def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dic
     return partial_app_health
 
 
-def deployed_materialization(instance: dg.DagsterInstance, key: dg.AssetKey, deployment: dict, exec_group: str) -> dg.AssetMaterialization | None:
+def deployed_materialization(
+    instance: dg.DagsterInstance, key: dg.AssetKey, deployment: dict, exec_group: str, parallel: int
+) -> dg.AssetMaterialization | None:
     """A materialization of the partial app as its deployment now stands (generation, text), or None when the event
     log has it already. A partial app "materializes" when a deploy changes it: the graph and the catalog then show
     when, and the health checks count for that version instead of an asset never materialized."""
@@ -241,7 +248,6 @@ def deployed_materialization(instance: dg.DagsterInstance, key: dg.AssetKey, dep
         seen = {name: getattr(value, "value", value) for name, value in latest.metadata.items()}
         if seen.get("generation") == generation and seen.get("content_hash") == content_hash:
             return None
-    parallel = sum(1 for i in deployment["instances"] if i["group"] == exec_group)
     return dg.AssetMaterialization(
         asset_key=key,
         description=f"{deployment['app']} generation {generation} deployed: {counted(parallel, 'instance')} of {exec_group}",

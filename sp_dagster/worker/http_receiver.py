@@ -117,7 +117,7 @@ class ReceiverLoop:
             routes: dict[tuple[str, str, int], dict] = {}
             for source in self.plan.http_inputs:
                 parts = urlsplit(source.url)
-                secure = parts.scheme.lower() == "https"
+                secure = source.secure
                 place = ("https" if secure else "http", parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80))
                 routes.setdefault(place, {})[parts.path or "/"] = self._handler(source)
             for (scheme, host, port), paths in routes.items():

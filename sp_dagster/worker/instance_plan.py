@@ -12,6 +12,7 @@ partition key. What workers cannot run is refused by `check_supported`, the same
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.messaging.codecs import Attribute
@@ -123,6 +124,11 @@ class HttpInput:
     mapping: MapSpec
     attributes: tuple[Attribute, ...]
     workers: int = 1  # worker.count: processes serving the URL (receiver_processes.py)
+
+    @property
+    def secure(self) -> bool:
+        """True when the receiver listens on https:// (TLS with the node's receiverTls)."""
+        return urlsplit(self.url).scheme.lower() == "https"
 
 
 @dataclass(frozen=True)

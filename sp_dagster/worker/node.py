@@ -112,7 +112,7 @@ def require_receiver_users(plan, config) -> None:
             f"{plan.name}: the http source of {', '.join(locked)} has basic.auth.enabled='true', but node {config.node_id} "
             f"has no deployment.config.receiverUsers in {config.source}: add the users it accepts"
         )
-    secure = [h.stream for h in plan.http_inputs if h.url.lower().startswith("https://")]
+    secure = [h.stream for h in plan.http_inputs if h.secure]
     if secure and not config.deployment.receiver_tls.enabled:
         raise InstancePlanError(
             f"{plan.name}: the http source of {', '.join(secure)} listens on https://, but node {config.node_id} "
