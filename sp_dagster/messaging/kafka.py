@@ -41,6 +41,7 @@ _PROBE = {"enable.partition.eof": True, "auto.offset.reset": "latest", "fetch.wa
 _OFFSETS_TIMEOUT_S = 10.0  # at most this for sending a transaction's offsets (then a retriable timeout, tried again)
 _STUCK_GRACE_S = 5.0  # a call still running this long past its own timeout counts as stuck
 _SHORTEST_WAIT_S = 0.5  # what a call may still wait once its owner's lease ran out
+_LEASE_LOOK_S = 0.25  # how often a bounded call looks at its owner's lease
 _ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
@@ -502,14 +503,18 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
 
         thread = threading.Thread(target=run, name=f"kafka-txn-{self.transactional_id}", daemon=True)
         thread.start()
-        limit = timeout + _STUCK_GRACE_S
-        thread.join(limit)
+        started = time.monotonic()
+        lease_ended = False
+        while thread.is_alive() and time.monotonic() < started + timeout + _STUCK_GRACE_S and not lease_ended:
+            thread.join(_LEASE_LOOK_S)
+            lease_ended = self.time_left is not None and self.time_left() <= 0  # no grace past it: the successor resolves the transaction
         if not outcome:
             self.stuck = True
             _ABANDONED.append(self.producer)
+            why = "its owner's lease ended meanwhile" if lease_ended else "a client stuck after the broker went away"
             raise BrokerUnavailable(
-                f"the Kafka client did not return from {what} within {limit:.0f}s on "
-                f"{self.transport.bootstrap_servers} (a client stuck after the broker went away); its transaction is given up"
+                f"the Kafka client did not return from {what} within {time.monotonic() - started:.0f}s on "
+                f"{self.transport.bootstrap_servers} ({why}); its transaction is given up"
             )
         if outcome[0] is not None:
             raise outcome[0]

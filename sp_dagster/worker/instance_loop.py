@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sp_dagster.errors import MessagingError
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.transport import EARLIEST, RawPublisher, Reader, TransactionalPublisher, Transport
 from sp_dagster.siddhi.secrets import resolved_properties
@@ -227,8 +228,6 @@ class InstanceLoop:
     def _start_transactions(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
         """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read,
         of all those `read`); replay silently up to what the last owner committed (start there, when fresh)."""
-        from sp_dagster.errors import MessagingError
-
         try:
             name = f"sp-dagster.{self.plan.name}"
             self._txn = self.transport.transactional_publisher(name, name, self.settings.abandoned_after_s)
@@ -333,10 +332,13 @@ class InstanceLoop:
                     self._claim_ended = not save  # a fenced worker's stop: another owner takes over
                     return "stopped"
                 if not self.control.lease_ok():
-                    log.warning("%s: the worker's lease on this instance ran out: stopping without a checkpoint", self.plan.name)
-                    self._claim_ended = True
-                    return "lease lost"
-                self.turn()
+                    return self._lease_lost()
+                try:
+                    self.turn()
+                except MessagingError as exc:
+                    if self.control.lease_ok():
+                        raise
+                    return self._lease_lost(exc)  # cut off from everything: the broker's error is the lease's doing
                 now = time.monotonic()
                 if asked or now - self._last_checkpoint >= self.settings.checkpoint_interval_s:
                     self._checkpoint()
@@ -345,6 +347,13 @@ class InstanceLoop:
         finally:
             watch.stop()
             self.close()
+
+    def _lease_lost(self, cause: Exception | None = None) -> str:
+        because = " (the messaging layer stopped answering too)" if cause is not None else ""
+        log.debug("%s: the broker's error after the lease ran out: %s", self.plan.name, cause)
+        log.warning("%s: the worker's lease on this instance ran out%s: stopping without a checkpoint", self.plan.name, because)
+        self._claim_ended = True  # closed without aborting: the next owner resolves what is open
+        return "lease lost"
 
     def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
         """Read every input to its end as it is now (nothing publishes to them any more: a rescale holds the
@@ -491,8 +500,6 @@ class InstanceLoop:
                 counted(self._leaked.dropped, "output"),
             )
         self._leaked = None
-        from sp_dagster.errors import MessagingError
-
         try:
             self._marks = self._txn.marks(self._txn_outputs())
         except MessagingError as exc:  # the earlier marks stay right (only older)

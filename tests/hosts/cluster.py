@@ -68,7 +68,8 @@ class Cluster:
         parts = []
         for host in self.hosts.values():
             for log in sorted(host.home.glob("*.log")):
-                parts.append(f"--- {host.name}/{log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
+                lines = [line for line in log.read_text(errors="replace").splitlines() if not line.startswith("\tat ")]  # a JVM's stack frames
+                parts.append(f"--- {host.name}/{log.name}\n" + "\n".join(lines[-40:]))
         return "\n".join(parts)
 
     def remove(self) -> None:

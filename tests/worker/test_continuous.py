@@ -8,6 +8,7 @@ driver's control line.
 from __future__ import annotations
 
 import collections
+import signal
 import time
 import uuid
 
@@ -190,6 +191,41 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
     assert not old.thread.is_alive() and isinstance(old.error, ProducerFenced), old.error  # its commit was refused
     assert new.thread.is_alive() and new.error is None
     new.stop()
+
+
+@pytest.mark.slow
+def test_a_loop_cut_off_from_the_broker_mid_turn_stops_as_its_lease_ends_not_as_a_failure(tmp_path):
+    # A worker cut off from everything: the turn under way waits on the broker until the lease ends,
+    # and the loop stops then as a lost lease (its transaction left to the next owner), not with a broker error.
+    from sp_dagster.embedded import EmbeddedBroker
+    from sp_dagster.messaging.kafka import KafkaTransport
+
+    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as broker:
+        kafka = KafkaTransport(broker.bootstrap_servers, timeout=15)
+        try:
+            name = f"Cut{uuid.uuid4().hex[:8]}"
+            topology = deploy_topics(kafka, APP.replace("Trades", name))
+            rows, stamps = trades(20_000, seed=11)
+            publish_trades(kafka, topology, rows, stamps)
+            ends = kafka.end_offsets(f"{name}.TradeStream")
+            instance = topology.group("filter").instances[0]
+            # A backlog read a few messages a turn: turns follow each other, each with a commit.
+            running = Running(kafka, plan_instance(instance.name, instance.siddhi), interval=3600, max_events=5)
+            deadline = time.monotonic() + 30
+            while not running.loop.stats.rows_in_total and time.monotonic() < deadline:
+                running.line.until = time.monotonic() + 3.0  # renewed, as a driver renews its tasks' leases
+                time.sleep(0.01)
+            assert broker.process is not None
+            broker.process.send_signal(signal.SIGSTOP)  # every request hangs, as across a cut network
+            cut, read = time.monotonic(), running.loop.stats.rows_in_total  # renewed no more: the lease ends in 3 s
+            running.thread.join(30)
+            stopped = time.monotonic() - cut
+            broker.process.send_signal(signal.SIGCONT)
+        finally:
+            kafka.close()
+    assert read < ends[0], f"the cut came after all {ends[0]} messages were read: it cut no turn"
+    assert not running.thread.is_alive() and running.error is None and running.reason == "lease lost", running.error
+    assert stopped < 3.0 + 2.0, f"stopped {stopped:.1f} s after the cut (lease 3 s)"
 
 
 @pytest.mark.slow
