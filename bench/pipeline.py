@@ -289,9 +289,10 @@ def load_publisher(transport, topic: str, codec):
     return RowPublisher(PlainProducer(transport), transport.require_topic(topic), codec, Partitioned(0, "symbol"))
 
 
-def measure(name, transport, source, sink, in_codec, out_codec, events, expected_out, rate, seconds, *, pids: Sequence[int] = ()) -> None:
+def measure(name, transport, source, sink, in_codec, out_codec, events, expected_out, rate, seconds, *, pids: Sequence[int] = (), paced=None) -> None:
     """Throughput (all at once) then, when `seconds`, latency (paced) from `source` to `sink`;
-    with `pids`, the CPU time of those processes' trees during the throughput run too."""
+    with `pids`, the CPU time of those processes' trees during the throughput run too; `paced()`
+    is called as the paced run ends."""
     info = transport.require_topic(sink)
     publisher = load_publisher(transport, source, in_codec)
     collector = Collector(transport, sink, out_codec, info.partitions)
@@ -328,8 +329,10 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
         return
     collector.latencies.clear()
     before = collector.count
-    paced = rows(int(rate * seconds), seed=4)
-    publish_all(publisher, paced, paced_rate=rate)
+    data = rows(int(rate * seconds), seed=4)
+    publish_all(publisher, data, paced_rate=rate)
+    if paced is not None:
+        paced()
     time.sleep(5)
     collector.stop_flag.set()
     collector.join(5)
@@ -339,7 +342,7 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
         figure = {
             "bench": f"pipeline.{name}.latency",
             "rate_per_s": rate,
-            "events": len(paced),
+            "events": len(data),
             "outputs": collector.count - before,
             "p50_ms": round(statistics.median(lat), 1),
             "p99_ms": p99,
@@ -349,6 +352,28 @@ def measure(name, transport, source, sink, in_codec, out_codec, events, expected
         if name not in PEERS and CHAIN.get("p99_ms"):
             figure["p99_vs_chain"] = round(p99 / CHAIN["p99_ms"], 2)
         emit(figure)
+
+
+def turns(cluster: LocalCluster, name: str, app: str) -> None:
+    """Emit each instance's last reported turn (ms per phase, and its p50/p99 from poll to acknowledgement)."""
+    from sp_dagster.cluster.store.deployments import list_instances
+
+    plane = cluster.plane()
+    try:
+        for instance in list_instances(plane, app):
+            m = instance.metrics
+            if m.get("turn_ms"):
+                emit(
+                    {
+                        "bench": f"pipeline.{name}.turn",
+                        "instance": instance.instance_id,
+                        "turn_ms": m["turn_ms"],
+                        "p50_ms": m.get("latency_ms_p50"),
+                        "p99_ms": m.get("latency_ms_p99"),
+                    }
+                )
+    finally:
+        plane.close()
 
 
 def pipeline(
@@ -383,7 +408,20 @@ def pipeline(
             # volume >= 10 always holds here, so every input gives one output
             out = f"{loaded.name}.Averages"
             workers_pids = [cluster.processes[w].pid for w in cluster.worker_ids]  # each with its JVM and Python workers below
-            measure(name, transport, entry.topic, out, in_codec, codec_for("json", OUTPUT), events, events, rate, seconds, pids=workers_pids)
+            measure(
+                name,
+                transport,
+                entry.topic,
+                out,
+                in_codec,
+                codec_for("json", OUTPUT),
+                events,
+                events,
+                rate,
+                seconds,
+                pids=workers_pids,
+                paced=lambda: turns(cluster, name, loaded.name),
+            )
         finally:
             cluster.stop()
 

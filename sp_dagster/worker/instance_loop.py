@@ -46,6 +46,7 @@ from sp_dagster.worker.stuck import StuckWatch
 log = logging.getLogger(__name__)
 
 _LATENCY_WINDOW = 4096
+PHASES = ("read", "engine", "produce", "commit")  # a turn with input, in order (metrics' turn_ms)
 BATCHES_PER_EVENTS = 50  # a poll takes max_events messages, or this many times fewer batches
 DRAIN_TIMEOUT_S = 20.0  # within the driver's wait for a stopping task (continuous.STOP_TIMEOUT_S)
 
@@ -99,6 +100,8 @@ class _Stats:
     window_start: float = field(default_factory=time.monotonic)
     window_in: int = 0
     window_waited_s: float = 0.0  # time the window's polls spent waiting for input
+    window_turns: int = 0  # turns with input since the last report
+    window_phases: list[float] = field(default_factory=lambda: [0.0] * len(PHASES))  # their seconds per phase
 
 
 def _percentile(samples: list[tuple[float, int]], fraction: float) -> float | None:
@@ -375,8 +378,9 @@ class InstanceLoop:
 
     def turn(self) -> int:
         """One poll of every input, the engine, the outputs published and acknowledged; returns messages read."""
+        waited, polled = self.stats.window_waited_s, time.perf_counter()
         messages = self._poll(self._wait_s())
-        received = time.monotonic()
+        received, processed = time.monotonic(), time.perf_counter()
         now = _now_ms()
         if self.replay_until:
             messages = self._replay(messages, now)
@@ -386,9 +390,16 @@ class InstanceLoop:
             out = self.runtime.advance(now)
         else:
             return 0
+        engine_done = time.perf_counter()
         self._advance_positions(messages)
-        self._publish(out, now)
+        produced = self._publish(out, now)
         if messages:
+            done, phases = time.perf_counter(), self.stats.window_phases
+            phases[0] += max(0.0, processed - polled - (self.stats.window_waited_s - waited))  # waits are timed on another clock
+            phases[1] += engine_done - processed
+            phases[2] += produced - engine_done
+            phases[3] += done - produced
+            self.stats.window_turns += 1
             self.stats.latencies.append(((time.monotonic() - received) * 1000, len(messages)))
             del self.stats.latencies[:-_LATENCY_WINDOW]
             self.stats.rows_in_total += len(messages)
@@ -455,8 +466,9 @@ class InstanceLoop:
         self.stats.window_waited_s += reader.waited_s - waited
         return messages
 
-    def _publish(self, out: list[Message], now: int) -> None:
-        """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed."""
+    def _publish(self, out: list[Message], now: int) -> float:
+        """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed;
+        returns when (perf_counter) producing ended and the wait began."""
         if self._leaked:
             out = self._leaked.drop(out)
         if self.http_sinks is not None:
@@ -471,12 +483,14 @@ class InstanceLoop:
             groups = {self._publisher(out[0].topic): out} if out else {}  # every topic on the cluster's layer
         for publisher, messages in groups.items():
             publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
+        produced = time.perf_counter()
         for publisher in self._publishers.values():  # other layers first: the transaction commits the inputs as done
             if publisher is not self._txn and publisher in groups:
                 publisher.flush(max(1.0, min(self.settings.flush_timeout_s, self.control.lease_left())))
         if self._txn is not None:
             offsets = {place: o for place, o in self.positions.items() if place[0] in self._txn_topics}
             self._txn.commit(offsets, f"{now}:{self._txn_stamp}", retry_while=self.control.lease_ok)
+        return produced
 
     def _checkpoint(self) -> None:
         """Hand the control the engine's snapshot and the offsets it covers (outputs already acknowledged)."""
@@ -508,7 +522,8 @@ class InstanceLoop:
     def metrics(self) -> dict:
         """Rows in/out, events/s, lag, processing latency (ms from a poll's return to its outputs' acknowledgement)
         and busy (the fraction of the window's wall time not spent waiting for input: reading what had arrived,
-        processing, publishing and checkpointing all count, so a saturated instance shows near 1)."""
+        processing, publishing and checkpointing all count, so a saturated instance shows near 1); turn_ms: the mean
+        milliseconds a turn with input spent in each of PHASES (commit: the transaction's, or the flush's, wait)."""
         now = time.monotonic()
         elapsed = max(now - self.stats.window_start, 1e-6)
         lag: dict[str, int] = {}
@@ -523,6 +538,9 @@ class InstanceLoop:
             "busy": round(max(0.0, 1.0 - self.stats.window_waited_s / elapsed), 3),
             "latency_ms_p50": _percentile(self.stats.latencies, 0.5),
             "latency_ms_p99": _percentile(self.stats.latencies, 0.99),
+            "turn_ms": {name: round(seconds * 1000 / turns, 3) for name, seconds in zip(PHASES, self.stats.window_phases, strict=True)}
+            if (turns := self.stats.window_turns)
+            else {},
             "lag": sum(lag.values()),
             "lag_by_partition": lag,
             "delivery": self.delivery,
@@ -533,6 +551,7 @@ class InstanceLoop:
         }
         self.stats.latencies.clear()
         self.stats.window_start, self.stats.window_in, self.stats.window_waited_s = now, 0, 0.0
+        self.stats.window_turns, self.stats.window_phases = 0, [0.0] * len(PHASES)
         self._last_metrics = now
         return values
 

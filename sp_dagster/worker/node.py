@@ -225,6 +225,9 @@ class Worker:
         rate = Family("instance_rows_per_second", "Events in per second, over the last report's window.")
         lag = Family("instance_lag", "Messages of its input partitions not read yet.")
         latency = Family("instance_latency_ms", "Processing latency of a turn, per quantile, over the last report's window.")
+        turn = Family(
+            "instance_turn_ms", "Mean milliseconds a turn with input spends per phase (read, engine, produce, commit), over the last report's window."
+        )
         running = Family("instance_running", "1 while the instance runs (consumes), 0 while it starts.")
         state_age = Family("instance_state_age_seconds", "Seconds since the instance's state was last saved to the revision store.")
         for name, instance in sorted(self.running.items()):
@@ -234,9 +237,11 @@ class Worker:
             rate.add(m.get("rows_per_s"), instance=name)
             lag.add(m.get("lag"), instance=name)
             latency.add(m.get("latency_ms_p50"), instance=name, quantile="0.5").add(m.get("latency_ms_p99"), instance=name, quantile="0.99")
+            for phase, ms in (m.get("turn_ms") or {}).items():
+                turn.add(ms, instance=name, phase=phase)
             running.add(instance.status == "running", instance=name)
             state_age.add(None if instance.saved is None else now - instance.saved, instance=name)
-        return families + [rows_in, rows_out, rate, lag, latency, running, state_age]
+        return families + [rows_in, rows_out, rate, lag, latency, turn, running, state_age]
 
     def stop(self) -> None:
         """Ask run() to finish."""

@@ -48,6 +48,9 @@ def test_loops_match_the_engine_and_resume_exactly_from_their_checkpoints(kafka)
     assert metrics and all(m["mode"] == "continuous" and m["latency_ms_p50"] is not None for m in metrics if m["latency_ms_p50"] is not None)
     assert all(0.0 <= m["busy"] <= 1.0 for m in metrics)
     assert any(m["busy"] > 0 for m in metrics if m["rows_per_s"])  # windows that took events in spent time on them
+    turns = [m["turn_ms"] for m in metrics if m["turn_ms"]]
+    assert turns and all(list(t) == ["read", "engine", "produce", "commit"] and min(t.values()) >= 0 for t in turns)
+    assert all(t["commit"] > 0 for t in turns)  # every turn with input waits for its transaction
 
 
 @pytest.mark.slow
