@@ -356,6 +356,13 @@ class DagsterConfig:
     rebalance_interval: int = setting("rebalanceInterval", 30, parse=_interval_minutes, unit="minutes", doc="minutes between scheduled rebalancing runs")
     health_interval: int = setting("healthInterval", 1, parse=_interval_minutes, unit="minutes", doc="minutes between health checks of the partial apps")
     lag_growth_samples: int = setting("lagGrowthSamples", 3, minimum=2, doc="consecutive checks of rising lag that fail the lag check")
+    sink_freshness: int = setting(
+        "sinkFreshness",
+        60,
+        minimum=0,
+        unit="minutes",
+        doc="minutes a sink topic may go without new events before Dagster shows it stale (0: no freshness policy)",
+    )
     placement_timeout: int = setting("placementTimeout", 60, minimum=1, unit="seconds", doc="seconds a deploy run waits for every instance to be placed")
     running_timeout: int = setting("runningTimeout", 180, minimum=1, unit="seconds", doc="seconds a deploy run waits for every instance to run")
     host: str = setting("host", "127.0.0.1", doc="the Dagster webserver's host (`sp-dagster up`; `deploy` and `undeploy` reload its asset graph)")

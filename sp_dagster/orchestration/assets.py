@@ -18,6 +18,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
@@ -33,6 +34,8 @@ from sp_dagster.wording import counted
 DEFS_KEY = "sp_dagster/deployments"
 CONTROL_PLANE_KEY = dg.AssetKey(["sp_dagster", "control_plane"])
 APP_META, GROUP_META = "sp_dagster/app", "sp_dagster/group"
+FRESHNESS = "sink_freshness_minutes"  # a snapshot's dagster.sinkFreshness
+SINK_META = "sp_dagster/sink"  # a topic's metadata: true on the app's sinks
 
 
 def by_path(key: dg.AssetKey) -> tuple[str, ...]:
@@ -47,6 +50,7 @@ def fetch_deployments(control_plane: ControlPlaneResource) -> dict[str, Any]:
 
     snapshot: dict[str, Any] = {"fetched_at": time.time(), "control_plane": None, "error": None, "deployments": []}
     try:
+        snapshot[FRESHNESS] = control_plane.config().dagster.sink_freshness
         with control_plane.reader() as plane:
             snapshot["control_plane"] = plane.safe_url
             status = cluster_status(plane)
@@ -133,6 +137,13 @@ class SiddhiAssetProps:
     aggregation: dict | None = None  # an aggregation (see aggregations.deployment_aggregations)
     topic: dict | None = None  # a topic: name, partitions
     producers: tuple[dg.AssetKey, ...] = ()  # a topic's publishing partial apps (default keys)
+    read: bool = False  # a topic: some partial app of a deployed app reads it
+    freshness_minutes: int = 0  # dagster.sinkFreshness (0: none)
+
+    @property
+    def sink(self) -> bool:
+        """A topic the app publishes to and none of its partial apps reads: where its results land."""
+        return self.topic is not None and bool(self.producers) and not self.read
 
     @property
     def default_key(self) -> dg.AssetKey:
@@ -233,7 +244,11 @@ def _topic_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
         + ("" if props.producers else ": an entry topic, fed from outside the app")
         + ".",
         kinds={"kafka"},
-        metadata={"topic": topic["name"], "partitions": topic["partitions"], APP_META: props.app},
+        metadata={"topic": topic["name"], "partitions": topic["partitions"], APP_META: props.app, SINK_META: props.sink},
+        # A sink "materializes" when the health checks see new events on it (health.topic_materialization).
+        freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=props.freshness_minutes))
+        if props.sink and props.freshness_minutes
+        else None,
     )
 
 
@@ -276,8 +291,17 @@ def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = N
             for subscription in group["inputs"].values():
                 if subscription.get("topic"):
                     topics.setdefault(subscription["topic"], ({"name": subscription["topic"], "partitions": 0}, deployment))
+    read = {s["topic"] for d in snapshot["deployments"] for g in d["plan"].get("groups", []) for s in g["inputs"].values() if s.get("topic")}
     props += [
-        SiddhiAssetProps("topic", deployment["app"], deployment, topic=topic, producers=tuple(producers.get(name, ())))
+        SiddhiAssetProps(
+            "topic",
+            deployment["app"],
+            deployment,
+            topic=topic,
+            producers=tuple(producers.get(name, ())),
+            read=name in read,
+            freshness_minutes=snapshot.get(FRESHNESS) or 0,
+        )
         for name, (topic, deployment) in sorted(topics.items())
     ]
     return _translate(props, translator, reads)

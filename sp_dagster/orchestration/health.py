@@ -14,7 +14,9 @@ heartbeat, the URLs receivers listen at; events per second since the previous ob
   it runs at (failed, severity WARN, with the advice, its reason and the load as metadata).
 
 The same op observes the apps' topic assets: end offset per partition, the events they hold, events
-per second since the previous observation, and the lag of the partial apps that read them.
+per second since the previous observation, and the lag of the partial apps that read them. A sink
+topic (published to, read by no partial app) also materializes when it holds new events, so its
+freshness policy (`dagster.sinkFreshness`) shows when results stop landing.
 The previous observations come from Dagster's own event log, so the history survives restarts.
 """
 
@@ -144,11 +146,12 @@ class TopicTarget:
     app: str
     topic: str
     readers: tuple[str, ...] = ()
+    sink: bool = False  # where the app's results land (assets.SiddhiAssetProps.sink): it materializes on new events
 
 
 def topic_targets(snapshot: dict, specs: list[dg.AssetSpec]) -> dict[dg.AssetKey, TopicTarget]:
     """The topic assets among `specs`, each with the execGroups of its app that read only it (from the snapshot's plans)."""
-    from sp_dagster.orchestration.assets import APP_META, exec_group
+    from sp_dagster.orchestration.assets import APP_META, SINK_META, exec_group
 
     groups = {d["app"]: (d.get("plan") or {}).get("groups") or [] for d in snapshot["deployments"]}
     found = {}
@@ -156,7 +159,7 @@ def topic_targets(snapshot: dict, specs: list[dg.AssetSpec]) -> dict[dg.AssetKey
         app, topic = spec.metadata.get(APP_META), spec.metadata.get("topic")
         if isinstance(app, str) and isinstance(topic, str):
             only = [g for g in groups.get(app, []) if {s.get("topic") for s in (g.get("inputs") or {}).values()} == {topic}]
-            found[spec.key] = TopicTarget(app, topic, tuple(exec_group(app, g) for g in only))
+            found[spec.key] = TopicTarget(app, topic, tuple(exec_group(app, g) for g in only), spec.metadata.get(SINK_META) is True)
     return found
 
 
@@ -190,6 +193,25 @@ def _observe_topics(context, messaging, status: dict, topics: dict[dg.AssetKey, 
         lags = [_metric(i, "lag") for group in target.readers for i in instance_rows(status, target.app, group)]
         lag = sum(v for v in lags if v is not None) if lags and None not in lags else None
         context.op_execution_context.log_event(observe_topic(key, ends, lag, _previous(context.instance, key, 1), now))
+        if target.sink and (materialization := topic_materialization(context.instance, key, ends)) is not None:
+            context.op_execution_context.log_event(materialization)
+
+
+def topic_materialization(instance: dg.DagsterInstance, key: dg.AssetKey, ends: dict[int, int]) -> dg.AssetMaterialization | None:
+    """A materialization of a sink topic when it holds other events than at its last one (None when not): its
+    freshness policy then measures how long ago results last landed, to the health schedule's interval."""
+    total = sum(ends.values())
+    records = instance.fetch_materializations(key, limit=1).records
+    latest = records[0].asset_materialization if records else None
+    before = getattr(latest.metadata.get("events_total"), "value", None) if latest is not None else None
+    if not total or total == before:
+        return None
+    grown = total - before if isinstance(before, int) and total > before else None
+    return dg.AssetMaterialization(
+        asset_key=key,
+        description=f"{counted(grown, 'new event')} since the last check" if grown else f"holds {counted(total, 'event')}",
+        metadata={"events_total": total, **({"new_events": grown} if grown else {})},
+    )
 
 
 def build_health_checks(targets: dict[dg.AssetKey, tuple[str, str]], topics: dict[dg.AssetKey, TopicTarget] | None = None) -> dg.AssetChecksDefinition:

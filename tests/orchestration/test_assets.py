@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -65,6 +66,10 @@ def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
     assert "@source(type = 'kafka', topic.list = 'StockAlerts.TradeStream'" in meta["siddhi"]
     assert "volume > 100" in meta["siddhi"]
     assert set(spec.kinds) == {"siddhi", "spark"}
+
+    # The app's results land in its sink topic: stale (in Dagster's freshness) after dagster.sinkFreshness without new events.
+    policies = {k: defs.resolve_assets_def(k).specs_by_key[k].freshness_policy for k in (TRADES, LARGE, AVERAGES, ALERTS)}
+    assert policies == {TRADES: None, LARGE: None, AVERAGES: None, ALERTS: dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=60))}
 
     checks = {(key.asset_key, key.name) for key in graph(defs).asset_check_keys}
     assert checks == {(k, n) for k in (FILTER, AVERAGE, ALERT) for n in ("live_worker", "lag_not_growing", "parallelism_advice")}

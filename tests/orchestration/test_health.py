@@ -12,6 +12,7 @@ from tests.fixtures.waiting import wait_until
 from tests.orchestration.standin import StandInWorker
 
 FILTER, ALERT = dg.AssetKey(["StockAlerts", "filter"]), dg.AssetKey(["StockAlerts", "alert"])
+SINK = "StockAlerts.PriceAlerts"  # published to by the alert group, read by none
 
 
 def check_results(result) -> dict[tuple[str, str], dg.AssetCheckEvaluation]:
@@ -51,6 +52,8 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
             )
             for _ in range(5 * n):  # 5, 10, 15 more events in the entry topic's partition 0
                 publisher.produce(entry, b"{}", None, 0, None)
+            for _ in range(0 if n == 2 else n):  # results land in the sink at the first and the last check only
+                publisher.produce(SINK, b"{}", None, 0, None)
             publisher.flush()
             result = health.execute_in_process(instance=instance)
             assert result.success
@@ -82,6 +85,14 @@ def test_observations_and_checks_follow_the_workers_and_the_lag(cluster, manager
     assert [m["events_total"].value for m in seen] == [5, 15, 30]
     assert seen[-1]["end_offsets"].value["0"] == 30 and seen[-1]["consumer_lag"].value == 30
     assert "events_per_s" not in seen[0] and seen[-1]["events_per_s"].value > 0
+
+    # The sink topic materializes when it holds new events (its freshness policy measures from there).
+    sink = instance.fetch_materializations(dg.AssetKey(["topics", SINK]), limit=10).records
+    assert [(r.asset_materialization.metadata["events_total"].value, r.asset_materialization.description) for r in reversed(sink)] == [
+        (1, "holds 1 event"),
+        (4, "3 new events since the last check"),
+    ]
+    assert not instance.fetch_materializations(dg.AssetKey(["topics", entry]), limit=10).records  # read by the app: no freshness of its own
 
     # The worker went silent: the leader declares it dead and the live-worker check fails.
     wait_until(lambda: any(i.node_id is None for i in list_instances(plane, "StockAlerts")) or _dead(plane), timeout=15, what="the worker declared dead")
