@@ -274,6 +274,7 @@ def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = N
     topics: dict[str, tuple[dict, dict]] = {}
     producers: dict[str, list[dg.AssetKey]] = {}
     reads: dict[dg.AssetKey, list[dg.AssetKey]] = {}
+    read: set[str] = set()  # topics some partial app reads
     for deployment in sorted(snapshot["deployments"], key=lambda d: d["app"]):
         app, plan = deployment["app"], deployment["plan"]
         for topic in plan.get("topics", []):
@@ -291,7 +292,7 @@ def build_asset_specs(snapshot: dict, translator: SpDagsterTranslator | None = N
             for subscription in group["inputs"].values():
                 if subscription.get("topic"):
                     topics.setdefault(subscription["topic"], ({"name": subscription["topic"], "partitions": 0}, deployment))
-    read = {s["topic"] for d in snapshot["deployments"] for g in d["plan"].get("groups", []) for s in g["inputs"].values() if s.get("topic")}
+                    read.add(subscription["topic"])
     props += [
         SiddhiAssetProps(
             "topic",
