@@ -35,6 +35,7 @@ import re
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ DURABLE_FAULTS = ("broker-restart",)  # a broker whose data outlives its process
 BROKER_DOWN_S = 5.0  # how long a restarted broker stays away
 SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
 OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
+STALLED_S = 60.0  # no new output for this long after the stream stopped: the rest is not coming (longer than any recovery)
 KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}'"  # how the app's keyed group begins, rescaled by `rescale-*` and `scale-*`
 
 
@@ -147,6 +149,7 @@ class ChaosRun:
         self._threads: list[threading.Thread] = []
         self.harness_errors: list[str] = []  # the stream's own producer or consumer failing is not the cluster's fault
         self.final_status = ""  # `sp-dagster status` as the run ended (placements, lag, replay): for failure messages
+        self.held: dict[tuple[str, int], tuple[int, dict]] = {}  # (topic, partition) -> where an open transaction holds it, its first message's headers
 
     def client(self):
         """A new client of the cluster's messaging layer (the caller closes it)."""
@@ -312,11 +315,16 @@ class ChaosRun:
             expected = self.expected()
             # Done when the topic, read afresh, holds as many outputs as expected; the live reader
             # only says when to look (it can skip what shows later, or see a message twice).
+            # Given up sooner when the topic's committed outputs stop growing for STALLED_S: what is missing
+            # then is lost (or held by a transaction nobody resolves), and waiting longer only costs time.
             deadline, looked = time.monotonic() + drain_timeout, time.monotonic()
-            while time.monotonic() < deadline:
+            count, grew = -1, time.monotonic()
+            while time.monotonic() < deadline and time.monotonic() - grew < STALLED_S:
                 if time.monotonic() - looked > (2 if len(self.got) >= len(expected) else 10):
-                    if len(self._read_outputs()) >= len(expected):
+                    found = len(self._read_outputs())
+                    if found >= len(expected):
                         break
+                    count, grew = found, (time.monotonic() if found > count else grew)
                     looked = time.monotonic()
                 time.sleep(0.5)
             time.sleep(3)  # anything beyond (a duplicate would come now)
@@ -353,7 +361,56 @@ class ChaosRun:
             committed, written = self.transport.end_offsets(topic), self.transport.end_offsets_with_open_transactions(topic)
             held = {p: (committed[p], end) for p, end in written.items() if committed.get(p) != end}
             lines.append(f"{topic}: ends {written}" + (f"; open transactions from {held} (committed end, written end)" if held else ""))
+            for p, (start, _end) in held.items():
+                self.held[(topic, p)] = (start, self._headers_at(topic, p, start))
+                lines.append(f"  first held message of {topic}[{p}]: {self.held[(topic, p)][1]}")
         return "\n".join(lines)
+
+    def broker_wedge(self) -> str | None:
+        """Why the output topic is held, when the broker is to blame: its first held message's writer
+        (a transactional publisher) was followed by a new owner of its transactional id, whose start
+        resolves whatever it left open, or kept committing to the end; None when neither shows."""
+        from sp_dagster.messaging.skips import WRITER_HEADER, parse_stamp
+
+        started = sorted(
+            (m.group(1), m.group(2), m.group(3)) for m in self.cluster.grep(r"^(\S+ \S+) .*transactions as '([^']+)' \(writer (\w+)\)")
+        )  # (time, transactional id, writer token), in the order they started
+        for (topic, partition), (start, headers) in self.held.items():
+            stamp = parse_stamp(headers.get(WRITER_HEADER, "").encode())
+            found = [(at, name) for at, name, token in started if stamp is not None and token == stamp[0].decode()]
+            if topic != self.output_topic or not found:
+                continue
+            at, name = found[0]
+            succeeded = any(other == name and later > at for later, other, _token in started)
+            instance = name.removeprefix("sp-dagster.")
+            running = re.search(rf"^\s*{re.escape(instance)}\s+\S+\s+\d+\s+running\b", self.final_status, re.MULTILINE) is not None
+            if succeeded or running:
+                why = "a new owner of its id started after it (which resolves what it left open)" if succeeded else "it kept committing to the end"
+                return (
+                    f"{topic}[{partition}] is held from offset {start} by a transaction of '{name}', yet {why}: the broker holds it "
+                    "(tansu 0.6 can wedge a partition when transactions on it end at once; bench/tansu_wedge.py shows it with plain clients)"
+                )
+        return None
+
+    def _headers_at(self, topic: str, partition: int, offset: int) -> dict:
+        """The headers of one message, read uncommitted (which writer and input an open transaction holds)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        from sp_dagster.messaging.kafka import KafkaTransport
+
+        assert isinstance(self.transport, KafkaTransport)  # only Kafka has transactions
+        settings = {"group.id": f"sp-chaos-{uuid.uuid4().hex[:8]}", "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}
+        consumer = Consumer(self.transport.client_config(**settings))
+        try:
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None and (message.offset() or 0) >= offset:
+                    return {name: value.decode(errors="replace") if isinstance(value, bytes) else str(value or "") for name, value in message.headers() or ()}
+            return {}
+        finally:
+            consumer.close()
 
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
         rows = self.final

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+_NOTABLE = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback|transactions as ")  # log lines a failure message keeps from before the tail
 
 MANAGER_CONF = """
 wso2.carbon: {{id: manager-1}}
@@ -175,12 +178,20 @@ class LocalCluster:
         return done.stdout
 
     def logs(self, lines: int = 40) -> str:
-        """The tail of every process's log, for failure messages."""
+        """The tail of every process's log, for failure messages, after its earlier warnings and errors
+        and the writers it started (which transactional id a writer token in a message header is)."""
         parts = []
         for name in self.processes:
-            text = (self.home / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
-            parts.append(f"--- {name}\n" + "\n".join(text))
+            text = (self.home / f"{name}.log").read_text(errors="replace").splitlines()
+            earlier = [line for line in text[:-lines] if _NOTABLE.search(line)]
+            parts.append(f"--- {name}\n" + "\n".join([*earlier[-200:], *(["..."] if earlier else []), *text[-lines:]]))
         return "\n".join(parts)
+
+    def grep(self, pattern: str) -> list[re.Match]:
+        """Every line of every process's log that matches `pattern`."""
+        compiled = re.compile(pattern)
+        lines = (line for name in self.processes for line in (self.home / f"{name}.log").read_text(errors="replace").splitlines())
+        return [m for line in lines if (m := compiled.search(line))]
 
     def stop(self) -> None:
         """SIGTERM everything (workers stop their queries and deregister), then make sure."""

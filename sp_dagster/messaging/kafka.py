@@ -419,6 +419,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         except KafkaException as exc:
             raise self.transport.unreachable(exc, f"starting transactions as '{transactional_id}'") from None
         self._group = Consumer(transport._reader_config(**{"group.id": group_id}))
+        log.info("transactions as '%s'%s", transactional_id, f" (writer {self.stamps.token})" if self.stamps else "")
 
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
         """Queue one message in the open transaction (opening one if needed)."""

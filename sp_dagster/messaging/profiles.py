@@ -7,6 +7,8 @@ every publisher adds (`skips.py`), and a new owner of an instance reads its outp
 its predecessor's open transaction let through (`worker/leaked_outputs.py`). Apache Kafka needs
 neither, so they are a profile's, chosen by `deployment.config.brokerProfile`: `tansu`, `kafka`,
 or `auto` (the default: `tansu` when the cluster id the broker reports begins with "tansu").
+Tansu's third departure, a partition wedged by transactions ending at once, has no client-side
+workaround (docs/messaging.md, bench/tansu_wedge.py).
 """
 
 from __future__ import annotations

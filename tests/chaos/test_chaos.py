@@ -5,12 +5,11 @@ equal the engine's, nothing lost or duplicated."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from sp_dagster.embedded.chaos import DURABLE_FAULTS, FAULTS, SERVER_FAULTS, ChaosRun
 from sp_dagster.embedded.s3 import EmbeddedS3
+from tests.fixtures.chaos import check_exact
 from tests.fixtures.trades import APP_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
@@ -19,20 +18,9 @@ APP = APP_PATH.read_text().replace("Trades", "TradesChaos")
 SERVERS_APP = APP_PATH.read_text().replace("Trades", "TradesServers")  # its own topics on the session's broker
 
 
-def check(run: ChaosRun, report, faults) -> None:
-    for line in report.lines():
-        print(json.dumps(line))
-    assert report.events_in > 0 and report.outputs > 0
-    # The report first (the failure digest shows a message's head) and last (a log is read from its end).
-    summary = json.dumps(report.lines())
-    assert (report.lost, report.duplicated) == (0, 0), f"{summary}\n{run.final_status}\n{run.cluster.logs()}\n{summary}"
-    assert report.exact_per_key and report.outputs == report.expected, summary
-    assert [f.kind for f in report.faults] == list(faults)
-
-
 def test_outputs_are_exact_per_key_with_nothing_lost_or_duplicated_across_faults(broker, tmp_path):
     run = ChaosRun(tmp_path, broker.bootstrap_servers, APP)
-    check(run, run.run(FAULTS, seed=3), FAULTS)
+    check_exact(run, run.run(FAULTS, seed=3), FAULTS)
 
 
 def test_outputs_are_exact_across_a_broker_pause_and_a_database_outage(broker, database_server_factory, tmp_path):
@@ -40,7 +28,7 @@ def test_outputs_are_exact_across_a_broker_pause_and_a_database_outage(broker, d
     # stopped for 30 s; the broker (the session's) is frozen for 30 s.
     database = database_server_factory("postgresql")
     run = ChaosRun(tmp_path, broker.bootstrap_servers, SERVERS_APP, broker=broker, database=database, database_url=database.create_database())
-    check(run, run.run(SERVER_FAULTS, seed=5), SERVER_FAULTS)
+    check_exact(run, run.run(SERVER_FAULTS, seed=5), SERVER_FAULTS)
 
 
 @pytest.mark.xfail(
@@ -57,6 +45,6 @@ def test_outputs_are_exact_across_a_broker_killed_and_started_again_on_durable_s
         broker = s3.broker(log_path=tmp_path / "broker.log").start()
         try:
             run = ChaosRun(tmp_path / "run", broker.bootstrap_servers, APP, broker=broker, rate=100)
-            check(run, run.run(DURABLE_FAULTS, seed=7), DURABLE_FAULTS)
+            check_exact(run, run.run(DURABLE_FAULTS, seed=7), DURABLE_FAULTS)
         finally:
             broker.stop()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from sp_dagster.embedded.chaos import KEYED_GROUP, ChaosRun
+from tests.fixtures.chaos import check_exact
 from tests.fixtures.trades import APP_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
@@ -15,10 +14,4 @@ pytestmark = [pytest.mark.slow, pytest.mark.broker]
 def test_per_key_results_are_exact_across_a_rescale_down_and_up_under_load(broker, tmp_path):
     text = APP_PATH.read_text().replace("Trades", "TradesRescale").replace(KEYED_GROUP.format(2), KEYED_GROUP.format(3))
     run = ChaosRun(tmp_path, broker.bootstrap_servers, text)
-    report = run.run(("rescale-down", "rescale-up"), seed=5, settle_s=(6.0, 10.0))
-    for line in report.lines():
-        print(json.dumps(line))
-    assert report.events_in > 0 and report.outputs > 0
-    verdict = "\n".join(json.dumps(line) for line in report.lines())
-    assert (report.lost, report.duplicated) == (0, 0), f"{verdict}\n{run.final_status}\n{run.cluster.logs()}"
-    assert report.exact_per_key and report.outputs == report.expected
+    check_exact(run, run.run(("rescale-down", "rescale-up"), seed=5, settle_s=(6.0, 10.0)))

@@ -5,12 +5,12 @@ at-least-once NATS replays nothing."""
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
 
 from sp_dagster.embedded.chaos import KEYED_GROUP, ChaosRun
+from tests.fixtures.chaos import check_exact
 from tests.fixtures.trades import APP_PATH
 
 pytestmark = [pytest.mark.slow]
@@ -31,13 +31,7 @@ def test_scale_up_then_down_within_the_maximum_is_exact_and_changes_no_topic(lay
     run = ChaosRun(tmp_path, servers, text, messaging=messaging, cluster_id=f"scale{uuid.uuid4().hex[:6]}")
     topics = {t.name: t.partitions for t in run.loaded.topology.topics}
     assert topics[f"{name}.BigTradeStream.symbol"] == 3  # laid out for the maximum from the start
-    report = run.run(("scale-up", "scale-up", "scale-down"), seed=7, settle_s=(6.0, 10.0))
-    for line in report.lines():
-        print(json.dumps(line))
-    verdict = "\n".join(json.dumps(line) for line in report.lines())
-    assert report.events_in > 0 and report.outputs > 0
-    assert (report.lost, report.duplicated) == (0, 0), f"{verdict}\n{run.final_status}\n{run.cluster.logs()}"
-    assert report.exact_per_key and report.outputs == report.expected
+    check_exact(run, run.run(("scale-up", "scale-up", "scale-down"), seed=7, settle_s=(6.0, 10.0)))
     with run.cluster.plane() as plane:
         from sp_dagster.cluster.store.deployments import list_instances
 
