@@ -192,7 +192,9 @@ def _plain(value):
 # --------------------------------------------------------------------------- sum, avg, count
 
 
-class _SumLong(State):
+class SumLongState(State):
+    """A group's sum of long values and how many were added (the batch path's aggregators write it back)."""
+
     __slots__ = ("sum", "count")
 
     def __init__(self):
@@ -223,7 +225,9 @@ class _SumLong(State):
         return self.count == 0 and self.sum == 0
 
 
-class _SumDouble(_SumLong):
+class SumDoubleState(SumLongState):
+    """A group's sum of double values, added in arrival order."""
+
     __slots__ = ()
 
     def __init__(self):
@@ -256,7 +260,7 @@ class Sum(Aggregator):
         self.process = self._process_long if self.arg_type in ("int", "long") else self._process_double
 
     def new_state(self):
-        return _SumLong() if self.arg_type in ("int", "long") else _SumDouble()
+        return SumLongState() if self.arg_type in ("int", "long") else SumDoubleState()
 
     def _process_long(self, event, key):
         states = self.states
@@ -314,7 +318,9 @@ class Sum(Aggregator):
         return state.sum
 
 
-class _Avg(State):
+class AvgState(State):
+    """A group's running mean and how many values it holds."""
+
     __slots__ = ("value", "count")
 
     def __init__(self):
@@ -348,7 +354,7 @@ class Avg(Aggregator):
     """avg(x): a double; null when empty."""
 
     def new_state(self):
-        return _Avg()
+        return AvgState()
 
     def process(self, event, key):
         """Aggregator.process with the add or remove of a value inline."""
@@ -375,7 +381,9 @@ class Avg(Aggregator):
         return result
 
 
-class _Count(State):
+class CountState(State):
+    """A group's count of current events."""
+
     __slots__ = ("count",)
 
     def __init__(self):
@@ -407,7 +415,7 @@ class Count(Aggregator):
         self.arg = None
 
     def new_state(self):
-        return _Count()
+        return CountState()
 
     def process(self, event, key):
         """Aggregator.process with the count inline."""

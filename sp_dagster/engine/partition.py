@@ -43,7 +43,7 @@ class PartitionRuntime:
         template.stop()
         self.receivers = []
         for stream in self.read:
-            receiver = _PartitionReceiver(self, stream, self.executors.get(stream, []))
+            receiver = PartitionReceiver(self, stream, self.executors.get(stream, []))
             context.junctions[stream].subscribe(receiver)
             self.receivers.append(receiver)
 
@@ -141,7 +141,7 @@ def _key_executors(key, scope) -> list:
     return functions
 
 
-class _PartitionReceiver:
+class PartitionReceiver:
     """Routes chunks of one global stream to partition instances."""
 
     def __init__(self, runtime: PartitionRuntime, stream: str, executors: list):

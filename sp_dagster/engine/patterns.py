@@ -84,7 +84,7 @@ DONE, DEAD = "done", "dead"  # the quiet period has passed / the state's `or` br
 Waits = dict[int, int | str]
 
 
-class _Partial:
+class Partial:
     """Events per state; `start` for within, `time` of the last step taken (None: not begun),
     `waits` (absent state slot -> deadline, DONE or DEAD) on an absent step, and `seen`, the
     events a sequence partial has lived through on an absent step."""
@@ -98,8 +98,8 @@ class _Partial:
         self.waits = waits
         self.seen = seen
 
-    def copy(self) -> _Partial:
-        return _Partial([list(s) for s in self.slots], self.start, self.time, dict(self.waits) if self.waits else None, self.seen)
+    def copy(self) -> Partial:
+        return Partial([list(s) for s in self.slots], self.start, self.time, dict(self.waits) if self.waits else None, self.seen)
 
 
 def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
@@ -249,8 +249,8 @@ class PatternProcessor(Processor):
                 assert schedulers is not None  # a query with a timed absent state is given its schedulers
                 scheduler = schedulers("pattern")
                 self.timers[s.slot] = scheduler.queue(lambda when, slot=s.slot: self._on_timer(slot, when))
-        self.pending: list[tuple[_Partial, int]] = []
-        self._arm(_Partial([[] for _ in self.states]), 0, self.pending, [])
+        self.pending: list[tuple[Partial, int]] = []
+        self._arm(Partial([[] for _ in self.states]), 0, self.pending, [])
 
     def scope(self, context) -> PatternScope:
         """The scope of the selector: every state by alias."""
@@ -258,7 +258,7 @@ class PatternProcessor(Processor):
 
     # -- matching
 
-    def _arm(self, partial: _Partial, step: int, into: list, out: list) -> None:
+    def _arm(self, partial: Partial, step: int, into: list, out: list) -> None:
         """Put `partial` at `step` (emitting it when past the last step)."""
         if step == len(self.steps):
             out.append(partial)
@@ -271,7 +271,7 @@ class PatternProcessor(Processor):
         if current.kind == "count" and current.low == 0 and not partial.slots[current.states[0].slot]:
             self._arm(partial, step + 1, into, out)
 
-    def _waiting(self, partial: _Partial, current: _Step) -> _Partial:
+    def _waiting(self, partial: Partial, current: _Step) -> Partial:
         """A copy of `partial` waiting on an absent step: a deadline (and timer) per timed state."""
         waiting = partial.copy()
         waiting.waits = {}
@@ -285,14 +285,14 @@ class PatternProcessor(Processor):
                     queue.notify_at(deadline)
         return waiting
 
-    def _place(self, partial: _Partial, step: int, into: list) -> None:
+    def _place(self, partial: Partial, step: int, into: list) -> None:
         """Re-arm `partial` at `step` (an every group's start)."""
         if self.steps[step].absent:
             self._arm(partial, step, into, [])
         else:
             into.append((partial, step))
 
-    def _fresh(self, partial: _Partial, start: int) -> _Partial:
+    def _fresh(self, partial: Partial, start: int) -> Partial:
         fresh = partial.copy()
         for step in self.steps[start:]:
             for s in step.states:
@@ -302,17 +302,18 @@ class PatternProcessor(Processor):
             fresh.time = None
         return fresh
 
-    def _matches(self, state: _State, partial: _Partial, event: StreamEvent, stream: str) -> bool:
+    def _matches(self, state: _State, partial: Partial, event: StreamEvent, stream: str) -> bool:
         if state.stream != stream:
             return False
         if state.condition is None:
             return True
         return state.condition(PatternEvent(event.timestamp, partial.slots, event)) is True
 
-    def _is_fresh(self, partial: _Partial) -> bool:
+    def is_fresh(self, partial: Partial) -> bool:
+        """True for a partial match that has taken no step yet."""
         return partial.time is None and not any(partial.slots)
 
-    def receive_event(self, stream: str, event: StreamEvent) -> list[_Partial]:
+    def receive_event(self, stream: str, event: StreamEvent) -> list[Partial]:
         """Advance the partial matches with one event; return the completed ones."""
         if self.timers:
             self._fire_due()
@@ -326,15 +327,15 @@ class PatternProcessor(Processor):
         for partial, step in rearm:
             if not any(p is partial for p, _ in pending):
                 pending.append((partial, step))
-        out: list[_Partial] = []
-        kept: list[tuple[_Partial, int]] = []
+        out: list[Partial] = []
+        kept: list[tuple[Partial, int]] = []
         moved: set[int] = set()
         if not self.sequence:
             self._step_all(pending, event, stream, kept, out, moved)
         else:
-            busy = [(p, i) for p, i in pending if not self._is_fresh(p)]
-            fresh = [(p, i) for p, i in pending if self._is_fresh(p) and not self.steps[i].absent]
-            quiet = [(p, i) for p, i in pending if self._is_fresh(p) and self.steps[i].absent]
+            busy = [(p, i) for p, i in pending if not self.is_fresh(p)]
+            fresh = [(p, i) for p, i in pending if self.is_fresh(p) and not self.steps[i].absent]
+            quiet = [(p, i) for p, i in pending if self.is_fresh(p) and self.steps[i].absent]
             self._step_all(busy, event, stream, kept, out, moved)
             self._step_all(quiet, event, stream, kept, out, moved)
             self._step_all(fresh, event, stream, kept, out, moved)
@@ -350,7 +351,7 @@ class PatternProcessor(Processor):
         held: set[int] = set()
         one = []
         for partial, step in kept:
-            if step and not self.steps[step].absent and not self._is_fresh(partial):
+            if step and not self.steps[step].absent and not self.is_fresh(partial):
                 if step in held:
                     continue
                 held.add(step)
@@ -359,10 +360,10 @@ class PatternProcessor(Processor):
 
     def _keep_start(self, kept: list) -> None:
         """A sequence under `every` keeps one fresh partial at its first step."""
-        if self.sequence and 0 in self.group_at_start and not any(i == 0 and self._is_fresh(p) for p, i in kept):
-            self._arm(_Partial([[] for _ in self.states]), 0, kept, [])
+        if self.sequence and 0 in self.group_at_start and not any(i == 0 and self.is_fresh(p) for p, i in kept):
+            self._arm(Partial([[] for _ in self.states]), 0, kept, [])
 
-    def _expired(self, partial: _Partial, step: int, rearm: list) -> None:
+    def _expired(self, partial: Partial, step: int, rearm: list) -> None:
         """`partial` is older than `within`: an every group it began inside starts again."""
         start = self.group_of.get(step)
         if start is not None and start < len(self.steps) and self._outside_start(partial, start):
@@ -385,21 +386,21 @@ class PatternProcessor(Processor):
                 continue
             if matched is None:
                 # a sequence without `every` must begin with the first event: its start dies too
-                if not self.sequence or (self._is_fresh(partial) and 0 in self.group_at_start):
+                if not self.sequence or (self.is_fresh(partial) and 0 in self.group_at_start):
                     kept.append((partial, step))
                 continue
             if furthest[id(partial)] == step:
                 self._advance(partial, step, matched, event, kept, out, moved)
 
-    def _rearm(self, partial: _Partial, end: int, kept: list) -> None:
+    def _rearm(self, partial: Partial, end: int, kept: list) -> None:
         start = self.group_ending[end]
         if not (self.sequence and start == 0):  # a sequence keeps one fresh start itself
             self._place(self._fresh(partial, start), start, kept)
 
-    def _outside_start(self, partial: _Partial, start: int) -> bool:
+    def _outside_start(self, partial: Partial, start: int) -> bool:
         return any(partial.slots[s.slot] for s in self.steps[start].states)
 
-    def _decide(self, partial: _Partial, step: int, event: StreamEvent, stream: str):
+    def _decide(self, partial: Partial, step: int, event: StreamEvent, stream: str):
         current = self.steps[step]
         if current.absent:
             return self._decide_absent(partial, current, event, stream)
@@ -410,7 +411,7 @@ class PatternProcessor(Processor):
                 return state
         return None
 
-    def _decide_absent(self, partial: _Partial, current: _Step, event: StreamEvent, stream: str):
+    def _decide_absent(self, partial: Partial, current: _Step, event: StreamEvent, stream: str):
         waits = cast(Waits, partial.waits)  # a partial on an absent step has its waits
         for state in current.states:
             if state.absent:
@@ -467,7 +468,7 @@ class PatternProcessor(Processor):
     def _step_absent(self, partial, step, matched, event, kept, out) -> None:
         """One event against a partial on a step with absent states."""
         current = self.steps[step]
-        fresh = self._is_fresh(partial)
+        fresh = self.is_fresh(partial)
         lingering = self.sequence and not fresh
         if lingering and partial.seen:
             return  # a sequence has moved on past it (Siddhi's reset before each event)
@@ -498,14 +499,14 @@ class PatternProcessor(Processor):
             return
         self._finish(target, step, kept, out)
 
-    def _complete(self, partial: _Partial, current: _Step) -> bool:
+    def _complete(self, partial: Partial, current: _Step) -> bool:
         """An `and` step with absent sides: every event side has come, every quiet period passed."""
         if not all(partial.slots[s.slot] for s in current.present):
             return False
         waits = cast(Waits, partial.waits)  # a partial on an absent step has its waits
         return all(s.waiting is None or waits.get(s.slot) == DONE for s in current.absent)
 
-    def _finish(self, partial: _Partial, step: int, kept: list, out: list) -> None:
+    def _finish(self, partial: Partial, step: int, kept: list, out: list) -> None:
         """`partial` has completed the absent step `step`: on to the next step (or out)."""
         partial.waits = None
         partial.seen = 0
@@ -518,7 +519,7 @@ class PatternProcessor(Processor):
         re-arms a lone absent first state, and any first state under `every`); a sequence's
         `every` start is re-armed by _keep_start, else it stays dead."""
         if not self.sequence and (self.steps[0].kind == "absent" or 0 in self.group_at_start):
-            self._arm(_Partial([[] for _ in self.states]), 0, kept, [])
+            self._arm(Partial([[] for _ in self.states]), 0, kept, [])
 
     def _fire_due(self) -> None:
         """Fire the deadlines the clock has passed (the wall clock's thread may lag an event)."""
@@ -532,9 +533,9 @@ class PatternProcessor(Processor):
         at = self.step_of[slot]
         current = self.steps[at]
         entries = self.pending
-        if self.sequence and any(i == at and not self._is_fresh(p) and not p.seen for p, i in entries):
+        if self.sequence and any(i == at and not self.is_fresh(p) and not p.seen for p, i in entries):
             # a newer partial waits here: the older ones lived through an event (Siddhi resets them)
-            entries = [(p, i) for p, i in entries if not (i == at and not self._is_fresh(p) and p.seen)]
+            entries = [(p, i) for p, i in entries if not (i == at and not self.is_fresh(p) and p.seen)]
         kept, out, rearm = [], [], []
         for partial, step in entries:
             waits = cast(Waits, partial.waits)  # read only on the absent step `at`, where it is set
@@ -582,7 +583,7 @@ class PatternProcessor(Processor):
         for saved in state[0]:
             start, slots, *more = saved  # snapshots from before absent states hold two fields
             time, waits, seen = more or (None, None, 0)
-            partials.append(_Partial([load_events(s) for s in slots], start, time, None if waits is None else dict(waits), seen))
+            partials.append(Partial([load_events(s) for s in slots], start, time, None if waits is None else dict(waits), seen))
         self.pending = [(partials[i], step) for i, step in state[1]]
         for slot, times in state[2] if len(state) > 2 else ():
             self.timers[slot].restore(times)

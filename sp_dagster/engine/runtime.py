@@ -110,6 +110,7 @@ class AppRuntime:
             self.partitions: list[PartitionRuntime] = []
             self.started = False
             self.send_index: int | None = None  # during send_each: the send whose outputs are being delivered
+            self.batch_plans: dict = {}  # stream -> its subscribers' kernels (engine.batch.plan_stream), made on first use
             try:
                 self._build()
             except BaseException:
@@ -321,9 +322,9 @@ class AppRuntime:
         sends as they would (playback), and the state left behind is the same. `before(i)`, if
         given, is called before anything send i causes reaches a callback (so whatever
         callbacks receive between before(i) and before(i+1) was caused by send i). Operators
-        with a kernel (sp_dagster.engine.kernels) compute the whole run at once.
+        with a kernel (sp_dagster.engine.batch) compute the whole run at once.
         """
-        from sp_dagster.engine.sequential import send_each
+        from sp_dagster.engine.batch.send_each import send_each
 
         send_each(self, stream, rows, timestamps, sizes, before)
 

@@ -195,7 +195,7 @@ def _windowed_aggregate_app(rng) -> str:
 def _assert_same_with_kernel(kernel: str, app: str, rng, nulls: float, expected: bool = True) -> None:
     """Random runs give the same both ways, and (if `expected`, without nulls, which make kernels
     fall back) `kernel` ran."""
-    from sp_dagster.engine.kernels import RUNS
+    from sp_dagster.engine.batch import RUNS
 
     before = RUNS[kernel]
     _assert_same_on_random_runs(app, rng, sends=4, events=150, nulls=nulls)
@@ -334,7 +334,7 @@ def _join_app(rng) -> str:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_joins_give_the_same_both_ways(seed):
-    from sp_dagster.engine.kernels import RUNS
+    from sp_dagster.engine.batch import RUNS
 
     rng = np.random.default_rng(5000 + seed)
     app = _join_app(rng)

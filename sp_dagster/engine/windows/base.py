@@ -41,7 +41,7 @@ class WindowProcessor(Processor):
     name = ""
     mode = "slide"
     uses_timers = False
-    #: a kernel that holds this window's events column-wise (sp_dagster.engine.kernels); the
+    #: a kernel that holds this window's events column-wise (sp_dagster.engine.batch); the
     #: window calls settle() before it reads or changes them, which makes them events again
     pending = None
 

@@ -4,7 +4,7 @@ Per arrival the event path expires the oldest event when the window is full, the
 new one; the selector (batch mode) emits per chunk one row per group (the group's last
 current event, groups in first-seen order), or one row per chunk without group by. Here the
 adds and removes of a segment are laid out in that order once, the aggregates computed per
-group at once (kernels.aggregates), and the winners of every chunk picked out.
+group at once (batch.aggregators), and the winners of every chunk picked out.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sp_dagster.engine.batch.aggregators import EXACT, SUPPORTED, Ops, compute, integer_sum
+from sp_dagster.engine.batch.base import Kernel, Output, segment
+from sp_dagster.engine.batch.eligibility import plain_query
 from sp_dagster.engine.events import EXPIRED, StreamEvent
-from sp_dagster.engine.kernels.aggregates import EXACT, SUPPORTED, Ops, compute, integer_sum
-from sp_dagster.engine.kernels.base import Kernel, Output, segment
-from sp_dagster.engine.kernels.eligibility import plain_query
 from sp_dagster.engine.processors import FilterProcessor, Processor
 from sp_dagster.engine.windows.base import WindowProcessor
 from sp_dagster.engine.windows.length import LengthWindow

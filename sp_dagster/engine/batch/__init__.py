@@ -1,23 +1,23 @@
-"""Kernels: a query's outputs for a whole run of chunks at once, exactly as chunk by chunk.
+"""The batch path: a query's outputs for a whole run of chunks at once, exactly as chunk by chunk.
 
 A kernel belongs to one query that reads a stream nothing in the app writes (only sends feed
 it, so nothing can reach the query while a segment is being delivered). `extent` says how far
 into a run it can go (not past a timer of its own), `run` computes the outputs of a segment
 and leaves the query's state as the event path would, and returns an Output that delivers
 them chunk by chunk (or all at once where nobody can tell chunks apart). `plan_stream`
-finds the kernels of a stream's subscribers (cached per stream); sequential.py drives them.
+finds the kernels of a stream's subscribers (cached per stream); send_each.py drives them.
 """
 
 from __future__ import annotations
 
-from sp_dagster.engine.kernels.base import RUNS, Kernel, Output, StreamPlan
-from sp_dagster.engine.kernels.eligibility import written_streams
-from sp_dagster.engine.kernels.join import JoinKernel
-from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
-from sp_dagster.engine.kernels.partition import PartitionKernel
-from sp_dagster.engine.kernels.pattern import PatternKernel
-from sp_dagster.engine.kernels.stateless import StatelessKernel
-from sp_dagster.engine.kernels.time_batch import LengthBatchAggregateKernel, TimeBatchAggregateKernel
+from sp_dagster.engine.batch.base import RUNS, Kernel, Output, StreamPlan
+from sp_dagster.engine.batch.eligibility import written_streams
+from sp_dagster.engine.batch.join import JoinKernel
+from sp_dagster.engine.batch.partition import PartitionKernel
+from sp_dagster.engine.batch.patterns import PatternKernel
+from sp_dagster.engine.batch.processors import StatelessKernel
+from sp_dagster.engine.batch.windows.length import LengthAggregateKernel
+from sp_dagster.engine.batch.windows.time import LengthBatchAggregateKernel, TimeBatchAggregateKernel
 
 #: Kernel classes, tried in order; the first whose `build` accepts a query is used.
 KERNELS: tuple[type[Kernel], ...] = (
@@ -33,7 +33,7 @@ KERNELS: tuple[type[Kernel], ...] = (
 
 def plan_stream(runtime, junction) -> StreamPlan | None:
     """The kernels of `junction`'s subscribers, or None when none has one (cached)."""
-    cache = runtime.__dict__.setdefault("_kernel_plans", {})
+    cache = runtime.batch_plans
     if junction.name not in cache:
         cache[junction.name] = _plan(runtime, junction)
     return cache[junction.name]

@@ -6,7 +6,7 @@ as `AppRuntime.send` cuts it. Chunks are what operators and callbacks see.
 
 Two paths compute the same thing:
 - the reference: every send goes through `AppRuntime.send`'s event path in turn;
-- the fast path: subscribers of the stream that have a kernel (sp_dagster.engine.kernels)
+- the fast path: subscribers of the stream that have a kernel (sp_dagster.engine.batch)
   compute their outputs for a *segment* of chunks at once, leaving their state exactly as
   the reference would; then, chunk by chunk, the clock moves, `before(i)` is called when a
   send starts, and every subscriber's output for that chunk is delivered in subscription
@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from sp_dagster.engine.batch import plan_stream
 from sp_dagster.engine.errors import EngineError
 from sp_dagster.engine.events import ArrowChunk, StreamEvent
-from sp_dagster.engine.kernels import plan_stream
 
 
 class Run:

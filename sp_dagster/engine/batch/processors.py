@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from sp_dagster.engine.batch.base import Kernel, Output, segment
+from sp_dagster.engine.batch.eligibility import plain_query
 from sp_dagster.engine.expressions import materialize
-from sp_dagster.engine.kernels.base import Kernel, Output, segment
-from sp_dagster.engine.kernels.eligibility import plain_query
 from sp_dagster.engine.processors import FilterProcessor
 
 

@@ -5,7 +5,7 @@ emit time its timer flushes the batch: a RESET (the aggregates start over) then 
 events, so the selector emits one row per group (the group's last event, groups in first-seen
 order) with the group's aggregates over the batch. The clock moves only with the timestamps
 sent, so where every boundary falls in a run is known up front: here the run is cut at the
-boundaries, every closed batch's aggregates are computed at once (kernels.aggregates), and
+boundaries, every closed batch's aggregates are computed at once (batch.aggregators), and
 each batch's rows are delivered when the clock move that fires its timer is (this kernel
 handles its own timer: sequential.py lets a segment run past it).
 """
@@ -17,11 +17,11 @@ from itertools import repeat
 import numpy as np
 import pyarrow as pa
 
+from sp_dagster.engine.batch.aggregators import EXACT, Ops, _new_state, compute, integer_sum
+from sp_dagster.engine.batch.base import Output, segment
+from sp_dagster.engine.batch.windows.length import LengthAggregateKernel, analyse
 from sp_dagster.engine.clock import TimerQueue
 from sp_dagster.engine.events import RESET, StreamEvent
-from sp_dagster.engine.kernels.aggregates import EXACT, Ops, _new_state, compute, integer_sum
-from sp_dagster.engine.kernels.base import Output, segment
-from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel, analyse
 from sp_dagster.engine.windows.length import LengthBatchWindow
 from sp_dagster.engine.windows.time import TimeBatchWindow
 

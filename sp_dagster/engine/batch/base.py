@@ -7,9 +7,9 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
+from sp_dagster.engine.batch.eligibility import blind_output
 from sp_dagster.engine.clock import TimerQueue
 from sp_dagster.engine.events import ArrowChunk, StreamEvent
-from sp_dagster.engine.kernels.eligibility import blind_output
 
 #: Segments computed per kernel class (tests check that the kernels they mean to test ran).
 RUNS: Counter = Counter()

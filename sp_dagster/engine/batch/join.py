@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sp_dagster.engine.batch.base import Kernel, Output, apply_filters
 from sp_dagster.engine.events import EXPIRED, ArrowChunk, StreamEvent
 from sp_dagster.engine.expressions import materialize
 from sp_dagster.engine.join import JoinSide
-from sp_dagster.engine.kernels.base import Kernel, Output, apply_filters
 from sp_dagster.engine.processors import FilterProcessor
 from sp_dagster.engine.query import QueryOutput
 from sp_dagster.engine.ratelimit import PassThrough

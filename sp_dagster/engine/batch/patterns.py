@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sp_dagster.engine.batch.base import Kernel, Output
 from sp_dagster.engine.events import StreamEvent
-from sp_dagster.engine.kernels.base import Kernel, Output
-from sp_dagster.engine.patterns import PatternInput, PatternProcessor, _Partial
+from sp_dagster.engine.patterns import Partial, PatternInput, PatternProcessor
 from sp_dagster.engine.query import QueryOutput
 from sp_dagster.engine.ratelimit import PassThrough
 from sp_dagster.siddhi import ast
@@ -126,7 +126,7 @@ class PatternKernel(Kernel):
     def lane_fits(self, processor, run=None) -> bool:
         """The processor holds what this kernel understands: e1 partials (oldest first), then a fresh one."""
         pending = processor.pending
-        if not pending or pending[-1][1] != 0 or not processor._is_fresh(pending[-1][0]):
+        if not pending or pending[-1][1] != 0 or not processor.is_fresh(pending[-1][0]):
             return False
         first = int(run.times[0]) if run is not None and run.count else None
         for partial, step in pending[:-1]:
@@ -225,7 +225,7 @@ class PatternKernel(Kernel):
                 partial = held[index][1]
             else:
                 at = int(all_times[e1[index]])
-                partial = _Partial([[StreamEvent(at, made[index])], []], at, at)
+                partial = Partial([[StreamEvent(at, made[index])], []], at, at)
             pending[int(e1_lane[index])].append((partial, 1))
         for code in np.flatnonzero(last != np.iinfo(np.int64).min).tolist():
             processor = lanes[code]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sp_dagster.engine.aggregators import Avg, Count, Sum, _Avg, _Count, _SumDouble, _SumLong
+from sp_dagster.engine.aggregators import Avg, AvgState, Count, CountState, Sum, SumDoubleState, SumLongState
 
 #: Aggregator classes this module computes.
 SUPPORTED = (Sum, Count, Avg)
@@ -99,18 +99,18 @@ def _count(state) -> int:
 def _sum(state, zero):
     if state is None:
         return zero
-    return state.value if isinstance(state, _Avg) else state.sum
+    return state.value if isinstance(state, AvgState) else state.sum
 
 
 def _new_state(aggregator, count: int, total):
     if isinstance(aggregator, Count):
-        state = _Count()
+        state = CountState()
         state.count = count
     elif isinstance(aggregator, Avg):
-        state = _Avg()
+        state = AvgState()
         state.value, state.count = float(total), count
     else:
-        state = _SumLong() if integer_sum(aggregator) else _SumDouble()
+        state = SumLongState() if integer_sum(aggregator) else SumDoubleState()
         state.sum, state.count = (int(total) if integer_sum(aggregator) else float(total)), count
     return state
 
@@ -145,9 +145,9 @@ def _update(state, count, total) -> None:
     state.count = int(count)
     if total is None:
         return
-    if isinstance(state, _Avg):
+    if isinstance(state, AvgState):
         state.value = float(total)
-    elif isinstance(state, _SumLong) and not isinstance(state, _SumDouble):
+    elif isinstance(state, SumLongState) and not isinstance(state, SumDoubleState):
         state.sum = int(total)
     else:
         state.sum = float(total)

@@ -4,7 +4,7 @@ The event path routes every chunk of S to the instance of its key, split into ru
 (sub-chunks; events without a key are dropped), and each instance's queries process their
 sub-chunk. Here the segment's keys are found at once, instances made in the order the event
 path makes them, and each inner query's kernel computes every instance at once, one lane per
-key (kernels.length_aggregate); outputs are delivered sub-chunk by sub-chunk, query by query,
+key (batch.windows.length); outputs are delivered sub-chunk by sub-chunk, query by query,
 as the instances would send them.
 """
 
@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sp_dagster.engine.batch.base import Kernel, Output, apply_filters
+from sp_dagster.engine.batch.eligibility import blind_output
+from sp_dagster.engine.batch.patterns import PatternKernel
+from sp_dagster.engine.batch.windows.length import LengthAggregateKernel
 from sp_dagster.engine.events import ArrowChunk
-from sp_dagster.engine.kernels.base import Kernel, Output, apply_filters
-from sp_dagster.engine.kernels.eligibility import blind_output
-from sp_dagster.engine.kernels.length_aggregate import LengthAggregateKernel
-from sp_dagster.engine.kernels.pattern import PatternKernel
-from sp_dagster.engine.partition import PartitionInstance, _PartitionReceiver
+from sp_dagster.engine.partition import PartitionInstance, PartitionReceiver
 from sp_dagster.javatext import java_str
 from sp_dagster.siddhi import ast
 
@@ -34,7 +34,7 @@ class PartitionKernel(Kernel):
 
     @classmethod
     def build(cls, receiver, runtime):
-        if not isinstance(receiver, _PartitionReceiver) or len(receiver.executors) != 1:
+        if not isinstance(receiver, PartitionReceiver) or len(receiver.executors) != 1:
             return None
         partition = receiver.runtime
         stream = receiver.stream
