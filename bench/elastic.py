@@ -55,7 +55,7 @@ def run(bootstrap: str, home: Path, args, parallel: int, autoscaled: bool) -> di
     from sp_dagster.orchestration.autoscaling import build_autoscaling_sensor
     from sp_dagster.orchestration.jobs import rescale_job
     from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
-    from sp_dagster.worker.instance_plan import plan_instance
+    from sp_dagster.worker.instance.plan import plan_instance
 
     cluster = LocalCluster(home / "cluster", bootstrap, workers=2, slots=4)
     settings = f"{{enabled: {str(autoscaled).lower()}, stabilizationSeconds: {args.stabilization}, cooldownSeconds: {args.cooldown}}}"

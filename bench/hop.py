@@ -23,9 +23,9 @@ from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import DrivenClock
 from sp_dagster.messaging import codec_for
 from sp_dagster.siddhi import parse
-from sp_dagster.worker.batching import batched_outputs, expand, pack
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.instance.batching import batched_outputs, expand, pack
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import InstanceRuntime, Message
 
 APP = Path(__file__).resolve().parent.parent / "tests" / "worker" / "apps" / "trades.siddhi"
 T0 = 1_700_000_000_000

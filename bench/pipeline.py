@@ -53,7 +53,7 @@ from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
 from sp_dagster.embedded.local_cluster import LocalCluster  # noqa: E402
 from sp_dagster.messaging import EARLIEST, LATEST, Partitioned, RowPublisher, codec_for  # noqa: E402
 from sp_dagster.messaging.kafka import KafkaTransport  # noqa: E402
-from sp_dagster.worker.instance_plan import plan_instance  # noqa: E402
+from sp_dagster.worker.instance.plan import plan_instance  # noqa: E402
 
 APP = ROOT / "tests" / "worker" / "apps" / "trades.siddhi"
 INPUT = [("symbol", "string"), ("price", "double"), ("volume", "long")]

@@ -46,9 +46,9 @@ from sp_dagster.embedded import EmbeddedBroker  # noqa: E402
 from sp_dagster.messaging.kafka import KafkaTransport  # noqa: E402
 from sp_dagster.siddhi import parse  # noqa: E402
 from sp_dagster.topology import plan  # noqa: E402
-from sp_dagster.worker.http_receiver import HostedReceiver  # noqa: E402
-from sp_dagster.worker.instance_loop import LoopSettings  # noqa: E402
-from sp_dagster.worker.instance_plan import plan_instance  # noqa: E402
+from sp_dagster.worker.instance.loop import LoopSettings  # noqa: E402
+from sp_dagster.worker.instance.plan import plan_instance  # noqa: E402
+from sp_dagster.worker.receivers.http import HostedReceiver  # noqa: E402
 
 APP = """@App:name('{name}')
 @source(type='http', receiver.url='http://127.0.0.1:{port}/readings', basic.auth.enabled='true', worker.count='{workers}', @map(type='json'))

@@ -81,8 +81,8 @@ def spark(tmp_path_factory):
     """One local SparkSession for the whole test session, with sp-dagster's data sources registered."""
     from pyspark.sql import SparkSession
 
-    from sp_dagster.worker.kafka_source import KafkaPartitionsSource
-    from sp_dagster.worker.nats_source import NatsPartitionsSource
+    from sp_dagster.worker.spark.kafka_source import KafkaPartitionsSource
+    from sp_dagster.worker.spark.nats_source import NatsPartitionsSource
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (

@@ -24,8 +24,8 @@ from sp_dagster.orchestration.jobs import deploy_job, undeploy_job
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
 from sp_dagster.orchestration.sensors import build_app_repository_sensor
 from sp_dagster.topology.output import to_dict
-from sp_dagster.worker.http_receiver import receiver_urls
-from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.receivers.http import receiver_urls
 from tests import test_support_check
 
 #: A conf naming a broker nobody listens on and a fresh SQLite control plane (plane.db in tmp_path).

@@ -14,9 +14,9 @@ from sp_dagster.deploy.rescale import FRESH_SINCE, Rescale, check_rescales
 from sp_dagster.deploy.steps import record, state_changes
 from sp_dagster.messaging import codec_for
 from sp_dagster.messaging.strategies import partition_for_key
-from sp_dagster.worker.checkpoints import Checkpoint, resume, split_checkpoints
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.instance.checkpoints import Checkpoint, resume, split_checkpoints
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import InstanceRuntime, Message
 from tests.fixtures.trades import APP, reference, trades
 
 

@@ -81,9 +81,9 @@ def test_an_http_sink_sends_the_password_its_node_has_in_the_environment(monkeyp
     import http.server
     import threading
 
-    from sp_dagster.worker.instance_plan import plan_instance
-    from sp_dagster.worker.instance_runtime import Message
-    from sp_dagster.worker.sinks import HTTP_PREFIX, HttpSinks
+    from sp_dagster.worker.instance.plan import plan_instance
+    from sp_dagster.worker.instance.runtime import Message
+    from sp_dagster.worker.instance.sinks import HTTP_PREFIX, HttpSinks
 
     seen: list[str] = []
 

@@ -19,7 +19,7 @@ from sp_dagster.cli import main
 from sp_dagster.orchestration.ops import LoadAppConfig, load_app
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
+from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance
 
 S = "define stream S (symbol string, price double);\n"
 OUT = "define stream O (symbol string, price double);\n"

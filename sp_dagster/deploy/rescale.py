@@ -110,7 +110,7 @@ def rescales(plane, topology) -> list[Rescale]:
     """The groups of `topology` whose parallelism differs from the recorded deployment's."""
     from sp_dagster.cluster.store.deployments import get_deployment, list_instances
     from sp_dagster.topology.model import FIELD_GROUPING
-    from sp_dagster.worker.instance_plan import plan_instance
+    from sp_dagster.worker.instance.plan import plan_instance
 
     recorded = get_deployment(plane, topology.app)
     had = {t["name"]: int(t["partitions"]) for t in (recorded.plan.get("topics") or [])} if recorded is not None else {}

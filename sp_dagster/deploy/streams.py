@@ -31,7 +31,7 @@ def stream_topic(plane, app: str, stream: str, *, writing: bool) -> StreamTopic:
     """The topic of `stream` in deployed `app`: an entry topic its instances read (writing: what comes from
     outside, never a topic between execution groups) or one they publish or read (reading)."""
     from sp_dagster.cluster.store.deployments import get_deployment
-    from sp_dagster.worker.instance_plan import plan_instance
+    from sp_dagster.worker.instance.plan import plan_instance
 
     record = get_deployment(plane, app)
     if record is None:

@@ -117,7 +117,7 @@ class ChaosRun:
         cluster_id: str = "sp-dagster",
     ):
         from sp_dagster.deploy import load_app, plan_app
-        from sp_dagster.worker.instance_plan import plan_instance
+        from sp_dagster.worker.instance.plan import plan_instance
 
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)

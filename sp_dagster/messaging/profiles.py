@@ -4,7 +4,7 @@ The embedded broker (tansu 0.6) stores the record batches of concurrent producer
 lets an open transaction's messages through to a new owner of its transactional id. Two
 workarounds cover that: readers read again what a fetch stepped over, guided by the writer stamps
 every publisher adds (`skips.py`), and a new owner of an instance reads its outputs back for what
-its predecessor's open transaction let through (`worker/leaked_outputs.py`). Apache Kafka needs
+its predecessor's open transaction let through (`worker/instance/leaked_outputs.py`). Apache Kafka needs
 neither, so they are a profile's, chosen by `deployment.config.brokerProfile`: `tansu`, `kafka`,
 or `auto` (the default: `tansu` when the cluster id the broker reports begins with "tansu").
 Tansu's third departure, a partition wedged by transactions ending at once, has no client-side

@@ -75,8 +75,8 @@ def declared_receiver_urls(group: dict) -> list[str]:
     """The URLs a receiver group's instances listen at, as its partial app declares them ([] for other groups)."""
     if not group.get("receiver") or not group["instances"]:
         return []
-    from sp_dagster.worker.http_receiver import receiver_urls
-    from sp_dagster.worker.instance_plan import plan_instance
+    from sp_dagster.worker.instance.plan import plan_instance
+    from sp_dagster.worker.receivers.http import receiver_urls
 
     first = group["instances"][0]
     return list(receiver_urls(plan_instance(first["name"], first["siddhi"])))
@@ -254,7 +254,7 @@ def _topic_spec(props: SiddhiAssetProps) -> dg.AssetSpec:
 
 def _user_sinks(group: dict) -> list[dict]:
     """The cluster topics a group's own kafka @sink annotations publish to (the plan lists only its internal ones)."""
-    from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
+    from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance
 
     instances = group.get("instances") or []
     if not instances:

@@ -1,7 +1,7 @@
 """The one support check of sources, sinks and maps: what workers and receivers can run.
 
 `sp-dagster validate`, `plan`, `deploy`, the Dagster `load_app` op (all through
-`siddhi.validate.check`) and the worker (`worker.instance_plan.plan_instance`) call
+`siddhi.validate.check`) and the worker (`worker.instance.plan.plan_instance`) call
 `check_transports`, so an app a worker would refuse is refused before anything is recorded.
 Each problem is reported at the option (or annotation) that causes it, in one sentence.
 

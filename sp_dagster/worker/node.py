@@ -4,8 +4,8 @@ Every poll it heartbeats (registering first), and reconciles its instances with 
 assignments of the current leader term: it stops removed or changed instances first, then
 starts new ones, so two copies of an instance never run at once; one being moved to another node
 (`releasing`) it stops with a last checkpoint, which its new owner starts from. Each instance runs as a
-long-running Spark task (`continuous.py`, the default) or a Structured Streaming query
-(`spark_query.py`, `spark.executionMode: microbatch`; there the driver hosts HTTP receivers itself). When the control plane says it is
+long-running Spark task (`spark/continuous.py`, the default) or a Structured Streaming query
+(`spark/microbatch.py`, `spark.executionMode: microbatch`; there the driver hosts HTTP receivers itself). When the control plane says it is
 fenced it stops everything and registers again as a new incarnation; continuous tasks also
 stop by themselves when the lease the worker renews while its heartbeat holds runs out. It
 reports each instance's status and metrics, saves state revisions every `intervalInMin`, and
@@ -32,15 +32,15 @@ from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
 from sp_dagster.wording import counted
 from sp_dagster.worker.broker_watch import BrokerWatch
-from sp_dagster.worker.instance_plan import InstancePlanError, plan_instance
-from sp_dagster.worker.native_kafka import kafka_source_kind
+from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance
+from sp_dagster.worker.instance.stuck import StuckWatch
 from sp_dagster.worker.persistence import store_for
-from sp_dagster.worker.spark_query import ROCKSDB, MicroBatchInstance, QuerySettings, start_query
-from sp_dagster.worker.stuck import StuckWatch
+from sp_dagster.worker.spark.microbatch import ROCKSDB, MicroBatchInstance, QuerySettings, start_query
+from sp_dagster.worker.spark.native_kafka import kafka_source_kind
 
 if TYPE_CHECKING:
-    from sp_dagster.worker.continuous import ContinuousInstance
-    from sp_dagster.worker.http_receiver import HostedReceiver
+    from sp_dagster.worker.receivers.http import HostedReceiver
+    from sp_dagster.worker.spark.continuous import ContinuousInstance
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ def spark_session(config):
     """The worker's one SparkSession: master and settings from config, sp-kafka registered."""
     from pyspark.sql import SparkSession
 
-    from sp_dagster.worker.kafka_source import KafkaPartitionsSource
-    from sp_dagster.worker.nats_source import NatsPartitionsSource
+    from sp_dagster.worker.spark.kafka_source import KafkaPartitionsSource
+    from sp_dagster.worker.spark.nats_source import NatsPartitionsSource
 
     builder = SparkSession.builder.master(config.spark.master).appName(config.spark.app_name or f"sp-dagster-worker-{config.node_id}")
     for key, value in spark_settings(config).items():
@@ -159,7 +159,7 @@ class Worker:
             log.info("worker %s: starting Spark (%s)", self.config.node_id, self.config.spark.master)
             self.spark = spark_session(self.config)
         if self.mode == "continuous":
-            from sp_dagster.worker.continuous import control_server
+            from sp_dagster.worker.spark.continuous import control_server
 
             self.control = control_server(self.spark, self.session.lease_remaining_s)
             self.refresh_slots()
@@ -250,7 +250,7 @@ class Worker:
     def refresh_slots(self) -> None:
         """Continuous mode: how many instances fit, as configured or as the cores Spark has granted now
         (executors of a cluster manager register after the session starts, and come and go)."""
-        from sp_dagster.worker.continuous import slots
+        from sp_dagster.worker.spark.continuous import slots
 
         if self.mode != "continuous" or self.spark is None:
             return
@@ -341,8 +341,8 @@ class Worker:
         its group's old instances stopped reading, and (keyed) the state of the keys it now owns, split from their
         last checkpoints."""
         from sp_dagster.messaging.strategies import partition_for_key
-        from sp_dagster.worker.checkpoints import Checkpoint, split_checkpoints
-        from sp_dagster.worker.continuous import read_checkpoint, write_checkpoint
+        from sp_dagster.worker.instance.checkpoints import Checkpoint, split_checkpoints
+        from sp_dagster.worker.spark.continuous import read_checkpoint, write_checkpoint
 
         own = read_checkpoint(checkpoint)
         if own is not None and Checkpoint.decode(own).saved_at >= rescaled["since"]:
@@ -383,7 +383,7 @@ class Worker:
     def _start(self, plan, assignment, checkpoint: Path):
         dead_letters = assignment.extra.get("dead_letter_topic")
         if self.mode == "continuous" or plan.http_inputs:
-            from sp_dagster.worker.instance_loop import LoopSettings
+            from sp_dagster.worker.instance.loop import LoopSettings
 
             users = tuple((u.username, u.password) for u in self.config.deployment.receiver_users)
             spark = self.config.spark
@@ -397,13 +397,13 @@ class Worker:
             )
             if self.mode != "continuous":  # a query cannot listen: the driver hosts the receiver on a thread
                 from sp_dagster.messaging import transport_for
-                from sp_dagster.worker.http_receiver import HostedReceiver
+                from sp_dagster.worker.receivers.http import HostedReceiver
 
                 transport = transport_for(self.config.messaging, timeout=30.0)
                 return HostedReceiver(
                     plan, transport, settings, users=users, lease_remaining=self.session.lease_remaining_s, own_transport=True, messaging=self.config.messaging
                 ).start()
-            from sp_dagster.worker.continuous import ContinuousInstance
+            from sp_dagster.worker.spark.continuous import ContinuousInstance
 
             assert self.control is not None  # opened with Spark, in continuous mode
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()

@@ -70,8 +70,8 @@ class FileStore:
     def restore(self, instance: str, directory: Path) -> bool:
         """True when the shared checkpoint exists; a changed instance (a new directory) starts from its
         previous version's continuous checkpoint, whose unchanged queries keep their state."""
-        from sp_dagster.worker.checkpoints import predecessor
-        from sp_dagster.worker.continuous import CHECKPOINT_FILE
+        from sp_dagster.worker.instance.checkpoints import predecessor
+        from sp_dagster.worker.spark.continuous import CHECKPOINT_FILE
 
         if not (directory / CHECKPOINT_FILE).exists() and (earlier := predecessor(directory, CHECKPOINT_FILE)) is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -82,8 +82,8 @@ class FileStore:
     def newest_checkpoint(self, instance: str, *, before_ms: int | None = None) -> bytes | None:
         """The newest continuous checkpoint of an instance, of any version of it (of those saved before
         `before_ms`, when given), or None."""
-        from sp_dagster.worker.checkpoints import SET_ASIDE, Checkpoint, CheckpointError
-        from sp_dagster.worker.continuous import CHECKPOINT_FILE
+        from sp_dagster.worker.instance.checkpoints import SET_ASIDE, Checkpoint, CheckpointError
+        from sp_dagster.worker.spark.continuous import CHECKPOINT_FILE
 
         dated = []
         for path in (self.root / instance).glob(f"*/{CHECKPOINT_FILE}"):
@@ -137,7 +137,7 @@ class DatabaseStore:
     def newest_checkpoint(self, instance: str, *, before_ms: int | None = None) -> bytes | None:
         """The continuous checkpoint in the newest revision of an instance (of those saved before `before_ms`,
         when given), or None."""
-        from sp_dagster.worker.continuous import CHECKPOINT_FILE
+        from sp_dagster.worker.spark.continuous import CHECKPOINT_FILE
 
         newest = self.revisions.latest(instance, before_ms=before_ms)
         if newest is None or newest.data is None:

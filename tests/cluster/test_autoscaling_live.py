@@ -22,7 +22,7 @@ from sp_dagster.messaging import EARLIEST, RoundRobin, codec_for
 from sp_dagster.orchestration.autoscaling import build_autoscaling_sensor
 from sp_dagster.orchestration.jobs import rescale_job
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
-from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.instance.plan import plan_instance
 from tests.fixtures.waiting import wait_until
 
 # Alone: the advice follows what one instance moves per busy second, and a neighbouring test's load coming and going

@@ -71,7 +71,7 @@ def keys_of(instances: list[str]) -> set[str]:
     """The symbols whose events pass through any of `instances` (both groups split their input by symbol alike)."""
     from sp_dagster.deploy import load_app
     from sp_dagster.messaging import strategy_for
-    from sp_dagster.worker.instance_plan import plan_instance
+    from sp_dagster.worker.instance.plan import plan_instance
 
     read = set()
     for group in load_app(text=APP_PATH.read_text()).topology.groups:

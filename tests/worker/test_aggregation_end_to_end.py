@@ -30,7 +30,7 @@ from sp_dagster.engine.aggregation.timing import bucket_start
 from sp_dagster.messaging import EARLIEST, RoundRobin, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology.partial_apps import reader_view
-from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.instance.plan import plan_instance
 from tests.fixtures.stores import store_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]

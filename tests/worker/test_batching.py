@@ -8,9 +8,9 @@ import random
 from sp_dagster.messaging import batches, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import InstanceRuntime, Message
 
 APP = """@App:name('Trades')
 define stream TradeStream (symbol string, price double, volume long);

@@ -8,10 +8,10 @@ import pytest
 from sp_dagster.messaging import codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.checkpoints import SET_ASIDE, Checkpoint, predecessor, unfit_reason
-from sp_dagster.worker.continuous import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
+from sp_dagster.worker.instance.checkpoints import SET_ASIDE, Checkpoint, predecessor, unfit_reason
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import InstanceRuntime, Message
+from sp_dagster.worker.spark.continuous import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from tests.fixtures.loops import Running, by_symbol, deploy_topics, first_half_through, publish_trades, read_outputs, running_app
 from tests.fixtures.trades import APP, reference, trades
 

@@ -18,9 +18,9 @@ from sp_dagster.errors import ProducerFenced
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.checkpoints import Checkpoint, CheckpointError
-from sp_dagster.worker.instance_loop import LoopSettings
-from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.instance.checkpoints import Checkpoint, CheckpointError
+from sp_dagster.worker.instance.loop import LoopSettings
+from sp_dagster.worker.instance.plan import plan_instance
 from tests.fixtures.clock import BATCHES, CLOCK_APP, GONE
 from tests.fixtures.loops import Running, by_symbol, checkpoints_now, deploy_topics, first_half_through, publish_trades, read_outputs, running_app
 from tests.fixtures.trades import APP, reference, trades
@@ -302,7 +302,7 @@ def test_a_checkpoint_of_another_kind_is_refused_with_a_clear_message():
 @pytest.mark.slow
 def test_instances_run_as_long_running_spark_tasks_under_the_control_line(spark, kafka, tmp_path):
     from sp_dagster.config.model import MessagingSettings
-    from sp_dagster.worker.continuous import CHECKPOINT_FILE, ContinuousInstance, control_server
+    from sp_dagster.worker.spark.continuous import CHECKPOINT_FILE, ContinuousInstance, control_server
 
     name = f"Task{uuid.uuid4().hex[:8]}"
     topology = deploy_topics(kafka, APP.replace("Trades", name))

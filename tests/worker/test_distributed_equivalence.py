@@ -23,10 +23,10 @@ from sp_dagster.engine.clock import PlaybackClock
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.instance_loop import share_of
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, _in_order
-from sp_dagster.worker.sinks import HTTP_PREFIX
+from sp_dagster.worker.instance.connections import share_of
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import InstanceRuntime, Message, _in_order
+from sp_dagster.worker.instance.sinks import HTTP_PREFIX
 
 ATTRIBUTES = ("sym", "price", "vol")
 SCHEMA = "(sym string, price double, vol long)"

@@ -15,10 +15,10 @@ import requests
 from sp_dagster.embedded.broker import free_port
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.worker.http_receiver import HostedReceiver
-from sp_dagster.worker.instance_loop import LoopSettings
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.sinks import java_hash_destination
+from sp_dagster.worker.instance.loop import LoopSettings
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.sinks import java_hash_destination
+from sp_dagster.worker.receivers.http import HostedReceiver
 from tests.fixtures.http import Collector
 from tests.fixtures.loops import Running, deploy_topics
 from tests.fixtures.waiting import wait_until
@@ -187,7 +187,7 @@ from In select k, v insert into ByPartition;
 
 
 def test_micro_batch_queries_run_user_maps_and_http_sinks(spark, kafka, broker, tmp_path):
-    from sp_dagster.worker.spark_query import QuerySettings, start_query
+    from sp_dagster.worker.spark.microbatch import QuerySettings, start_query
 
     name = f"Mb{uuid.uuid4().hex[:6]}"
     topic = f"{name}-in"

@@ -20,7 +20,7 @@ from sp_dagster.embedded.broker import free_port
 from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import PlaybackClock
-from sp_dagster.worker.sinks import java_hash_destination
+from sp_dagster.worker.instance.sinks import java_hash_destination
 from tests.fixtures.http import Collector
 from tests.fixtures.waiting import wait_until
 

@@ -23,12 +23,11 @@ from sp_dagster.errors import MessagingError
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.maps import mapper_for
-from sp_dagster.worker.batching import expand
-from sp_dagster.worker.http_receiver import MAX_BODY, HostedReceiver
-from sp_dagster.worker.instance_loop import LoopSettings
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import Message
-from sp_dagster.worker.spark_types import ORIGIN_HEADER
+from sp_dagster.worker.instance.batching import expand
+from sp_dagster.worker.instance.loop import LoopSettings
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import ORIGIN_HEADER, Message
+from sp_dagster.worker.receivers.http import MAX_BODY, HostedReceiver
 from tests.fixtures.loops import deploy_topics
 from tests.fixtures.waiting import wait_until
 
@@ -296,7 +295,7 @@ def test_worker_count_serves_one_url_from_several_processes_and_loses_nothing(ka
 
 def test_a_receiver_with_basic_auth_on_a_node_without_users_fails_saying_what_to_add():
     from sp_dagster.config.loader import parse_config
-    from sp_dagster.worker.instance_plan import InstancePlanError
+    from sp_dagster.worker.instance.plan import InstancePlanError
     from sp_dagster.worker.node import require_receiver_users
 
     plan = plan_instance("Locked-1", APP.format(name="Locked", port=8281))
@@ -354,7 +353,7 @@ def test_an_https_receiver_serves_tls_with_the_nodes_certificate_and_nothing_in_
 
 def test_a_receiver_on_https_on_a_node_without_a_certificate_fails_saying_what_to_add():
     from sp_dagster.config.loader import parse_config
-    from sp_dagster.worker.instance_plan import InstancePlanError
+    from sp_dagster.worker.instance.plan import InstancePlanError
     from sp_dagster.worker.node import require_receiver_users
 
     plan = plan_instance("Secure-1", APP.replace("http://", "https://").format(name="Secure", port=8282))

@@ -14,9 +14,9 @@ import pytest
 from sp_dagster.messaging import EARLIEST, Partitioned, codec_for
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, identity_copy
-from sp_dagster.worker.spark_query import QuerySettings, start_query
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import InstanceRuntime, Message, identity_copy
+from sp_dagster.worker.spark.microbatch import QuerySettings, start_query
 from tests.fixtures.clock import BATCHES, CLOCK_APP, GONE
 from tests.fixtures.trades import APP, reference, trades
 

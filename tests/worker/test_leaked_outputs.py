@@ -4,9 +4,9 @@ real broker is in test_continuous)."""
 
 from __future__ import annotations
 
-from sp_dagster.worker.checkpoints import Checkpoint
-from sp_dagster.worker.instance_runtime import Message
-from sp_dagster.worker.leaked_outputs import LeakedOutputs, own_prefixes
+from sp_dagster.worker.instance.checkpoints import Checkpoint
+from sp_dagster.worker.instance.leaked_outputs import LeakedOutputs, own_prefixes
+from sp_dagster.worker.instance.runtime import Message
 
 
 def out(topic, partition, origin):

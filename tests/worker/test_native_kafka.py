@@ -14,11 +14,11 @@ import pytest
 from sp_dagster.errors import ConfigError
 from sp_dagster.siddhi import parse
 from sp_dagster.topology import plan
-from sp_dagster.worker.instance_plan import plan_instance
-from sp_dagster.worker.instance_runtime import InstanceRuntime
-from sp_dagster.worker.native_kafka import kafka_source_kind, native_available, native_options, raw_from_native
-from sp_dagster.worker.spark_query import QuerySettings, _messages, build_query
-from sp_dagster.worker.spark_types import RAW_DDL
+from sp_dagster.worker.instance.plan import plan_instance
+from sp_dagster.worker.instance.runtime import InstanceRuntime
+from sp_dagster.worker.spark.microbatch import QuerySettings, _messages, build_query
+from sp_dagster.worker.spark.native_kafka import kafka_source_kind, native_available, native_options, raw_from_native
+from sp_dagster.worker.spark.types import RAW_DDL
 
 pytestmark = pytest.mark.slow
 

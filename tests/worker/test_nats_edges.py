@@ -12,8 +12,8 @@ import pytest
 from sp_dagster.messaging import EARLIEST
 from sp_dagster.messaging.codecs import RawCodec
 from sp_dagster.messaging.nats import NatsTransport
-from sp_dagster.worker.instance_plan import NatsEndpoint, plan_instance
-from sp_dagster.worker.sinks import java_hash_destination
+from sp_dagster.worker.instance.plan import NatsEndpoint, plan_instance
+from sp_dagster.worker.instance.sinks import java_hash_destination
 from tests.fixtures.loops import Running, deploy_topics
 from tests.fixtures.waiting import wait_until
 
@@ -110,15 +110,15 @@ from In[v >= 0] select k, v insert into Out;
         publisher.flush()
         got = [json.loads(e.row[0])["event"]["v"] for e in _read(nats, f"{name}-out", 4)]
         assert sorted(got) == [2, 3, 4, 5]
-        assert running.loop.transports == {} and running.error is None  # the cluster's own connection, no other
+        assert running.loop.connections.others == {} and running.error is None  # the cluster's own connection, no other
     finally:
         running.stop(save=False)
         publisher.close()
 
 
 def test_micro_batch_mode_refuses_user_nats_sources_and_sinks_clearly():
-    from sp_dagster.worker.instance_plan import InstancePlanError
-    from sp_dagster.worker.spark_query import QuerySettings, build_query
+    from sp_dagster.worker.instance.plan import InstancePlanError
+    from sp_dagster.worker.spark.microbatch import QuerySettings, build_query
 
     text = "@App:name('Mb')\n@source(type='nats', destination='in')\ndefine stream In (k string);\nfrom In select k insert into Out;\n"
     plan = plan_instance("Mb-1", text)
@@ -130,7 +130,7 @@ def test_micro_batch_mode_refuses_user_nats_sources_and_sinks_clearly():
 def test_an_unreachable_user_nats_server_is_named_with_the_option_to_fix(nats):
     from sp_dagster.embedded import free_port
     from sp_dagster.errors import BrokerUnavailable
-    from sp_dagster.worker.instance_loop import InstanceLoop, LoopSettings
+    from sp_dagster.worker.instance.loop import InstanceLoop, LoopSettings
     from tests.fixtures.loops import Line
 
     address = f"nats://127.0.0.1:{free_port()}"

@@ -211,9 +211,9 @@ def test_a_worker_saves_under_its_current_incarnation_and_not_after_a_restart(da
 
 @pytest.mark.parametrize("kind", ["database", "file"])
 def test_a_rescaled_start_reads_the_old_instances_state_not_what_a_new_instance_of_the_same_name_saved_since(kind, sqlite_url, tmp_path):
-    from sp_dagster.worker.checkpoints import Checkpoint
-    from sp_dagster.worker.continuous import CHECKPOINT_FILE
+    from sp_dagster.worker.instance.checkpoints import Checkpoint
     from sp_dagster.worker.persistence import FileStore
+    from sp_dagster.worker.spark.continuous import CHECKPOINT_FILE
 
     def checkpoint(snapshot: bytes) -> bytes:
         return Checkpoint({("t", 0): len(snapshot)}, snapshot, int(time.time() * 1000)).encode()

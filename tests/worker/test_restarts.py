@@ -11,7 +11,7 @@ from sp_dagster.deploy import deployment_state, load_app, plan_app
 from sp_dagster.embedded import EmbeddedBroker
 from sp_dagster.embedded.local_cluster import LocalCluster
 from sp_dagster.messaging.kafka import KafkaTransport
-from sp_dagster.worker.instance_plan import plan_instance
+from sp_dagster.worker.instance.plan import plan_instance
 from tests.fixtures.trades import APP_PATH, SYMBOLS, collect, expected_outputs, publish, trades
 from tests.fixtures.waiting import wait_until
 

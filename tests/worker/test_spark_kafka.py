@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 
 from sp_dagster.messaging import EARLIEST, BinaryCodec, JsonCodec, Partitioned, RoundRobin
 from sp_dagster.messaging.strategies import key_string, partition_for_key
-from sp_dagster.worker.spark_types import attributes_option
+from sp_dagster.worker.spark.types import attributes_option
 from tests.fixtures.spark import ATTRS, collect_stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]

@@ -6,7 +6,7 @@ import pytest
 
 from sp_dagster.messaging import BinaryCodec, JsonCodec, RoundRobin
 from sp_dagster.messaging.strategies import key_string, partition_for_key
-from sp_dagster.worker.spark_types import attributes_option
+from sp_dagster.worker.spark.types import attributes_option
 from tests.fixtures.spark import ATTRS, collect_stream
 from tests.messaging.helpers import read_all
 

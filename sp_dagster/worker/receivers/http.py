@@ -46,11 +46,10 @@ from sp_dagster.messaging.errors import MessageTooLarge
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.transport import Transport
 from sp_dagster.wording import counted
-from sp_dagster.worker.batching import batched_outputs, pack
-from sp_dagster.worker.instance_plan import InstancePlan
-from sp_dagster.worker.instance_runtime import InstanceRuntime
-from sp_dagster.worker.sinks import HTTP_PREFIX
-from sp_dagster.worker.spark_types import ORIGIN_HEADER
+from sp_dagster.worker.instance.batching import batched_outputs, pack
+from sp_dagster.worker.instance.plan import InstancePlan
+from sp_dagster.worker.instance.runtime import ORIGIN_HEADER, InstanceRuntime
+from sp_dagster.worker.instance.sinks import HTTP_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +316,7 @@ class ReceiverLoop:
         if self._error is not None:
             raise self._error
         if self.processes > 1 and not self.process_index:
-            from sp_dagster.worker.receiver_processes import ReceiverProcesses
+            from sp_dagster.worker.receivers.processes import ReceiverProcesses
 
             self._helpers = ReceiverProcesses(self.plan, self.messaging, self.settings, self.users, self.processes - 1).start()
         if not self.process_index:

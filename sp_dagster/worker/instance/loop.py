@@ -1,6 +1,6 @@
 """One partial-app instance run continuously: read its partitions -> engine -> publish, as events come.
 
-This is what a worker's long-running Spark task does (see `continuous.py` for the Spark side);
+This is what a worker's long-running Spark task does (see `spark/continuous.py` for the Spark side);
 it knows nothing of Spark, so it also runs, and is tested, in a plain thread.
 
     loop = InstanceLoop(plan, transport, LoopSettings(...), checkpoint=blob_or_None, control=control)
@@ -31,17 +31,16 @@ from typing import Protocol
 
 from sp_dagster.errors import MessagingError
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.messaging.transport import EARLIEST, RawPublisher, Reader, TransactionalPublisher, Transport
-from sp_dagster.siddhi.secrets import resolved_properties
+from sp_dagster.messaging.transport import EARLIEST, Reader, TransactionalPublisher, Transport
 from sp_dagster.wording import counted
-from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
-from sp_dagster.worker.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
-from sp_dagster.worker.instance_plan import InstancePlan
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message
-from sp_dagster.worker.leaked_outputs import LeakedOutputs, own_prefixes
-from sp_dagster.worker.sinks import HttpSinks
-from sp_dagster.worker.spark_types import ORIGIN_HEADER
-from sp_dagster.worker.stuck import StuckWatch
+from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
+from sp_dagster.worker.instance.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
+from sp_dagster.worker.instance.connections import Connections
+from sp_dagster.worker.instance.leaked_outputs import LeakedOutputs, own_prefixes
+from sp_dagster.worker.instance.plan import InstancePlan
+from sp_dagster.worker.instance.runtime import ORIGIN_HEADER, InstanceRuntime, Message
+from sp_dagster.worker.instance.sinks import HttpSinks
+from sp_dagster.worker.instance.stuck import StuckWatch
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +126,7 @@ class InstanceLoop:
         self.transport = transport
         self.settings = settings
         self.control = control
-        # Inputs and outputs on another Kafka cluster (`bootstrap.servers` of their own) or a user nats source/sink's NATS.
-        self.transports = dict(transports or {})
+        self.connections = Connections(plan, transport, transports)
         self.runtime = self._new_runtime()
         self.http_sinks = HttpSinks(plan.http_outputs, plan.name) if plan.http_outputs else None
         self.positions: dict[tuple[str, int], int] = {}
@@ -138,8 +136,6 @@ class InstanceLoop:
         self._set_aside: str | None = None
         self._fresh = False  # start empty at the committed offsets (see _resume)
         self.readers: list[tuple[str, Reader]] = []
-        self._publishers: dict[object, RawPublisher] = {}  # "": the cluster's own (or its transactions), else per transport
-        self._publisher_of: dict[str, RawPublisher] = {}  # topic -> its publisher
         self._txn: TransactionalPublisher | None = None  # the transactional publisher (exactly-once), when the layer has transactions
         self._claim_ended = False  # stopping because another owner takes over: its open transaction is left to that owner
         self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
@@ -148,21 +144,20 @@ class InstanceLoop:
         self.replay_clock: int | None = None
         self._marks: dict[tuple[str, int], int] = {}  # where the outputs ended: kept in checkpoints (leaked_outputs.py)
         self._leaked: LeakedOutputs | None = None
-        self._output_cluster = {t: (o.bootstrap, o.nats) for o in plan.outputs if o.bootstrap or o.nats for t in (o.topic, *o.topics)}
         self._batched_in, self._batched_out = batched_inputs(plan), batched_outputs(plan)
         self.stats = _Stats()
         self.draining = False  # read the inputs to their end before the last checkpoint (a rescale)
         self._last_checkpoint = self._last_metrics = time.monotonic()
 
     def _new_runtime(self) -> InstanceRuntime:
-        return InstanceRuntime(self.plan, self.settings.dead_letter_topic, now=_now_ms(), partitions_of=self._topic_partitions)
+        return InstanceRuntime(self.plan, self.settings.dead_letter_topic, now=_now_ms(), partitions_of=self.connections.output_partitions)
 
     def _resume(self) -> None:
         """Restore the start checkpoint when it fits the input topics and the app (checkpoints.py); else start empty, and say so."""
         data, self._start_checkpoint = self._start_checkpoint, None
         for source in self.plan.inputs:
-            self.incarnations.update(topic_incarnations(self._transport(source.bootstrap, source.properties), [source.topic]))
-        clusters = {s.topic: self._transport(s.bootstrap, s.properties) for s in self.plan.inputs}
+            self.incarnations.update(topic_incarnations(self.connections.of(source.bootstrap, source.properties), [source.topic]))
+        clusters = {s.topic: self.connections.of(s.bootstrap, s.properties) for s in self.plan.inputs}
         ends = lambda topic: clusters[topic].end_offsets(topic)  # noqa: E731
         resumed = resume(self.runtime, data, self.incarnations, ends, fresh_since=self.plan.extras.get("fresh_since"))
         if resumed.set_aside and resumed.restored:  # a restore that failed half-way: start from a clean engine
@@ -177,56 +172,22 @@ class InstanceLoop:
         elif resumed.positions:
             log.info("%s: resumed from a checkpoint of %s", self.plan.name, counted(len(self.positions), "input partition"))
 
-    def _transport(self, bootstrap: str | None, properties: tuple = (), nats=None) -> Transport:
-        """The cluster's transport, a Kafka client of another cluster or with a user source's own properties,
-        or the NATS client of a user nats source/sink (`nats`, a NatsEndpoint)."""
-        if nats is not None:
-            return self._nats_transport(nats)
-        if not bootstrap and not properties:
-            return self.transport
-        name = f"{bootstrap or ''}|{properties}" if properties else bootstrap
-        if name not in self.transports:
-            from sp_dagster.messaging.kafka import KafkaTransport
-
-            servers = bootstrap or getattr(self.transport, "bootstrap_servers", None)
-            if servers is None:
-                raise ValueError(f"{self.plan.name}: optional.configuration needs a Kafka messaging layer")
-            own = dict(resolved_properties(properties, f"{self.plan.name}: optional.configuration"))  # ${VAR}s from this node
-            self.transports[name] = KafkaTransport(servers, {**getattr(self.transport, "properties", {}), **own})
-        return self.transports[name]
-
-    def _nats_transport(self, endpoint) -> Transport:
-        """The cluster's own transport when the endpoint resolves to it, else one NATS client per server and cluster id."""
-        from sp_dagster.messaging.nats import NatsTransport
-
-        own = self.transport if isinstance(self.transport, NatsTransport) else None
-        servers, cluster_id = endpoint.resolve(own and own.address, own and own.cluster_id)
-        candidate = NatsTransport(servers, cluster_id, setting=f"bootstrap.servers of the nats @source/@sink in {self.plan.name}")
-        if own is not None and (candidate.servers, candidate.cluster_id) == (own.servers, own.cluster_id):
-            return own
-        return self.transports.setdefault(("nats", candidate.servers, candidate.cluster_id), candidate)
-
-    def _topic_partitions(self, topic: str) -> int:
-        """How many partitions an output topic has (user sinks that spread over all of them)."""
-        bootstrap, nats = self._output_cluster.get(topic, (None, None))
-        return self._transport(bootstrap, nats=nats).require_topic(topic).partitions
-
     def _open(self) -> None:
         self._resume()
         raw = RawCodec()
-        read = [(source, self._partitions(source)) for source in self.plan.inputs]  # (input, the partitions this instance reads of it)
+        read = [(source, self.connections.partitions_read(source)) for source in self.plan.inputs]  # (input, the partitions this instance reads of it)
         if self.settings.transactions:
             cluster_inputs = [(s.topic, p) for s, partitions in read if not s.bootstrap and not s.nats for p in partitions]
             self._start_transactions(cluster_inputs, [(s.topic, p) for s, partitions in read for p in partitions])
         for source, partitions in read:
-            transport = self._transport(source.bootstrap, source.properties, source.nats)
+            transport = self.connections.of_source(source)
             first = EARLIEST if source.start is None else source.start
             start = {p: self.positions.get((source.topic, p), first) for p in partitions}
             self.readers.append((source.topic, transport.reader(source.topic, start, raw)))
         for output in self.plan.outputs:
             if output.nats is not None:  # a missing topic is made, as NATS Streaming makes a channel on first use
                 for topic in {output.topic, *output.topics}:
-                    self._transport(None, nats=output.nats).ensure_topic(topic, 1)
+                    self.connections.of(None, nats=output.nats).ensure_topic(topic, 1)
 
     def _start_transactions(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
         """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read,
@@ -240,7 +201,7 @@ class InstanceLoop:
         if self._txn is None:
             return
         self._txn.time_left = self.control.lease_left
-        self._publishers[""] = self._txn
+        self.connections.use_own(self._txn)
         self._txn_topics = {topic for topic, _p in inputs}
         self._txn_stamp = incarnation_digest({t: i for t, i in self.incarnations.items() if t in self._txn_topics})
         for place, (offset, metadata) in self._txn.committed(inputs).items():
@@ -278,33 +239,10 @@ class InstanceLoop:
         if self._leaked:
             log.info("%s: %s published since its checkpoint: none computed again is published twice", self.plan.name, counted(self._leaked.count, "output"))
 
-    def _partitions(self, source) -> tuple[int, ...]:
-        """The partitions of an input the instance reads: those the plan names, else this instance's
-        share of all of them (a user kafka source read by N instances), else all of them."""
-        if source.partitions:
-            return source.partitions
-        transport = self._transport(source.bootstrap, source.properties, source.nats)
-        if source.nats is not None:  # made (or grown) to one partition per instance that shares it
-            count = transport.ensure_topic(source.topic, (source.share or (1, 1))[1]).partitions
-        else:
-            count = transport.require_topic(source.topic).partitions
-        return share_of(count, *(source.share or (1, 1)))
-
     @property
     def delivery(self) -> str:
         """exactly-once (transactions) or at-least-once (origins let the next group drop replays)."""
         return "exactly-once" if self._txn is not None else "at-least-once"
-
-    def _publisher(self, topic: str):
-        publisher = self._publisher_of.get(topic)
-        if publisher is None:
-            bootstrap, nats = self._output_cluster.get(topic, (None, None))
-            transport = self._transport(bootstrap, nats=nats)
-            key = "" if transport is self.transport else id(transport)
-            if key not in self._publishers:
-                self._publishers[key] = transport.raw_publisher()
-            publisher = self._publisher_of[topic] = self._publishers[key]
-        return publisher
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -373,8 +311,7 @@ class InstanceLoop:
         return False
 
     def _transport_of(self, topic: str) -> Transport:
-        source = next(s for s in self.plan.inputs if s.topic == topic)
-        return self._transport(source.bootstrap, source.properties, source.nats)
+        return self.connections.of_source(next(s for s in self.plan.inputs if s.topic == topic))
 
     def turn(self) -> int:
         """One poll of every input, the engine, the outputs published and acknowledged; returns messages read."""
@@ -475,16 +412,16 @@ class InstanceLoop:
             # HTTP first: a turn's offsets are committed only once its requests ended (or went to dead letters).
             out = self.http_sinks.deliver(out, self.settings.dead_letter_topic, self.settings.flush_timeout_s)
         out = pack(out, self._batched_out)
-        if self._output_cluster:
+        if self.connections.output_cluster:
             groups: dict = {}
             for message in out:
-                groups.setdefault(self._publisher(message.topic), []).append(message)
+                groups.setdefault(self.connections.publisher(message.topic), []).append(message)
         else:
-            groups = {self._publisher(out[0].topic): out} if out else {}  # every topic on the cluster's layer
+            groups = {self.connections.publisher(out[0].topic): out} if out else {}  # every topic on the cluster's layer
         for publisher, messages in groups.items():
             publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
         produced = time.perf_counter()
-        for publisher in self._publishers.values():  # other layers first: the transaction commits the inputs as done
+        for publisher in self.connections.publishers:  # other layers first: the transaction commits the inputs as done
             if publisher is not self._txn and publisher in groups:
                 publisher.flush(max(1.0, min(self.settings.flush_timeout_s, self.control.lease_left())))
         if self._txn is not None:
@@ -563,26 +500,11 @@ class InstanceLoop:
             except Exception as exc:  # closing after a broker outage
                 log.debug("%s: closing a reader: %s", self.plan.name, exc)
         self.readers = []
-        for publisher in self._publishers.values():
-            try:
-                if self._txn is not None and publisher is self._txn and self._claim_ended:
-                    self._txn.leave()
-                else:
-                    publisher.close()
-            except Exception as exc:  # closing after a broker outage
-                log.debug("%s: closing a publisher: %s", self.plan.name, exc)
-        self._publishers, self._publisher_of = {}, {}
+        for exc in self.connections.close(leave=self._txn if self._claim_ended else None):
+            log.debug("%s: closing a publisher: %s", self.plan.name, exc)
         if self.http_sinks is not None:
             self.http_sinks.close()
-        for transport in self.transports.values():
-            transport.close()
         self.runtime.close()
-
-
-def share_of(partitions: int, index: int, count: int) -> tuple[int, ...]:
-    """The partitions instance `index` (1-based) of `count` reads of a topic's `partitions`: every
-    count-th one from its own, so each partition is read by exactly one instance."""
-    return tuple(range(index - 1, partitions, count))
 
 
 def _now_ms() -> int:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 
 from sp_dagster.errors import ConfigError
-from sp_dagster.worker.spark_types import ORIGIN_HEADER, RAW_COLUMNS
+from sp_dagster.worker.instance.runtime import ORIGIN_HEADER
+from sp_dagster.worker.spark.types import RAW_COLUMNS
 
 PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 CHOICES = ("auto", "native", "python")

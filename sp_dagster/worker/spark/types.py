@@ -36,7 +36,6 @@ RAW_COLUMNS = (
     ("_value", "binary", pa.binary()),
     ("_origin", "binary", pa.binary()),  # the sp-origin header: which upstream event this one stems from
 )
-ORIGIN_HEADER = "sp-origin"
 RAW_DDL = ", ".join(f"`{name}` {kind}" for name, kind, _ in RAW_COLUMNS)
 RAW_SCHEMA = pa.schema([pa.field(name, arrow_type) for name, _, arrow_type in RAW_COLUMNS])
 

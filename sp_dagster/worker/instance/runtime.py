@@ -41,10 +41,12 @@ from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging.maps import mapper_for
 from sp_dagster.messaging.strategies import RoundRobin, strategy_for
 from sp_dagster.siddhi import ast, parse
-from sp_dagster.worker.instance_plan import InstancePlan
-from sp_dagster.worker.sinks import HTTP_PREFIX, destination_chooser, log_sink, message_key, sequenced
+from sp_dagster.worker.instance.plan import InstancePlan
+from sp_dagster.worker.instance.sinks import HTTP_PREFIX, destination_chooser, log_sink, message_key, sequenced
 
 log = logging.getLogger(__name__)
+
+ORIGIN_HEADER = "sp-origin"  # the header naming the upstream event a message stems from (row-exact replay drops)
 
 
 class Message(NamedTuple):
@@ -58,7 +60,7 @@ class Message(NamedTuple):
     key: bytes | None
     value: bytes
     origin: bytes | None = None
-    index: int = -1  # its place in the batch it came in (worker/batching.py); -1: a message of its own
+    index: int = -1  # its place in the batch it came in (worker/instance/batching.py); -1: a message of its own
 
 
 _new = tuple.__new__  # makes a Message without its __new__'s keyword handling: a worker makes one per event

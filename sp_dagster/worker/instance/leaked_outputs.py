@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sp_dagster.worker.instance_runtime import Message
+from sp_dagster.worker.instance.runtime import Message
 
 
 def own_prefixes(group: str, stateless: bool, inputs: Iterable[tuple[str, int]], clock: str) -> tuple[str, ...]:

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sp_dagster.siddhi.secrets import resolved_properties
-from sp_dagster.worker.batching import batched_inputs, batched_outputs, expand, pack
-from sp_dagster.worker.instance_loop import share_of
-from sp_dagster.worker.instance_plan import InstancePlan, InstancePlanError
-from sp_dagster.worker.instance_runtime import InstanceRuntime, Message, needs_wakeups
-from sp_dagster.worker.native_kafka import kafka_source_kind, read_native
-from sp_dagster.worker.sinks import HttpSinks
-from sp_dagster.worker.spark_types import RAW_DDL, RAW_SCHEMA
+from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
+from sp_dagster.worker.instance.connections import share_of
+from sp_dagster.worker.instance.plan import InstancePlan, InstancePlanError
+from sp_dagster.worker.instance.runtime import InstanceRuntime, Message, needs_wakeups
+from sp_dagster.worker.instance.sinks import HttpSinks
+from sp_dagster.worker.spark.native_kafka import kafka_source_kind, read_native
+from sp_dagster.worker.spark.types import RAW_DDL, RAW_SCHEMA
 
 OUTPUT_DDL = "_topic string, _partition int, _key binary, _value binary, _timestamp bigint, _origin binary"
 OUTPUT_SCHEMA = pa.schema(
@@ -50,7 +50,7 @@ OUTPUT_SCHEMA = pa.schema(
         ("_origin", pa.binary()),
     ]
 )
-EXPLODED_DDL = f"{RAW_DDL}, `_index` int"  # raw messages, one per event: batches cut (worker/batching.py)
+EXPLODED_DDL = f"{RAW_DDL}, `_index` int"  # raw messages, one per event: batches cut (worker/instance/batching.py)
 EXPLODED_SCHEMA = RAW_SCHEMA.append(pa.field("_index", pa.int32()))
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _CACHED_RUNTIMES = 10_000
@@ -269,7 +269,7 @@ def _partitions(source, layer: str, options: dict) -> tuple[int, ...]:
     of all of them (a user kafka source read by N instances), as `InstanceLoop` reads them."""
     if source.partitions:
         return source.partitions
-    from sp_dagster.worker import kafka_source, nats_source
+    from sp_dagster.worker.spark import kafka_source, nats_source
 
     transport = (nats_source if layer == "sp-nats" else kafka_source).transport_from_options(options)
     try:

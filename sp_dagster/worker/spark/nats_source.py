@@ -16,8 +16,8 @@ partitions, so a batch may hold fewer), timeout; the sink's strategy and partiti
 
 from __future__ import annotations
 
-from sp_dagster.worker.kafka_sink import KafkaStreamWriter
-from sp_dagster.worker.kafka_source import KafkaPartitionsSource, KafkaStreamReader, normalized
+from sp_dagster.worker.spark.kafka_sink import KafkaStreamWriter
+from sp_dagster.worker.spark.kafka_source import KafkaPartitionsSource, KafkaStreamReader, normalized
 
 
 def transport_from_options(options: dict):

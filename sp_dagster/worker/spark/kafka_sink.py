@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from sp_dagster.worker.kafka_options import transport_from_options
+from sp_dagster.worker.spark.kafka_options import transport_from_options
 
 
 @dataclass
@@ -42,7 +42,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             return self._write_raw(iterator)
         from sp_dagster.messaging.codecs import codec_for
         from sp_dagster.messaging.strategies import strategy_for
-        from sp_dagster.worker.spark_types import parse_attributes_option
+        from sp_dagster.worker.spark.types import parse_attributes_option
 
         attributes = parse_attributes_option(self.options["attributes"])
         names = [a.name for a in attributes]
@@ -62,7 +62,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             transport.close()
 
     def _write_raw(self, iterator: Iterator[pa.RecordBatch]) -> Published:
-        from sp_dagster.worker.spark_types import ORIGIN_HEADER
+        from sp_dagster.worker.instance.runtime import ORIGIN_HEADER
 
         transport = self.open_transport()
         try:

@@ -127,7 +127,7 @@ def split_checkpoints(olds: Iterable[bytes], owns: Callable[[str], bool], *, sta
     """The start of a rescaled instance: the offsets every old instance's last checkpoint reached (drained: where
     the old layout ends) and, keyed, the state of the keys it owns (`owns(key)`); a `stateless` one has none to
     split, and takes the first one's (empty) state as it is."""
-    from sp_dagster.worker.instance_runtime import merge_snapshots
+    from sp_dagster.worker.instance.runtime import merge_snapshots
 
     saved = [Checkpoint.decode(data) for data in olds]
     positions: dict[tuple[str, int], int] = {}

@@ -20,9 +20,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sp_dagster.worker.kafka_options import normalized, transport_from_options
-from sp_dagster.worker.kafka_sink import KafkaStreamWriter
-from sp_dagster.worker.spark_types import ORIGIN_HEADER, RAW_DDL, RAW_SCHEMA, arrow_schema, parse_attributes_option, spark_ddl
+from sp_dagster.worker.instance.runtime import ORIGIN_HEADER
+from sp_dagster.worker.spark.kafka_options import normalized, transport_from_options
+from sp_dagster.worker.spark.kafka_sink import KafkaStreamWriter
+from sp_dagster.worker.spark.types import RAW_DDL, RAW_SCHEMA, arrow_schema, parse_attributes_option, spark_ddl
 
 BATCH_ROWS = 10_000
 

@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sp_dagster.worker.checkpoints import set_aside, set_aside_reason
-from sp_dagster.worker.control import ControlServer, DriverControl
-from sp_dagster.worker.instance_loop import LoopSettings
-from sp_dagster.worker.instance_plan import InstancePlan
+from sp_dagster.worker.instance.checkpoints import set_aside, set_aside_reason
+from sp_dagster.worker.instance.loop import LoopSettings
+from sp_dagster.worker.instance.plan import InstancePlan
+from sp_dagster.worker.spark.control import ControlServer, DriverControl
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def run_task(specs):
 
 def _run(spec: TaskSpec) -> str:
     from sp_dagster.messaging import transport_for
-    from sp_dagster.worker.instance_loop import InstanceLoop
+    from sp_dagster.worker.instance.loop import InstanceLoop
 
     # force: a reused Python worker process was set up by an earlier task, for another instance
     logging.basicConfig(level=spec.log_level, format=f"%(asctime)s %(levelname)s [{spec.plan.name}] %(name)s: %(message)s", force=True)
@@ -64,7 +64,7 @@ def _run(spec: TaskSpec) -> str:
     transport = transport_for(spec.messaging, timeout=30.0)
     try:
         if spec.plan.http_inputs:  # a receiver partial app: an HTTP endpoint publishing to entry topics
-            from sp_dagster.worker.http_receiver import ReceiverLoop
+            from sp_dagster.worker.receivers.http import ReceiverLoop
 
             loop = ReceiverLoop(spec.plan, transport, spec.settings, control=control, users=dict(spec.settings.receiver_users), messaging=spec.messaging)
         else:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging import batches
-from sp_dagster.worker.instance_plan import InstancePlan
-from sp_dagster.worker.instance_runtime import Message
+from sp_dagster.worker.instance.plan import InstancePlan
+from sp_dagster.worker.instance.runtime import Message
 
 _new = tuple.__new__  # makes a Message without its __new__'s keyword handling: one per event
 

@@ -65,7 +65,7 @@ class _PipeControl:
 def _serve(plan, messaging, settings, users, index: int, connection, log_level: int) -> None:
     """A helper process: one more copy of the receiver's HTTP server (SO_REUSEPORT)."""
     from sp_dagster.messaging import transport_for
-    from sp_dagster.worker.http_receiver import ReceiverLoop
+    from sp_dagster.worker.receivers.http import ReceiverLoop
 
     logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s [{plan.name}/{index}] %(name)s: %(message)s")
     transport = transport_for(messaging, timeout=30.0)
