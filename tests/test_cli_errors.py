@@ -122,3 +122,26 @@ def test_produce_names_the_line_over_the_message_limit_and_what_was_sent(tmp_pat
     assert "1000000-byte limit" in line and "message.max.bytes" in line and "the 2 events before it were" in line and "resume from line 3" in line, line
     consumed = cli(tmp_path, "consume", "Keyed:In", "--from-beginning", "--timeout", "3", env=env)
     assert [json.loads(e)["data"][0] for e in consumed.stdout.splitlines()] == ["IBM", "ACME"], consumed.stderr
+
+
+def test_a_connection_lost_while_the_pool_resets_it_logs_no_traceback(tmp_path):
+    # What SQLAlchemy's pool logs when a connection's reset fails because the database went away (a manager
+    # during an outage): the CLI's logging keeps it off a node's log unless -v asks for details.
+    script = (
+        "import logging, sys\n"
+        "from sp_dagster.cli import main\n"
+        "main(['config', 'where'])\n"
+        "try:\n"
+        "    raise ConnectionResetError(104, 'Connection reset by peer')\n"
+        "except ConnectionResetError:\n"
+        "    logging.getLogger('sqlalchemy.pool.impl.QueuePool').error('Exception during reset or similar', exc_info=True)\n"
+    )
+    quiet = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    verbose = subprocess.run(
+        [sys.executable, "-c", script.replace("main(['config', 'where'])", "main(['-v', 'config', 'where'])")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert "Exception during reset" not in quiet.stderr and "Traceback" not in quiet.stderr, quiet.stderr
+    assert "Exception during reset" in verbose.stderr  # the details stay there for who asks

@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # A pooled connection that fails its reset while the database is away is logged with its traceback;
+        # whoever meets the outage reports it in one line (shown with -v all the same).
+        logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

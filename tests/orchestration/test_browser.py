@@ -4,13 +4,13 @@ assets of a recorded deployment and their lineage, as a user sees them."""
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 
 from sp_dagster.deploy import load_app, plan_app, record
 from sp_dagster.orchestration.processes import reload_code_location
 from tests.fixtures.databases import require
+from tests.fixtures.waiting import wait_until
 from tests.orchestration.conftest import SAMPLE_APP
 
 pytestmark = pytest.mark.slow
@@ -41,14 +41,9 @@ def page_text(browser, url: str, *wanted: str, timeout: float = 90) -> str:
     from selenium.webdriver.common.by import By
 
     browser.get(url)
-    deadline, text = time.monotonic() + timeout, ""
-    while time.monotonic() < deadline:
-        text = browser.find_element(By.TAG_NAME, "body").text
-        if all(w in text for w in wanted):
-            return text
-        time.sleep(1)
-    missing = [w for w in wanted if w not in text]
-    raise AssertionError(f"after {timeout:.0f} s {url} does not show {missing}; it shows:\n{text}")
+    body = lambda: browser.find_element(By.TAG_NAME, "body").text  # noqa: E731
+    missing = lambda text: [w for w in wanted if w not in text]  # noqa: E731
+    return wait_until(lambda: (text := body()) and not missing(text) and text, timeout, 1.0, lambda: f"{url} to show {missing(body())}; it shows:\n{body()}")
 
 
 def test_the_ui_shows_partial_apps_with_their_lineage(live, plane, browser):
@@ -78,14 +73,13 @@ def element_text(browser, url: str, xpath: str, timeout: float = 90) -> str:
     from selenium.webdriver.common.by import By
 
     browser.get(url)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = browser.find_elements(By.XPATH, xpath)
-        if found:
-            return found[0].text
-        time.sleep(1)
-    body = browser.find_element(By.TAG_NAME, "body").text
-    raise AssertionError(f"after {timeout:.0f} s {url} has no {xpath}; it shows:\n{body}")
+    found = wait_until(
+        lambda: browser.find_elements(By.XPATH, xpath),
+        timeout,
+        1.0,
+        lambda: f"{url} to draw {xpath}; it shows:\n{browser.find_element(By.TAG_NAME, 'body').text}",
+    )
+    return found[0].text
 
 
 def test_a_cli_deploy_appears_without_a_reload_and_a_failed_check_shows_on_the_graph_and_in_the_catalog(live, browser):
@@ -107,11 +101,8 @@ def test_a_cli_deploy_appears_without_a_reload_and_a_failed_check_shows_on_the_g
         [sys.executable, "-m", "sp_dagster.cli", "deploy", str(SAMPLE_APP), "--no-wait"], env=env, capture_output=True, text=True, timeout=120
     )
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
-    deadline, shown = time.monotonic() + 90, ""
-    while time.monotonic() < deadline and "StockAlerts / filter" not in shown:
-        time.sleep(1)
-        shown = browser.find_element(By.TAG_NAME, "body").text
-    assert "StockAlerts / filter" in shown, f"the open catalog did not show the deploy within 90 s:\n{shown}"
+    body = lambda: browser.find_element(By.TAG_NAME, "body").text  # noqa: E731
+    wait_until(lambda: "StockAlerts / filter" in body(), 90, 1.0, lambda: f"the open catalog to show the deploy (no reload); it shows:\n{body()}")
 
     # The health job's run, as its schedule would launch it, on the webserver's own Dagster instance; no worker
     # runs, so nothing is placed and live_worker fails.
