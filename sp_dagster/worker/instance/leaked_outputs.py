@@ -6,7 +6,7 @@ open. Kafka aborts it when the instance's next owner starts its transactions; so
 committed offsets, would publish those outputs a second time.
 
 Every output carries an origin that names what it stems from and is the same when it is computed
-again (`instance_runtime`). So each checkpoint records *marks*: where the instance's output
+again (`runtime.py`). So each checkpoint records *marks*: where the instance's output
 partitions ended when it was taken (`TransactionalPublisher.marks`; anything published later lands
 past them). A next owner starting from that checkpoint reads every output partition from its
 marks to the end, keeps the origins of its own group's outputs, and drops an output it computes
@@ -25,7 +25,7 @@ from sp_dagster.worker.instance.runtime import Message
 
 def own_prefixes(group: str, stateless: bool, inputs: Iterable[tuple[str, int]], clock: str) -> tuple[str, ...]:
     """How the origins of an instance's outputs begin: a stateful one names its input partitions, a
-    stateless one passes its inputs' origins on behind them, and the wall clock's name the instance (instance_runtime)."""
+    stateless one passes its inputs' origins on behind them, and the wall clock's name the instance (runtime.py)."""
     if stateless:
         return (*(f"{group}>{topic}:{partition}{end}" for topic, partition in sorted(inputs) for end in "|>"), f"{clock}|")
     return (*(f"{group}@{topic}:{partition}|" for topic, partition in sorted(inputs)), f"{clock}|")

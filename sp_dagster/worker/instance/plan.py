@@ -123,7 +123,7 @@ class HttpInput:
     basic_auth: bool
     mapping: MapSpec
     attributes: tuple[Attribute, ...]
-    workers: int = 1  # worker.count: processes serving the URL (receiver_processes.py)
+    workers: int = 1  # worker.count: processes serving the URL (receivers/processes.py)
 
     @property
     def secure(self) -> bool:

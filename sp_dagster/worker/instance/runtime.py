@@ -4,7 +4,7 @@ This is the part of a worker's streaming query that runs Siddhi: it decodes each
 message with its topic's codec, sends it to the engine in per-partition order (partitions
 merged by event time), and encodes every event of an output stream for its topic with the
 topic's publishing strategy. Undecodable messages become dead-letter messages with the reason.
-It knows nothing of Spark, so it is tested on its own and wrapped by `spark_query`.
+It knows nothing of Spark, so it is tested on its own and wrapped by `spark/microbatch.py`.
 
 Exactly-once effect across failovers. Delivery between groups is at-least-once: an instance
 that takes over replays from its last saved state and publishes some events again. Every

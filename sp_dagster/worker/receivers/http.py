@@ -83,7 +83,7 @@ class ReceiverLoop:
         self._expected = [f"Basic {base64.b64encode(f'{u}:{p}'.encode()).decode('ascii')}".encode() for u, p in self.users.items()]
         self.runtime = InstanceRuntime(plan, settings.dead_letter_topic, now=_now_ms())
         self._batched = batched_outputs(plan)
-        # worker.count: this loop's process and the helpers beside it (receiver_processes.py), each with origins of its own
+        # worker.count: this loop's process and the helpers beside it (receivers/processes.py), each with origins of its own
         self.processes = max((i.workers for i in plan.http_inputs), default=1)
         self.process_index = process_index
         self.origin_key = f"{plan.name}@http{process_index or ''}"

@@ -4,7 +4,7 @@
 connector when the session's JVM can load it and with the `sp-kafka` Python data source
 otherwise; `native` insists on the connector; `python` never uses it. The native reader takes
 exactly the instance's partitions (`assign`), with headers, and its rows are mapped to the
-raw form of `sp-kafka` (spark_types.RAW_COLUMNS), so the rest of the query is the same.
+raw form of `sp-kafka` (types.RAW_COLUMNS), so the rest of the query is the same.
 
 The two sources keep offsets in different shapes in a query's checkpoint, so a checkpoint made
 with one cannot be resumed by the other: keep one choice while instances have checkpoints.

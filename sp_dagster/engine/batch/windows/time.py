@@ -7,7 +7,7 @@ order) with the group's aggregates over the batch. The clock moves only with the
 sent, so where every boundary falls in a run is known up front: here the run is cut at the
 boundaries, every closed batch's aggregates are computed at once (batch.aggregators), and
 each batch's rows are delivered when the clock move that fires its timer is (this kernel
-handles its own timer: sequential.py lets a segment run past it).
+handles its own timer: send_each.py lets a segment run past it).
 """
 
 from __future__ import annotations
