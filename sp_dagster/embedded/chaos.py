@@ -35,7 +35,6 @@ import re
 import signal
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -356,61 +355,22 @@ class ChaosRun:
 
         if not isinstance(self.transport, KafkaTransport):
             return ""
+        topics = sorted(t for t in self.transport.list_topics() if t.startswith(f"{self.loaded.name}."))
+        self.held = held_transactions(self.transport, topics)
         lines = []
-        for topic in sorted(t for t in self.transport.list_topics() if t.startswith(f"{self.loaded.name}.")):
-            committed, written = self.transport.end_offsets(topic), self.transport.end_offsets_with_open_transactions(topic)
-            held = {p: (committed[p], end) for p, end in written.items() if committed.get(p) != end}
-            lines.append(f"{topic}: ends {written}" + (f"; open transactions from {held} (committed end, written end)" if held else ""))
-            for p, (start, _end) in held.items():
-                self.held[(topic, p)] = (start, self._headers_at(topic, p, start))
-                lines.append(f"  first held message of {topic}[{p}]: {self.held[(topic, p)][1]}")
+        for topic in topics:
+            lines.append(f"{topic}: ends {self.transport.end_offsets_with_open_transactions(topic)}")
+            lines += [
+                f"  held from offset {start} by an open transaction; its first message's headers: {headers}"
+                for (t, _p), (start, headers) in self.held.items()
+                if t == topic
+            ]
         return "\n".join(lines)
 
     def broker_wedge(self) -> str | None:
-        """Why the output topic is held, when the broker is to blame: its first held message's writer
-        (a transactional publisher) was followed by a new owner of its transactional id, whose start
-        resolves whatever it left open, or kept committing to the end; None when neither shows."""
-        from sp_dagster.messaging.skips import WRITER_HEADER, parse_stamp
-
-        started = sorted(
-            (m.group(1), m.group(2), m.group(3)) for m in self.cluster.grep(r"^(\S+ \S+) .*transactions as '([^']+)' \(writer (\w+)\)")
-        )  # (time, transactional id, writer token), in the order they started
-        for (topic, partition), (start, headers) in self.held.items():
-            stamp = parse_stamp(headers.get(WRITER_HEADER, "").encode())
-            found = [(at, name) for at, name, token in started if stamp is not None and token == stamp[0].decode()]
-            if topic != self.output_topic or not found:
-                continue
-            at, name = found[0]
-            succeeded = any(other == name and later > at for later, other, _token in started)
-            instance = name.removeprefix("sp-dagster.")
-            running = re.search(rf"^\s*{re.escape(instance)}\s+\S+\s+\d+\s+running\b", self.final_status, re.MULTILINE) is not None
-            if succeeded or running:
-                why = "a new owner of its id started after it (which resolves what it left open)" if succeeded else "it kept committing to the end"
-                return (
-                    f"{topic}[{partition}] is held from offset {start} by a transaction of '{name}', yet {why}: the broker holds it "
-                    "(tansu 0.6 can wedge a partition when transactions on it end at once; bench/tansu_wedge.py shows it with plain clients)"
-                )
-        return None
-
-    def _headers_at(self, topic: str, partition: int, offset: int) -> dict:
-        """The headers of one message, read uncommitted (which writer and input an open transaction holds)."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        from sp_dagster.messaging.kafka import KafkaTransport
-
-        assert isinstance(self.transport, KafkaTransport)  # only Kafka has transactions
-        settings = {"group.id": f"sp-chaos-{uuid.uuid4().hex[:8]}", "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}
-        consumer = Consumer(self.transport.client_config(**settings))
-        try:
-            consumer.assign([TopicPartition(topic, partition, offset)])
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is not None and message.error() is None and (message.offset() or 0) >= offset:
-                    return {name: value.decode(errors="replace") if isinstance(value, bytes) else str(value or "") for name, value in message.headers() or ()}
-            return {}
-        finally:
-            consumer.close()
+        """Why the output topic is held, when the broker is to blame (`wedge_evidence`); None otherwise."""
+        lines = [m.group(0) for m in self.cluster.grep(WRITER_LINE)]
+        return wedge_evidence(self.held, self.output_topic, lines, self.final_status)
 
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
         rows = self.final
@@ -437,3 +397,60 @@ class ChaosRun:
             live_missed,
             live_only,
         )
+
+
+WRITER_LINE = r"^(\S+ \S+) .*transactions as '([^']+)' \(writer (\w+)\)"  # what a transactional publisher logs as it starts
+
+
+def held_transactions(transport, topics) -> dict[tuple[str, int], tuple[int, dict]]:
+    """(topic, partition) -> (offset, headers of the message there) for every partition of `topics` whose
+    read_committed end stops before its written end: an open transaction holds what follows from every reader."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    held = {}
+    for topic in topics:
+        committed, written = transport.end_offsets(topic), transport.end_offsets_with_open_transactions(topic)
+        for partition, end in written.items():
+            start = committed.get(partition, 0)
+            if start == end:
+                continue
+            settings = {"group.id": f"sp-held-{uuid.uuid4().hex[:8]}", "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}
+            consumer, headers = Consumer(transport.client_config(**settings)), {}
+            try:
+                consumer.assign([TopicPartition(topic, partition, start)])
+                deadline = time.monotonic() + 10
+                while not headers and time.monotonic() < deadline:
+                    message = consumer.poll(0.5)
+                    if message is not None and message.error() is None and (message.offset() or 0) >= start:
+                        headers = {k: v.decode(errors="replace") if isinstance(v, bytes) else str(v or "") for k, v in message.headers() or ()}
+            finally:
+                consumer.close()
+            held[(topic, partition)] = (start, headers)
+    return held
+
+
+def wedge_evidence(held: dict[tuple[str, int], tuple[int, dict]], topic: str, writer_lines, status: str) -> str | None:
+    """Why `topic` is held, when the embedded broker is to blame: the writer of its first held message (named by
+    the publishers' start lines, `writer_lines`) was followed by a new owner of its transactional id, whose
+    start resolves whatever it left open, or its instance ran to the end (`status`: `sp-dagster status`)."""
+    from sp_dagster.messaging.skips import WRITER_HEADER, parse_stamp
+
+    started = sorted((m.group(1), m.group(2), m.group(3)) for line in writer_lines if (m := re.search(WRITER_LINE, line)))
+    for (held_topic, partition), (start, headers) in held.items():
+        stamp = parse_stamp(headers.get(WRITER_HEADER, "").encode())
+        found = [(at, name) for at, name, token in started if stamp is not None and token == stamp[0].decode()]
+        if held_topic != topic or not found:
+            continue
+        at, name = found[0]
+        succeeded = any(other == name and later > at for later, other, _token in started)
+        instance = name.removeprefix("sp-dagster.")
+        running = re.search(rf"^\s*{re.escape(instance)}\s+\S+\s+\d+\s+running\b", status, re.MULTILINE) is not None
+        if succeeded or running:
+            why = "a new owner of its id started after it (which resolves what it left open)" if succeeded else "it kept committing to the end"
+            return (
+                f"{topic}[{partition}] is held from offset {start} by a transaction of '{name}', yet {why}: the broker holds it "
+                "(tansu 0.6 can wedge a partition when transactions on it end at once; bench/tansu_wedge.py shows it with plain clients)"
+            )
+    return None
