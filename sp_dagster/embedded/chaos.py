@@ -369,8 +369,7 @@ class ChaosRun:
 
     def broker_wedge(self) -> str | None:
         """Why the output topic is held, when the broker is to blame (`wedge_evidence`); None otherwise."""
-        lines = [m.group(0) for m in self.cluster.grep(WRITER_LINE)]
-        return wedge_evidence(self.held, self.output_topic, lines, self.final_status)
+        return wedge_evidence(self.held, self.output_topic, self.cluster.grep(WRITER_LINE), self.final_status)
 
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
         rows = self.final

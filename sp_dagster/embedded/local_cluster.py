@@ -182,16 +182,18 @@ class LocalCluster:
         and the writers it started (which transactional id a writer token in a message header is)."""
         parts = []
         for name in self.processes:
-            text = (self.home / f"{name}.log").read_text(errors="replace").splitlines()
+            text = self._log_lines(name)
             earlier = [line for line in text[:-lines] if _NOTABLE.search(line)]
             parts.append(f"--- {name}\n" + "\n".join([*earlier[-200:], *(["..."] if earlier else []), *text[-lines:]]))
         return "\n".join(parts)
 
-    def grep(self, pattern: str) -> list[re.Match]:
+    def grep(self, pattern: str) -> list[str]:
         """Every line of every process's log that matches `pattern`."""
         compiled = re.compile(pattern)
-        lines = (line for name in self.processes for line in (self.home / f"{name}.log").read_text(errors="replace").splitlines())
-        return [m for line in lines if (m := compiled.search(line))]
+        return [line for name in self.processes for line in self._log_lines(name) if compiled.search(line)]
+
+    def _log_lines(self, name: str) -> list[str]:
+        return (self.home / f"{name}.log").read_text(errors="replace").splitlines()
 
     def stop(self) -> None:
         """SIGTERM everything (workers stop their queries and deregister), then make sure."""

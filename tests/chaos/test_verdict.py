@@ -23,8 +23,8 @@ STATUS = """\
 class _Logs:
     """The cluster's logs as the run left them (no processes: only what broker_wedge reads)."""
 
-    def grep(self, pattern: str) -> list[re.Match]:
-        return [m for line in LOG.splitlines() if (m := re.search(pattern, line))]
+    def grep(self, pattern: str) -> list[str]:
+        return [line for line in LOG.splitlines() if re.search(pattern, line)]
 
 
 def _run(writer: str, status: str = STATUS, topic: str = "A.Averages") -> ChaosRun:

@@ -70,12 +70,19 @@ class Cluster:
         return host.run(*self.cli(*args), env=self.env(host), stdin=stdin, timeout=timeout)
 
     def logs(self) -> str:
-        parts = []
-        for host in self.hosts.values():
-            for log in sorted(host.home.glob("*.log")):
-                lines = [line for line in log.read_text(errors="replace").splitlines() if not line.startswith("\tat ")]  # a JVM's stack frames
-                parts.append(f"--- {host.name}/{log.name}\n" + "\n".join(lines[-40:]))
-        return "\n".join(parts)
+        return "\n".join(f"--- {name}\n" + "\n".join(lines[-40:]) for name, lines in self._log_lines())
+
+    def grep(self, pattern: str) -> list[str]:
+        """Every line of every host's logs that matches `pattern`."""
+        return [line for _name, lines in self._log_lines() for line in lines if re.search(pattern, line)]
+
+    def _log_lines(self) -> list[tuple[str, list[str]]]:
+        """(host/log name, its lines but a JVM's stack frames) for every log of every host."""
+        return [
+            (f"{host.name}/{log.name}", [line for line in log.read_text(errors="replace").splitlines() if not line.startswith("\tat ")])
+            for host in self.hosts.values()
+            for log in sorted(host.home.glob("*.log"))
+        ]
 
     def remove(self) -> None:
         self.network.remove()
@@ -200,11 +207,4 @@ def broker_wedge(cluster: Cluster) -> str | None:
     if found.returncode != 0:
         return None
     held = {(t, p): (start, headers) for t, p, start, headers in json.loads(found.stdout.strip().splitlines()[-1])}
-    lines = [
-        line
-        for h in cluster.hosts.values()
-        for log in sorted(h.home.glob("*.log"))
-        for line in log.read_text(errors="replace").splitlines()
-        if re.search(WRITER_LINE, line)
-    ]
-    return wedge_evidence(held, OUTPUT_TOPIC, lines, cluster.operator("status").stdout)
+    return wedge_evidence(held, OUTPUT_TOPIC, cluster.grep(WRITER_LINE), cluster.operator("status").stdout)
