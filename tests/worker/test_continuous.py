@@ -111,7 +111,7 @@ class Killed(Exception):
 def killed_before_commit(loop) -> None:
     """Fault injection: the loop's next commit of a turn with outputs sends them to the broker, in its
     open transaction, then dies as a SIGKILL would (leaving the transaction open; nothing aborts it)."""
-    txn = loop._txn
+    txn = loop.exactly_once.publisher
     real = txn.commit
 
     def commit(offsets, metadata="", **kw):
@@ -187,7 +187,7 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
         time.sleep(0.05)
     assert old.loop.stats.rows_in_total, "the first owner read nothing"
     new = Running(kafka, plan_instance(instance.name, instance.siddhi))
-    while not (new.loop.delivery == "exactly-once" and new.loop.stats.replayed and not new.loop.replay_until) and time.monotonic() < deadline + 60:
+    while not (new.loop.delivery == "exactly-once" and new.loop.stats.replayed and not new.loop.exactly_once.replay_until) and time.monotonic() < deadline + 60:
         time.sleep(0.05)  # the new owner took over: it replayed what the old one had committed
     publish_trades(kafka, topology, rows[500:], stamps[500:])
     old.thread.join(60)
@@ -240,7 +240,7 @@ def test_a_loop_whose_lease_runs_out_stops_at_once_without_a_checkpoint(kafka):
     deadline = time.monotonic() + 30
     while not running.line.checkpoints and time.monotonic() < deadline:
         time.sleep(0.05)  # started: the checkpoint every loop takes at its start, with its output marks
-    txn, left = running.loop._txn, []
+    txn, left = running.loop.exactly_once.publisher, []
     assert txn is not None
     leave = txn.leave
     txn.leave = lambda: (left.append(True), leave())[1]  # type: ignore[method-assign]

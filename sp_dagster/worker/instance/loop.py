@@ -13,7 +13,8 @@ timers fire on time (`advance`). Every `checkpoint_interval_s` (and when asked, 
 stop with save) the loop hands the control a *checkpoint*: the engine snapshot together with the
 input offsets it covers, taken after the outputs of those inputs were acknowledged. Restored, a
 checkpoint resumes the engine and re-reads from its offsets; what the instance publishes again
-carries the same origins, so the next group drops it (`InstanceRuntime`). A checkpoint whose
+carries the same origins, so the next group drops it (`InstanceRuntime`); with transactions, what its
+predecessor committed is run again without publishing (`exactly_once.py`). A checkpoint whose
 offsets belong to other incarnations of the topics, or whose state does not fit the partial
 app, is not resumed silently (`checkpoints.py`).
 
@@ -31,12 +32,12 @@ from typing import Protocol
 
 from sp_dagster.errors import MessagingError
 from sp_dagster.messaging.codecs import RawCodec
-from sp_dagster.messaging.transport import EARLIEST, Reader, TransactionalPublisher, Transport
+from sp_dagster.messaging.transport import EARLIEST, Reader, Transport
 from sp_dagster.wording import counted
 from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
-from sp_dagster.worker.instance.checkpoints import Checkpoint, incarnation_digest, resume, topic_incarnations
+from sp_dagster.worker.instance.checkpoints import Checkpoint, resume, topic_incarnations
 from sp_dagster.worker.instance.connections import Connections
-from sp_dagster.worker.instance.leaked_outputs import LeakedOutputs, own_prefixes
+from sp_dagster.worker.instance.exactly_once import ExactlyOnce
 from sp_dagster.worker.instance.plan import InstancePlan
 from sp_dagster.worker.instance.runtime import ORIGIN_HEADER, InstanceRuntime, Message
 from sp_dagster.worker.instance.sinks import HttpSinks
@@ -136,14 +137,9 @@ class InstanceLoop:
         self._set_aside: str | None = None
         self._fresh = False  # start empty at the committed offsets (see _resume)
         self.readers: list[tuple[str, Reader]] = []
-        self._txn: TransactionalPublisher | None = None  # the transactional publisher (exactly-once), when the layer has transactions
+        self.exactly_once: ExactlyOnce | None = None  # transactions, when asked for and the layer has them
         self._claim_ended = False  # stopping because another owner takes over: its open transaction is left to that owner
-        self._txn_topics: set[str] = set()  # inputs whose offsets its transactions commit (this cluster's)
-        self._txn_stamp = ""  # the incarnations of those inputs, stamped on every commit
-        self.replay_until: dict[tuple[str, int], int] = {}  # inputs whose outputs up to here are already published
-        self.replay_clock: int | None = None
         self._marks: dict[tuple[str, int], int] = {}  # where the outputs ended: kept in checkpoints (leaked_outputs.py)
-        self._leaked: LeakedOutputs | None = None
         self._batched_in, self._batched_out = batched_inputs(plan), batched_outputs(plan)
         self.stats = _Stats()
         self.draining = False  # read the inputs to their end before the last checkpoint (a rescale)
@@ -192,57 +188,19 @@ class InstanceLoop:
     def _start_transactions(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
         """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read,
         of all those `read`); replay silently up to what the last owner committed (start there, when fresh)."""
-        try:
-            name = f"sp-dagster.{self.plan.name}"
-            self._txn = self.transport.transactional_publisher(name, name, self.settings.abandoned_after_s)
-        except MessagingError as exc:
-            log.warning("%s: no transactions on this broker (%s): outputs are at-least-once, replays dropped by origin", self.plan.name, exc)
+        eo = ExactlyOnce.start(self.plan, self.transport, self.settings.abandoned_after_s, self.control.lease_left, self.incarnations, inputs)
+        if eo is None:
             return
-        if self._txn is None:
-            return
-        self._txn.time_left = self.control.lease_left
-        self.connections.use_own(self._txn)
-        self._txn_topics = {topic for topic, _p in inputs}
-        self._txn_stamp = incarnation_digest({t: i for t, i in self.incarnations.items() if t in self._txn_topics})
-        for place, (offset, metadata) in self._txn.committed(inputs).items():
-            clock, _, stamp = metadata.partition(":")
-            if stamp and stamp != self._txn_stamp:
-                continue  # committed while reading other incarnations of these topics: says nothing about these
-            if offset > self.positions.get(place, 0):
-                if self._fresh:
-                    self.positions[place] = offset  # what came before built the state that was dropped
-                else:
-                    self.replay_until[place] = offset
-            if clock.isdigit():
-                self.replay_clock = max(self.replay_clock or 0, int(clock))
-        if self.replay_until:
-            log.info("%s: replaying %s without publishing: their outputs were committed before", self.plan.name, self.replay_until)
-        self._find_leaked(inputs, read)
-
-    def _txn_outputs(self) -> list[str]:
-        """The output topics on this cluster (what the transactions publish to)."""
-        return sorted({t for o in self.plan.outputs if not o.bootstrap and not o.nats for t in (o.topic, *o.topics) if t})
-
-    def _find_leaked(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
-        """Read the outputs from the start checkpoint's marks on for what a dead owner's open transaction
-        let through (leaked_outputs.py): `inputs` are this cluster's input partitions, `read` all of them."""
-        assert self._txn is not None
-        if not self.transport.profile.probe_leaked:
-            return  # the broker aborts an open transaction when its next owner starts (Kafka's way)
-        outputs = self._txn_outputs()
-        marks = {place: mark for place, mark in self._marks.items() if place[0] in outputs}
-        if not marks:
-            return
-        horizon = {(t, p): end for t in {t for t, _p in inputs} for p, end in self.transport.end_offsets(t).items() if (t, p) in inputs}
-        prefixes = own_prefixes(self.runtime.group, self.plan.stateless, read, self.runtime.clock_origin)
-        self._leaked = LeakedOutputs(self._txn.headers_since(marks, ORIGIN_HEADER), prefixes, horizon, _now_ms())
-        if self._leaked:
-            log.info("%s: %s published since its checkpoint: none computed again is published twice", self.plan.name, counted(self._leaked.count, "output"))
+        self.exactly_once = eo
+        self.connections.use_own(eo.publisher)
+        self.positions.update(eo.take_over(inputs, self.positions, fresh=self._fresh))
+        runtime = self.runtime
+        eo.find_leaked(self.transport, self._marks, inputs, read, runtime.group, self.plan.stateless, runtime.clock_origin, _now_ms())
 
     @property
     def delivery(self) -> str:
         """exactly-once (transactions) or at-least-once (origins let the next group drop replays)."""
-        return "exactly-once" if self._txn is not None else "at-least-once"
+        return "exactly-once" if self.exactly_once is not None else "at-least-once"
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -251,7 +209,7 @@ class InstanceLoop:
         gc.freeze()  # what exists now lives as long as the loop: keep it out of every collection
         self._open()
         self.control.metrics(self.metrics())  # at once: a state reset is told before the first turn
-        if self._txn is not None and not self._marks:
+        if self.exactly_once is not None and not self._marks:
             self._checkpoint()  # output marks from the start: a successor finds what a first open transaction let through
         watch = StuckWatch(self.plan.name)
         try:
@@ -319,11 +277,12 @@ class InstanceLoop:
         messages = self._poll(self._wait_s())
         processed = time.perf_counter()
         now = _now_ms()
-        if self.replay_until:
+        replaying = self.exactly_once is not None and self.exactly_once.replay_until
+        if replaying:
             messages = self._replay(messages, now)
         if messages:
             out = self.runtime.process(messages, now)
-        elif not self.replay_until and self.runtime.on_wall_clock and (wakeup := self.runtime.next_wakeup()) is not None and wakeup <= now:
+        elif not replaying and self.runtime.on_wall_clock and (wakeup := self.runtime.next_wakeup()) is not None and wakeup <= now:
             out = self.runtime.advance(now)
         else:
             return 0
@@ -356,23 +315,18 @@ class InstanceLoop:
         Wall-clock time moves with the replayed messages' own times, only as far as the last committed
         turn had seen (where the broker keeps it with the offsets), so what timers fired by then is
         dropped too and what they fire later is published."""
-        bounds = dict(self.replay_until)
-        replayed = [m for m in messages if m.offset < bounds.get((m.topic, m.partition), -1)]
+        eo = self.exactly_once
+        assert eo is not None
+        replayed, rest = eo.split_replay(messages)
         if replayed:
-            self.runtime.replay(replayed, min(now, self.replay_clock or now))
+            self.runtime.replay(replayed, min(now, eo.replay_clock or now))
             self._advance_positions(replayed)
             self.stats.replayed += len(replayed)
-        for place, end in list(self.replay_until.items()):
-            if self.positions.get(place, 0) >= end:
-                del self.replay_until[place]
-        if not messages and self.replay_until:
-            # A committed offset the topic no longer reaches (the topic was recreated): nothing to replay there.
-            behind = {(t, p): n for t, r in self.readers for p, n in (r.backlog() or {}).items()}
-            for place in [p for p in self.replay_until if behind.get(p) == 0]:
-                log.warning("%s: %s:%d ends before its committed offset %d; replay there is over", self.plan.name, *place, self.replay_until.pop(place))
-        if bounds and not self.replay_until:
-            log.info("%s: replay done (%d messages); publishing again", self.plan.name, self.stats.replayed)
-        return [m for m in messages if m.offset >= bounds.get((m.topic, m.partition), -1)] if replayed else messages
+        eo.replay_done(self.positions, self._backlog, idle=not messages, replayed=self.stats.replayed)
+        return rest
+
+    def _backlog(self) -> dict[tuple[str, int], int]:
+        return {(t, p): n for t, r in self.readers for p, n in (r.backlog() or {}).items()}
 
     def _wait_s(self) -> float:
         wait = self.settings.idle_wait_s
@@ -406,8 +360,8 @@ class InstanceLoop:
     def _publish(self, out: list[Message], now: int) -> float:
         """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed;
         returns when (perf_counter) producing ended and the wait began."""
-        if self._leaked:
-            out = self._leaked.drop(out)
+        if self.exactly_once is not None:
+            out = self.exactly_once.drop_leaked(out)
         if self.http_sinks is not None:
             # HTTP first: a turn's offsets are committed only once its requests ended (or went to dead letters).
             out = self.http_sinks.deliver(out, self.settings.dead_letter_topic, self.settings.flush_timeout_s)
@@ -422,11 +376,10 @@ class InstanceLoop:
             publisher.produce_all(((m.topic, m.value, m.key, m.partition, m.timestamp, m.origin) for m in messages), ORIGIN_HEADER)
         produced = time.perf_counter()
         for publisher in self.connections.publishers:  # other layers first: the transaction commits the inputs as done
-            if publisher is not self._txn and publisher in groups:
+            if (self.exactly_once is None or publisher is not self.exactly_once.publisher) and publisher in groups:
                 publisher.flush(max(1.0, min(self.settings.flush_timeout_s, self.control.lease_left())))
-        if self._txn is not None:
-            offsets = {place: o for place, o in self.positions.items() if place[0] in self._txn_topics}
-            self._txn.commit(offsets, f"{now}:{self._txn_stamp}", retry_while=self.control.lease_ok)
+        if self.exactly_once is not None:
+            self.exactly_once.commit(self.positions, now, self.control.lease_ok)
         return produced
 
     def _checkpoint(self) -> None:
@@ -438,23 +391,12 @@ class InstanceLoop:
         self._set_aside = None
 
     def _mark_outputs(self) -> None:
-        """Note where the outputs end now (between turns: nothing of this loop's is open), unless
-        outputs a dead owner let through may still be met: the old marks then stay."""
-        clock = self.runtime.engine.clock.now() if self.runtime.on_wall_clock else None
-        if self._txn is None or (self._leaked is not None and self._leaked.pending(self.positions, clock)):
-            return
-        if self._leaked is not None and self._leaked.dropped:
-            log.warning(
-                "%s: found %s on the output topics already, let through from the open transaction of an owner "
-                "that died (the broker did not abort it): not published again",
-                self.plan.name,
-                counted(self._leaked.dropped, "output"),
-            )
-        self._leaked = None
-        try:
-            self._marks = self._txn.marks(self._txn_outputs())
-        except MessagingError as exc:  # the earlier marks stay right (only older)
-            log.warning("%s: could not list where the output topics end (%s)", self.plan.name, exc)
+        """Note where the outputs end now, unless outputs a dead owner let through may still be met."""
+        if self.exactly_once is not None:
+            clock = self.runtime.engine.clock.now() if self.runtime.on_wall_clock else None
+            marks = self.exactly_once.mark_outputs(self.positions, clock)
+            if marks is not None:
+                self._marks = marks
 
     def metrics(self) -> dict:
         """Rows in/out, events/s, lag, processing latency (ms from a poll's return to its outputs' acknowledgement)
@@ -500,7 +442,7 @@ class InstanceLoop:
             except Exception as exc:  # closing after a broker outage
                 log.debug("%s: closing a reader: %s", self.plan.name, exc)
         self.readers = []
-        for exc in self.connections.close(leave=self._txn if self._claim_ended else None):
+        for exc in self.connections.close(leave=self.exactly_once.publisher if self._claim_ended and self.exactly_once else None):
             log.debug("%s: closing a publisher: %s", self.plan.name, exc)
         if self.http_sinks is not None:
             self.http_sinks.close()

@@ -1,0 +1,148 @@
+"""An instance's exactly-once duties: each turn's outputs and input offsets in one transaction.
+
+`ExactlyOnce.start` opens the instance's transactional publisher (named after the instance, so
+its next owner fences it) and reads what the last owner committed: the offsets, the wall clock
+of its last turn, the incarnations it read. The loop then runs the inputs up to those offsets
+without publishing (`split_replay`, `replay_done`). Where the broker lets a dead owner's open
+transaction through (tansu), it also finds those outputs and drops them when they are computed
+again (leaked_outputs.py). Each turn ends with `commit`; each checkpoint records where the
+outputs end (`mark_outputs`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from sp_dagster.errors import MessagingError
+from sp_dagster.messaging.transport import TransactionalPublisher, Transport
+from sp_dagster.wording import counted
+from sp_dagster.worker.instance.checkpoints import incarnation_digest
+from sp_dagster.worker.instance.leaked_outputs import LeakedOutputs, own_prefixes
+from sp_dagster.worker.instance.plan import InstancePlan
+from sp_dagster.worker.instance.runtime import ORIGIN_HEADER, Message
+
+log = logging.getLogger(__name__)
+
+Place = tuple[str, int]  # (topic, partition)
+
+
+class ExactlyOnce:
+    """The transactions of one instance (see the module docstring)."""
+
+    def __init__(self, plan: InstancePlan, publisher: TransactionalPublisher, topics: set[str], stamp: str):
+        self.name = plan.name
+        self.publisher = publisher
+        self.topics = topics  # inputs whose offsets the transactions commit (this cluster's)
+        self.stamp = stamp  # the incarnations of those inputs, stamped on every commit
+        self.outputs = sorted({t for o in plan.outputs if not o.bootstrap and not o.nats for t in (o.topic, *o.topics) if t})
+        self.replay_until: dict[Place, int] = {}  # inputs whose outputs up to here are already published
+        self.replay_clock: int | None = None  # the wall clock of the last committed turn
+        self.leaked: LeakedOutputs | None = None
+
+    @classmethod
+    def start(
+        cls,
+        plan: InstancePlan,
+        transport: Transport,
+        abandoned_after_s: float | None,
+        lease_left: Callable[[], float],
+        incarnations: Mapping[str, str],
+        inputs: list[Place],
+    ) -> ExactlyOnce | None:
+        """Transactions for `plan` committing the offsets of `inputs` (this cluster's), or None where the layer has none."""
+        try:
+            name = f"sp-dagster.{plan.name}"
+            publisher = transport.transactional_publisher(name, name, abandoned_after_s)
+        except MessagingError as exc:
+            log.warning("%s: no transactions on this broker (%s): outputs are at-least-once, replays dropped by origin", plan.name, exc)
+            return None
+        if publisher is None:
+            return None
+        publisher.time_left = lease_left
+        topics = {topic for topic, _p in inputs}
+        return cls(plan, publisher, topics, incarnation_digest({t: i for t, i in incarnations.items() if t in topics}))
+
+    def take_over(self, inputs: list[Place], positions: Mapping[Place, int], *, fresh: bool) -> dict[Place, int]:
+        """Read what the last owner committed for `inputs`: past `positions`, it is replayed without
+        publishing, or (`fresh`: the state it built was dropped) returned as where to start instead."""
+        start: dict[Place, int] = {}
+        for place, (offset, metadata) in self.publisher.committed(inputs).items():
+            clock, _, stamp = metadata.partition(":")
+            if stamp and stamp != self.stamp:
+                continue  # committed while reading other incarnations of these topics: says nothing about these
+            if offset > positions.get(place, 0):
+                if fresh:
+                    start[place] = offset
+                else:
+                    self.replay_until[place] = offset
+            if clock.isdigit():
+                self.replay_clock = max(self.replay_clock or 0, int(clock))
+        if self.replay_until:
+            log.info("%s: replaying %s without publishing: their outputs were committed before", self.name, self.replay_until)
+        return start
+
+    def find_leaked(
+        self, transport: Transport, marks: Mapping[Place, int], inputs: list[Place], read: list[Place], group: str, stateless: bool, clock: str, now: int
+    ) -> None:
+        """Read the outputs from the start checkpoint's `marks` on for what a dead owner's open transaction
+        let through (leaked_outputs.py): `inputs` are this cluster's input partitions, `read` all of them."""
+        if not transport.profile.probe_leaked:
+            return  # the broker aborts an open transaction when its next owner starts (Kafka's way)
+        marks = {place: mark for place, mark in marks.items() if place[0] in self.outputs}
+        if not marks:
+            return
+        horizon = {(t, p): end for t in {t for t, _p in inputs} for p, end in transport.end_offsets(t).items() if (t, p) in inputs}
+        self.leaked = LeakedOutputs(self.publisher.headers_since(marks, ORIGIN_HEADER), own_prefixes(group, stateless, read, clock), horizon, now)
+        if self.leaked:
+            log.info("%s: %s published since its checkpoint: none computed again is published twice", self.name, counted(self.leaked.count, "output"))
+
+    def split_replay(self, messages: list[Message]) -> tuple[list[Message], list[Message]]:
+        """(the messages whose outputs the last owner committed, the rest)."""
+        bounds = self.replay_until
+        replayed = [m for m in messages if m.offset < bounds.get((m.topic, m.partition), -1)]
+        if not replayed:
+            return [], messages
+        return replayed, [m for m in messages if m.offset >= bounds.get((m.topic, m.partition), -1)]
+
+    def replay_done(self, positions: Mapping[Place, int], backlog: Callable[[], Mapping[Place, int]], *, idle: bool, replayed: int) -> None:
+        """End the replay of every input read up to its bound; `idle` (nothing read this turn): also of
+        those whose topic ends before the bound (it was recreated)."""
+        was = bool(self.replay_until)
+        for place, end in list(self.replay_until.items()):
+            if positions.get(place, 0) >= end:
+                del self.replay_until[place]
+        if idle and self.replay_until:
+            behind = backlog()
+            for place in [p for p in self.replay_until if behind.get(p) == 0]:
+                log.warning("%s: %s:%d ends before its committed offset %d; replay there is over", self.name, *place, self.replay_until.pop(place))
+        if was and not self.replay_until:
+            log.info("%s: replay done (%d messages); publishing again", self.name, replayed)
+
+    def drop_leaked(self, out: list[Message]) -> list[Message]:
+        """`out` without the outputs a dead owner's open transaction let through."""
+        return self.leaked.drop(out) if self.leaked else out
+
+    def commit(self, positions: Mapping[Place, int], now: int, lease_ok: Callable[[], bool]) -> None:
+        """End the turn's transaction with its input offsets (and its wall clock, for the next owner's replay)."""
+        offsets = {place: o for place, o in positions.items() if place[0] in self.topics}
+        self.publisher.commit(offsets, f"{now}:{self.stamp}", retry_while=lease_ok)
+
+    def mark_outputs(self, positions: Mapping[Place, int], clock: int | None) -> dict[Place, int] | None:
+        """Where the outputs end now (between turns: nothing is open), or None while outputs a dead
+        owner let through may still be met (the old marks stay); `clock`: the engine's wall clock."""
+        if self.leaked is not None and self.leaked.pending(positions, clock):
+            return None
+        if self.leaked is not None and self.leaked.dropped:
+            log.warning(
+                "%s: found %s on the output topics already, let through from the open transaction of an owner "
+                "that died (the broker did not abort it): not published again",
+                self.name,
+                counted(self.leaked.dropped, "output"),
+            )
+        self.leaked = None
+        try:
+            return self.publisher.marks(self.outputs)
+        except MessagingError as exc:  # the earlier marks stay right (only older)
+            log.warning("%s: could not list where the output topics end (%s)", self.name, exc)
+            return None
