@@ -16,6 +16,7 @@ from pathlib import Path
 from sp_dagster.deploy.errors import DeployError
 from sp_dagster.errors import TopicCannotGrow
 from sp_dagster.siddhi import SiddhiQLError, ast, load
+from sp_dagster.siddhi.transports import WIRE_FORMATS
 from sp_dagster.siddhi.validate import read_text
 from sp_dagster.topology import Topology, plan
 from sp_dagster.wording import counted
@@ -172,6 +173,7 @@ def state_changes(plane, topology: Topology, *, fresh: bool = False) -> list[str
     from sp_dagster.deploy.rescale import check_rescales, rescales
     from sp_dagster.engine.stateparts import carry_over
 
+    check_wire_formats(plane, topology.app)
     found = rescales(plane, topology)
     lines = check_rescales(found, fresh=fresh)
     restarting = {r.group for r in found if not r.stateless}
@@ -181,6 +183,22 @@ def state_changes(plane, topology: Topology, *, fresh: bool = False) -> list[str
         if old is not None and old != spec.siddhi_app and spec.extra["group"] not in restarting:
             lines.append(f"{spec.instance_id}: {carry_over(old, spec.siddhi_app).describe()}")
     return lines
+
+
+def check_wire_formats(plane, app: str) -> None:
+    """DeployError when the recorded deployment's topics hold a wire format this version cannot read
+    (a newer sp-dagster recorded it): going on would dead-letter every event in them."""
+    from sp_dagster.cluster.store.deployments import get_deployment
+
+    recorded = get_deployment(plane, app)
+    topics = (recorded.plan.get("topics") or []) if recorded is not None else []
+    unknown = [(t["name"], t["wire"]) for t in topics if t.get("wire") not in (None, *WIRE_FORMATS)]
+    if unknown:
+        name, wire = unknown[0]
+        raise DeployError(
+            f"{app}: topic {name} holds events in wire format '{wire}', recorded by a newer sp-dagster, which this version "
+            f"({', '.join(WIRE_FORMATS)}) cannot read: deploy with that version, or undeploy with --delete-topics first (their events are lost)"
+        )
 
 
 def record(plane, loaded: LoadedApp, topology: Topology, *, fresh: bool = False, timeout: float = 120.0):

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from itertools import accumulate
 
 from sp_dagster.messaging.errors import EventDecodeError
+from sp_dagster.siddhi.transports import BATCH_WIRE
 
 MAGIC = 0xB2
-VERSION = 1
+VERSION = int(BATCH_WIRE.rpartition("/")[2])  # the plans' name for this format is `BATCH_WIRE`
 _HEAD = struct.Struct("<BBI")
 #: Largest batch body aimed at (bytes): well below the 1 MB that brokers and clients take by default.
 MAX_BYTES = 256 * 1024

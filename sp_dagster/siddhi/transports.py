@@ -67,8 +67,13 @@ MAPS = {
     "csv": (("delimiter", "header", "event.grouping.enabled", "fail.on.unknown.attribute"), ("delimiter", "header", "event.grouping.enabled")),
     "keyvalue": (("fail.on.missing.attribute",), ()),
     "xml": (("enclosing.element", "fail.on.missing.attribute"), ("enclosing.element", "validate.xml")),
-    "binary": ((), ()),  # between execution groups
+    "binary": (("wire",), ("wire",)),  # between execution groups
 }
+#: The wire formats of `@map(type='binary')` (inter-group topics) that plans record as its `wire`: one
+#: event per message (what a map without `wire` means: planned before batches), or event batches
+#: (`messaging/batches.py`). A worker refuses a format it does not know instead of misreading it.
+EVENT_WIRE, BATCH_WIRE = "event/1", "batch/1"
+WIRE_FORMATS = (EVENT_WIRE, BATCH_WIRE)
 LOG_PRIORITIES = ("INFO", "DEBUG", "WARN", "ERROR", "FATAL", "TRACE", "OFF")
 HTTP_METHODS = ("POST", "PUT", "GET", "DELETE", "PATCH")
 _TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -384,6 +389,13 @@ def _check_map(annotation: ast.Annotation, role: str, names: set[str], report: R
             )
     for key in ("fail.on.missing.attribute", "event.grouping.enabled", "header", "validate.json", "validate.xml"):
         _boolean_option(mapping, key, report)
+    wire = mapping.element("wire")
+    if wire is not None and wire.value not in WIRE_FORMATS:
+        report(
+            f"wire format '{wire.value}' is not one this version of sp-dagster reads or writes ({', '.join(WIRE_FORMATS)}): "
+            "the app was planned by a newer version; upgrade sp-dagster on this machine.",
+            wire,
+        )
     for nested in mapping.annotations:
         nested_kind = nested.name.lower()
         if role == "source" and nested_kind == "attributes":

@@ -6,7 +6,8 @@ import json
 
 from sp_dagster.siddhi import SiddhiQLError
 from sp_dagster.siddhi.secrets import mask_secrets
-from sp_dagster.topology.model import FIELD_GROUPING, ExecutionGroup, Topology
+from sp_dagster.siddhi.transports import BATCH_WIRE
+from sp_dagster.topology.model import FIELD_GROUPING, INTERNAL, ExecutionGroup, Topology
 
 
 def to_dict(topology: Topology) -> dict:
@@ -14,7 +15,9 @@ def to_dict(topology: Topology) -> dict:
     return {
         "app": topology.app,
         "groups": [_group(group) for group in topology.groups],
-        "topics": [{"name": topic.name, "partitions": topic.partitions} for topic in topology.topics],
+        "topics": [
+            {"name": topic.name, "partitions": topic.partitions, **({"wire": BATCH_WIRE} if topic.role == INTERNAL else {})} for topic in topology.topics
+        ],
     }
 
 

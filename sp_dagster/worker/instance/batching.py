@@ -3,7 +3,9 @@
 An instance publishes what one turn produced for a partition of an inter-group topic as one
 message (`messaging/batches.py`), and its reader hands the engine each event of a batch as the
 message it once was: its own timestamp, key and origin, and its place in the batch (`index`).
-Single-event messages (an app deployed before batches, `sp-dagster produce`) read as before.
+Single-event messages (`sp-dagster produce`, an app planned before batches) read as before. The
+plan records each topic's wire format on its map (`wire`); an app planned before batches has
+none, so its instances go on publishing one event per message, which workers of that time read.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Iterable, Sequence
 
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging import batches
+from sp_dagster.messaging.maps import MapSpec
+from sp_dagster.siddhi.transports import BATCH_WIRE, EVENT_WIRE
 from sp_dagster.worker.instance.plan import InstancePlan
 from sp_dagster.worker.instance.runtime import Message
 
@@ -30,8 +34,13 @@ def batched_inputs(plan: InstancePlan) -> frozenset[str]:
 
 
 def batched_outputs(plan: InstancePlan) -> frozenset[str]:
-    """The output topics the instance publishes batches to (those between execution groups)."""
-    return frozenset(t for o in plan.outputs if o.codec == BATCHED_MAP for t in (o.topic, *o.topics) if t)
+    """The output topics the instance publishes batches to (those between execution groups whose plan says so)."""
+    return frozenset(t for o in plan.outputs if o.codec == BATCHED_MAP and wire_of(o.mapping) == BATCH_WIRE for t in (o.topic, *o.topics) if t)
+
+
+def wire_of(mapping: MapSpec | None) -> str:
+    """The wire format a binary map records (one event per message when it records none)."""
+    return (mapping.option("wire") if mapping is not None else None) or EVENT_WIRE
 
 
 def expand(topic: str, raws: Iterable[Sequence]) -> list[Message]:
