@@ -1,6 +1,7 @@
 """The building blocks of sp_dagster.dagster in a user's own Definitions (own resource keys), and the YAML component."""
 
 import dagster as dg
+import pytest
 
 from sp_dagster.cluster.store.deployments import get_deployment
 from sp_dagster.dagster import (
@@ -140,6 +141,42 @@ def test_the_component_is_registered_for_dg():
     from dagster_shared.serdes.objects import EnvRegistryKey
 
     assert EnvRegistryKey(name="SpDagsterComponent", namespace="sp_dagster.dagster") in discover_entry_point_package_objects()
+
+
+@pytest.mark.slow
+def test_dg_lists_the_component_and_check_defs_fails_on_a_wrong_conf_and_passes_on_a_good_one(tmp_path):
+    """The real `dg` CLI in a project of the user's: what the docs tell a dg user to run."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dg_cli = Path(sys.executable).parent / "dg"
+    env = {**os.environ, "SP_DAGSTER_HOME": str(tmp_path / "home"), "PYTHONPATH": str(tmp_path / "project" / "src")}
+    listed = subprocess.run([str(dg_cli), "list", "components"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert listed.returncode == 0 and "sp_dagster.dagster.SpDagsterComponent" in listed.stdout, listed.stdout + listed.stderr
+    project = tmp_path / "project"
+    folder = project / "src" / "proj" / "defs" / "streaming"
+    folder.mkdir(parents=True)
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "proj"\nversion = "0.1.0"\n[tool.dg]\ndirectory_type = "project"\n[tool.dg.project]\nroot_module = "proj"\n'
+    )
+    (project / "src" / "proj" / "__init__.py").write_text("")
+    (project / "src" / "proj" / "defs" / "__init__.py").write_text("")
+    (project / "src" / "proj" / "definitions.py").write_text(
+        "from pathlib import Path\nimport dagster as dg\n\n\n@dg.definitions\ndef defs():\n"
+        "    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)\n"
+    )
+    shutil.copytree(Path(__file__).resolve().parents[2] / "conf", folder / "conf")
+    checks = {}
+    for conf in ("no-such-conf", "conf"):
+        (folder / "defs.yaml").write_text(f"type: sp_dagster.dagster.SpDagsterComponent\nattributes:\n  conf: {conf}\n")
+        checks[conf] = subprocess.run([str(dg_cli), "check", "defs"], cwd=project, capture_output=True, text=True, timeout=300, env=env)
+    wrong, good = checks["no-such-conf"], checks["conf"]
+    assert wrong.returncode != 0, wrong.stdout + wrong.stderr
+    assert f"{folder / 'defs.yaml'}: conf 'no-such-conf' ({folder / 'no-such-conf'}) does not exist" in wrong.stdout + wrong.stderr
+    assert good.returncode == 0 and "All definitions loaded successfully" in good.stdout + good.stderr, good.stdout + good.stderr
 
 
 def test_the_docs_composition_example_loads_from_another_directory(tmp_path):
