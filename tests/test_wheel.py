@@ -40,8 +40,8 @@ def test_a_wheel_runs_from_an_empty_directory(tmp_path, sp_home):
     empty = tmp_path / "empty"
     empty.mkdir()
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SP_DAGSTER_CONF", "SP_DAGSTER_WORKER_CONF")}
-    env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", SP_DAGSTER_HOME=str(sp_home), SP_KAFKA_BOOTSTRAP=f"localhost:{port}")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SP_DAGSTER_CONF", "SP_DAGSTER_WORKER_CONF", "SP_KAFKA_BOOTSTRAP")}
+    env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", SP_DAGSTER_HOME=str(sp_home))  # the commands find the stack through its record
 
     def cli(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
         result = subprocess.run(["sp-dagster", *args], cwd=empty, env=env, input=stdin, capture_output=True, text=True, timeout=timeout)
