@@ -379,7 +379,9 @@ def summary(stack: Stack) -> str:
         lines += [f"  {consume}:AveragePriceStream   the averages, live", f"  {consume}:PriceAlertStream     the alerts"]
     lines += [
         f"  {logs}/                 every process's log",
-        f"Deploy an app: drop a .siddhi file into {facts['apps']} (the app repository the sensor watches), or sp-dagster deploy APP.siddhi.",
+        f"Deploy an app: drop a .siddhi file into {facts['apps']} (the app repository the sensor watches), or sp-dagster deploy APP.siddhi."
+        if facts.get("ui")
+        else "Deploy an app: sp-dagster deploy APP.siddhi (with --no-ui no sensor watches an app repository).",
         f"Commands run with SP_DAGSTER_HOME={home()} and no --conf use this stack's confs (sp-dagster config where).",
         "Stop everything: sp-dagster down",
     ]

@@ -8,6 +8,7 @@ from sp_dagster.siddhi import SiddhiQLError
 from sp_dagster.siddhi.secrets import mask_secrets
 from sp_dagster.siddhi.transports import BATCH_WIRE
 from sp_dagster.topology.model import FIELD_GROUPING, INTERNAL, ExecutionGroup, Topology
+from sp_dagster.wording import counted
 
 
 def to_dict(topology: Topology) -> dict:
@@ -71,7 +72,7 @@ def _strategy(strategy: str, key: str | None) -> str:
 
 def render_text(topology: Topology) -> str:
     """A readable summary: each group with its inputs, outputs and instances (each with its SiddhiQL), then the topics."""
-    lines = [f"app {topology.app}: {len(topology.groups)} execution groups, {len(topology.topics)} topics"]
+    lines = [f"app {topology.app}: {counted(len(topology.groups), 'execution group')}, {counted(len(topology.topics), 'topic')}"]
     if not topology.create_topics:
         lines.append("topic creation disabled (@App:transportChannelCreationEnabled('false')): the topics must exist")
     for group in topology.groups:

@@ -80,6 +80,12 @@ def test_the_text_shows_every_partial_apps_siddhiql_under_its_name():
     assert len(topology.partial_apps) == 5
 
 
+def test_the_text_counts_in_the_right_number():
+    one = plan_text("@App:name('One')\ndefine stream In (a int);\n@sink(type='log')\ndefine stream Out (a int);\nfrom In select a insert into Out;\n")
+    assert render_text(one).splitlines()[0] == "app One: 1 execution group, 1 topic"
+    assert render_text(plan_text(SAMPLE.read_text(encoding="utf-8"))).splitlines()[0] == "app StockAlerts: 3 execution groups, 4 topics"
+
+
 def test_the_cli_output_does_not_depend_on_hash_seeds():
     outputs = {run_cli("plan", str(SAMPLE), "--format", "json", seed=seed).stdout for seed in ("1", "2", "3")}
     assert len(outputs) == 1
