@@ -26,6 +26,7 @@ from dagster._core.definitions.definitions_load_context import StateBackedDefini
 
 from sp_dagster.orchestration.aggregations import AGGREGATION_META, deployment_aggregations
 from sp_dagster.orchestration.errors import TranslatorError
+from sp_dagster.orchestration.graph_sync import graph_fingerprint
 from sp_dagster.orchestration.ops import code_block
 from sp_dagster.orchestration.resources import ControlPlaneResource
 from sp_dagster.siddhi.secrets import mask_secrets
@@ -36,6 +37,7 @@ CONTROL_PLANE_KEY = dg.AssetKey(["sp_dagster", "control_plane"])
 APP_META, GROUP_META = "sp_dagster/app", "sp_dagster/group"
 FRESHNESS = "sink_freshness_minutes"  # a snapshot's dagster.sinkFreshness
 SINK_META = "sp_dagster/sink"  # a topic's metadata: true on the app's sinks
+FINGERPRINT = "fingerprint"  # a snapshot's graph_sync.graph_fingerprint, as read
 
 
 def by_path(key: dg.AssetKey) -> tuple[str, ...]:
@@ -367,6 +369,7 @@ class DeploymentsLoader(StateBackedDefinitionsLoader[str]):
     def defs_from_state(self, state: str) -> dg.Definitions:
         """The definitions of a snapshot (at load, and again in every run worker)."""
         snapshot = json.loads(state)
+        snapshot[FINGERPRINT] = graph_fingerprint(snapshot)  # of what was read, even when it cannot be shown
         try:
             specs = build_asset_specs(snapshot, self.translator)
         except Exception as exc:  # a plan this version cannot read must not break the code location

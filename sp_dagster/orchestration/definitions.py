@@ -18,8 +18,9 @@ import dagster as dg
 
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.orchestration.aggregations import AGGREGATION_META, build_aggregation_checks, deployment_aggregations
-from sp_dagster.orchestration.assets import APP_META, GROUP_META, DeploymentsLoader, SpDagsterTranslator
+from sp_dagster.orchestration.assets import APP_META, FINGERPRINT, GROUP_META, DeploymentsLoader, SpDagsterTranslator, fetch_deployments
 from sp_dagster.orchestration.autoscaling import build_autoscaling_sensor
+from sp_dagster.orchestration.graph_sync import build_graph_sync_sensor
 from sp_dagster.orchestration.health import build_health_checks, topic_targets
 from sp_dagster.orchestration.jobs import build_node_jobs, deploy_job, rebalance_job, rescale_job, undeploy_job
 from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource, load_conf, spark_resource
@@ -98,10 +99,12 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
     )
 
     def from_snapshot(snapshot: dict, specs: list[dg.AssetSpec]) -> dg.Definitions:
-        """The assets, plus their health checks, job and schedule when there are partial apps."""
+        """The assets and the sensor keeping them in step with the control plane, plus their health checks, job and schedule when there are partial apps."""
+        read = lambda: fetch_deployments(control_plane_resource(manager_conf, resolved=True))  # noqa: E731
+        sync = build_graph_sync_sensor(snapshot[FINGERPRINT], read, settings, interval_seconds=settings.sensor_interval)
         targets = {s.key: (s.metadata[APP_META], s.metadata[GROUP_META]) for s in specs if GROUP_META in s.metadata}
         if not targets:
-            return dg.Definitions(assets=specs)
+            return dg.Definitions(assets=specs, sensors=[sync])
         checks = [build_health_checks(targets, topic_targets(snapshot, specs))]
         aggregations = {(d["app"], a["name"]): a for d in snapshot["deployments"] for a in deployment_aggregations(d)}
         found = {s.key: aggregations.get((s.metadata.get(APP_META), s.metadata.get(AGGREGATION_META))) for s in specs}
@@ -111,7 +114,9 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
         health = dg.define_asset_job(
             "health", selection=dg.AssetSelection.checks(*checks), description="Observe every partial app and aggregation and run their health checks."
         )
-        return dg.Definitions(assets=specs, asset_checks=checks, jobs=[health], schedules=[build_health_schedule(health, settings.health_interval)])
+        return dg.Definitions(
+            assets=specs, asset_checks=checks, jobs=[health], sensors=[sync], schedules=[build_health_schedule(health, settings.health_interval)]
+        )
 
     loader = DeploymentsLoader(control_plane_resource(manager_conf, resolved=True), from_snapshot, translator)
     return dg.Definitions.merge(static, loader.build_defs())

@@ -77,7 +77,8 @@ def test_partial_apps_and_topics_with_lineage_grouped_per_app(cluster, plane):
     assert {j.name for j in repo.get_all_jobs()} >= {"deploy", "undeploy", "rebalance", "rescale", "manager", "worker", "health"}
     assert {s.name for s in repo.schedule_defs} == {"rebalance_schedule", "health_schedule"}
     sensors = {s.name: s.default_status for s in repo.sensor_defs}
-    assert sensors == {"app_repository": dg.DefaultSensorStatus.RUNNING, "autoscaling": dg.DefaultSensorStatus.STOPPED}  # autoscaling is off by default
+    running, stopped = dg.DefaultSensorStatus.RUNNING, dg.DefaultSensorStatus.STOPPED
+    assert sensors == {"app_repository": running, "asset_graph_sync": running, "autoscaling": stopped}  # autoscaling is off by default
 
 
 def test_a_receiver_partial_app_shows_its_urls(cluster, plane):

@@ -17,6 +17,7 @@ import urllib.request
 
 import pytest
 
+from sp_dagster.deploy import steps
 from tests.fixtures.waiting import wait_until
 from tests.orchestration.conftest import command_lines
 from tests.orchestration.standin import StandInWorker
@@ -119,3 +120,10 @@ def test_sensor_deploys_assets_appear_health_runs_and_a_manager_run_stops_on_ter
     deploy = subprocess.run([*cli, "deploy", str(cluster.apps / "stock-alerts.siddhi"), "--no-wait"], env=env, capture_output=True, text=True, timeout=120)
     assert deploy.returncode == 0 and "Dagster: reloaded code location 'sp-dagster'" in deploy.stdout, deploy.stdout + deploy.stderr
     assert lineage(url)["StockAlerts/average"] == {"topics/StockAlerts.LargeTradeStream.symbol"}
+
+    # A change nobody tells this UI about (the manager API, another Dagster): the asset_graph_sync sensor reloads.
+    steps.undeploy(plane, "StockAlerts")
+    wait_until(lambda: "StockAlerts/filter" not in lineage(url), timeout=60, interval=1, what="the undeployed app gone from the graph, with no reload asked")
+    loaded = steps.load_app(cluster.apps / "stock-alerts.siddhi")
+    steps.record(plane, loaded, steps.plan_app(loaded))
+    wait_until(lambda: "StockAlerts/filter" in lineage(url), timeout=60, interval=1, what="the recorded app back in the graph, with no reload asked")
