@@ -110,6 +110,23 @@ def test_down_names_the_nodes_it_did_not_start_that_still_run(user, sp_home, lis
     assert said[1] == "sp-dagster is down, but for 1 node started by hand"
 
 
+def test_down_stops_a_node_a_command_under_this_home_started_and_forgets_it(user, sp_home, listening):
+    """As `sp-dagster worker` does (cli/worker.py): the node notes itself under the home while it runs."""
+    record_stack("kafka", f"localhost:{listening}", sp_home / "apps")
+    code = "import sys, time; from sp_dagster.orchestration.demo import registered_node\nwith registered_node('worker-5', 'worker'):\n    print('up', flush=True); time.sleep(600)"
+    node = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ, "SP_DAGSTER_HOME": str(sp_home)})
+    try:
+        assert node.stdout is not None and node.stdout.readline().strip() == "up"
+        assert (sp_home / "nodes" / "worker-5.json").is_file()
+        said: list[str] = []
+        assert down(say=said.append) == 1
+        assert said == ["worker-5     stopped (started by `sp-dagster worker`)", "sp-dagster is down"]
+        assert node.wait(10) is not None and not (sp_home / "nodes" / "worker-5.json").exists()
+    finally:
+        if node.poll() is None:
+            node.kill()
+
+
 def test_a_nats_stack_is_where_deploy_goes(user, sp_home):
     confs = record_stack("nats", "nats://localhost:4333", sp_home / "apps")
     config = resolved("deploy", "app.siddhi")

@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_manager(args: argparse.Namespace) -> int:
     """Run a manager until SIGINT/SIGTERM."""
     from sp_dagster.cluster.manager import Manager, run_until_signalled
+    from sp_dagster.orchestration.demo import registered_node
 
     config = load_role_config(args, "manager", node=True)
     if config.deployment.api.enabled:
@@ -85,7 +86,8 @@ def run_manager(args: argparse.Namespace) -> int:
                 leading=lambda: manager.elector.leadership is not None,
                 leader_address=lambda: leader_address(manager.plane, manager.group_id),
             )
-        run_until_signalled(manager)
+        with registered_node(config.node_id, "manager"):  # `sp-dagster down` stops it with the stack of this home
+            run_until_signalled(manager)
     finally:
         if api is not None:
             api.stop()

@@ -43,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down = subparsers.add_parser(
         "down",
         help="stop everything `sp-dagster up` started",
-        description="Stop, newest first, every process `sp-dagster up` started (recorded in $SP_DAGSTER_HOME/up.json), and remove that record: "
+        description="Stop, newest first, every process `sp-dagster up` started (recorded in $SP_DAGSTER_HOME/up.json), then every "
+        "`sp-dagster manager` or `worker` started by hand under the same $SP_DAGSTER_HOME, and remove that record: "
         "commands then read their confs by the search order again.",
     )
     down.set_defaults(handler=run_down)

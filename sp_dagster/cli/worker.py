@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run a worker until SIGINT/SIGTERM."""
+    from sp_dagster.orchestration.demo import registered_node
     from sp_dagster.subprocesses import on_stop_signal
     from sp_dagster.worker.node import Worker
 
@@ -32,6 +33,7 @@ def run_worker(args: argparse.Namespace) -> int:
         f"worker {config.node_id} starting (control plane {config.control_plane.safe_url}, messaging {config.messaging.bootstrap_servers}); Ctrl-C to stop",
         flush=True,
     )
-    worker.run()
+    with registered_node(config.node_id, "worker"):  # `sp-dagster down` stops it with the stack of this home
+        worker.run()
     print(f"worker {config.node_id} stopped", flush=True)
     return 0

@@ -14,17 +14,29 @@ command run with the same $SP_DAGSTER_HOME and no --conf reaches this stack (con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.errors import SpDagsterError
 from sp_dagster.orchestration.errors import DemoError
-from sp_dagster.orchestration.processes import Detached, alive, cli_command, start_detached, stop_detached, webserver_answers, webserver_command, workspace_yaml
+from sp_dagster.orchestration.processes import (
+    Detached,
+    alive,
+    cli_command,
+    start_detached,
+    stop_detached,
+    stop_registered,
+    this_process,
+    webserver_answers,
+    webserver_command,
+    workspace_yaml,
+)
 from sp_dagster.wording import counted
 
 SAMPLE_APP = "stock-alerts.siddhi"
@@ -402,6 +414,11 @@ def down(*, say=print) -> int:
         running += result != "not running"
         say(f"{process.name:12} {result}")
     path.unlink(missing_ok=True)
+    for kind, process, record in _registered_nodes():  # started by a command under this home, not by `up`
+        result = stop_registered(process, STOP_TIMEOUTS.get(kind, 30.0))
+        running += result != "not running"
+        say(f"{process.name:12} {result} (started by `sp-dagster {kind}`)")
+        record.unlink(missing_ok=True)
     others = _nodes_left_running(stack)
     for node in others:
         say(
@@ -410,6 +427,41 @@ def down(*, say=print) -> int:
         )
     say("sp-dagster is down" + (f", but for {counted(len(others), 'node')} started by hand" if others else ""))
     return running
+
+
+NODES_DIR = "nodes"  # $SP_DAGSTER_HOME/nodes/<id>.json: a node a command started under this home, while it runs
+
+
+@contextlib.contextmanager
+def registered_node(node_id: str, kind: str) -> Iterator[None]:
+    """Note this process (a `manager` or `worker` command) under $SP_DAGSTER_HOME/nodes/ while it runs, so `down` stops it with the stack."""
+    path = home() / NODES_DIR / f"{node_id}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"kind": kind, **this_process(node_id).to_dict()}))
+    except OSError:  # a home that cannot be written: the node runs, `down` only names it
+        path = None
+    try:
+        yield
+    finally:
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+
+def _registered_nodes() -> list[tuple[str, Detached, Path]]:
+    """(kind, process, record) of every node a command under this home started that still runs (stale records are removed)."""
+    found = []
+    for path in sorted((home() / NODES_DIR).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            process = Detached.from_dict(data)
+        except (OSError, ValueError, KeyError):
+            continue
+        if alive(process):
+            found.append((data.get("kind", "worker"), process, path))
+        else:
+            path.unlink(missing_ok=True)
+    return found
 
 
 def _nodes_left_running(stack: Stack) -> list[dict]:

@@ -190,6 +190,29 @@ def stop_detached(process: Detached, timeout: float = 30.0) -> str:
     return "stopped"
 
 
+def this_process(name: str) -> Detached:
+    """This process, as `down` finds it again."""
+    started = _start_time(os.getpid())
+    assert started is not None  # this process runs
+    return Detached(name, os.getpid(), started, "", tuple(sys.argv))
+
+
+def stop_registered(process: Detached, timeout: float = 30.0) -> str:
+    """SIGTERM one process not started by `up` (it may share a terminal's process group), SIGKILL after `timeout`; says what happened."""
+    if not alive(process):
+        return "not running"
+    os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(process.pid)
+        if not alive(process):
+            return "stopped"
+        time.sleep(0.1)
+    os.kill(process.pid, signal.SIGKILL)
+    _reap(process.pid)
+    return "killed"
+
+
 def _reap(pid: int) -> None:
     """Collect the exit status if the process is our own child (no zombie left behind)."""
     try:
