@@ -127,6 +127,22 @@ def test_down_stops_a_node_a_command_under_this_home_started_and_forgets_it(user
             node.kill()
 
 
+def test_up_names_the_processes_of_a_running_stack_that_stopped(sp_home):
+    from sp_dagster.orchestration.demo import Stack, up
+    from sp_dagster.orchestration.errors import DemoError
+    from sp_dagster.orchestration.processes import Detached, this_process
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    stack = Stack(sp_home / "up.json", [this_process("broker"), Detached("worker-2", int(gone.stdout), "1", "/logs/worker-2.log", ())], {})
+    stack.save()
+    with pytest.raises(DemoError) as refused:
+        up(demo=False, ui=False)
+    assert str(refused.value) == (
+        f"sp-dagster is up ({sp_home / 'up.json'}) but 1 process of it stopped: worker-2 (its log: /logs/worker-2.log); "
+        "run `sp-dagster down`, then `sp-dagster up`"
+    )
+
+
 def test_a_nats_stack_is_where_deploy_goes(user, sp_home):
     confs = record_stack("nats", "nats://localhost:4333", sp_home / "apps")
     config = resolved("deploy", "app.siddhi")

@@ -153,6 +153,12 @@ def up(
     path = _state_path()
     existing = Stack.load(path)
     if existing and any(alive(p) for p in existing.processes):
+        dead = [p for p in existing.processes if not alive(p)]
+        if dead:
+            logs = ", ".join(f"{p.name} (its log: {p.log})" for p in dead)
+            raise DemoError(
+                f"sp-dagster is up ({path}) but {counted(len(dead), 'process', 'processes')} of it stopped: {logs}; run `sp-dagster down`, then `sp-dagster up`"
+            )
         raise DemoError(f"sp-dagster is already up ({path}); run `sp-dagster down` first")
     # The confs the stack's copies derive from: never an earlier stack's copies.
     sources = {role: str(find_conf(role, given, stack=False).path) for role, given in (("manager", conf), ("worker", worker_conf))}
