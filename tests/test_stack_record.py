@@ -133,7 +133,9 @@ def test_up_names_the_processes_of_a_running_stack_that_stopped(sp_home):
     from sp_dagster.orchestration.processes import Detached, this_process
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    stack = Stack(sp_home / "up.json", [this_process("broker"), Detached("worker-2", int(gone.stdout), "1", "/logs/worker-2.log", ())], {})
+    me = this_process("broker")
+    assert me is not None
+    stack = Stack(sp_home / "up.json", [me, Detached("worker-2", int(gone.stdout), "1", "/logs/worker-2.log", ())], {})
     stack.save()
     with pytest.raises(DemoError) as refused:
         up(demo=False, ui=False)

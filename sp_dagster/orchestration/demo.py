@@ -441,16 +441,17 @@ NODES_DIR = "nodes"  # $SP_DAGSTER_HOME/nodes/<id>.json: a node a command starte
 @contextlib.contextmanager
 def registered_node(node_id: str, kind: str) -> Iterator[None]:
     """Note this process (a `manager` or `worker` command) under $SP_DAGSTER_HOME/nodes/ while it runs, so `down` stops it with the stack."""
-    path = home() / NODES_DIR / f"{node_id}.json"
+    me, path = this_process(node_id), home() / NODES_DIR / f"{node_id}.json"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"kind": kind, **this_process(node_id).to_dict()}))
-    except OSError:  # a home that cannot be written: the node runs, `down` only names it
-        path = None
+        if me is not None:  # None without /proc: the node runs, `down` only names it
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"kind": kind, **me.to_dict()}))
+    except OSError:  # a home that cannot be written: the same
+        me = None
     try:
         yield
     finally:
-        if path is not None:
+        if me is not None:
             path.unlink(missing_ok=True)
 
 

@@ -190,11 +190,10 @@ def stop_detached(process: Detached, timeout: float = 30.0) -> str:
     return "stopped"
 
 
-def this_process(name: str) -> Detached:
-    """This process, as `down` finds it again."""
+def this_process(name: str) -> Detached | None:
+    """This process, as `down` finds it again (None where there is no /proc to tell its start time)."""
     started = _start_time(os.getpid())
-    assert started is not None  # this process runs
-    return Detached(name, os.getpid(), started, "", tuple(sys.argv))
+    return None if started is None else Detached(name, os.getpid(), started, "", tuple(sys.argv))
 
 
 def stop_registered(process: Detached, timeout: float = 30.0) -> str:
