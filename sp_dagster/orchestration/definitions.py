@@ -100,8 +100,7 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
 
     def from_snapshot(snapshot: dict, specs: list[dg.AssetSpec]) -> dg.Definitions:
         """The assets and the sensor keeping them in step with the control plane, plus their health checks, job and schedule when there are partial apps."""
-        read = lambda: fetch_deployments(control_plane_resource(manager_conf, resolved=True))  # noqa: E731
-        sync = build_graph_sync_sensor(snapshot[FINGERPRINT], read, settings, interval_seconds=settings.sensor_interval)
+        sync = build_graph_sync_sensor(snapshot[FINGERPRINT], lambda: fetch_deployments(control_plane), settings, interval_seconds=settings.sensor_interval)
         targets = {s.key: (s.metadata[APP_META], s.metadata[GROUP_META]) for s in specs if GROUP_META in s.metadata}
         if not targets:
             return dg.Definitions(assets=specs, sensors=[sync])
@@ -118,7 +117,8 @@ def _build(manager_conf: str, worker_conf: str, translator: SpDagsterTranslator 
             assets=specs, asset_checks=checks, jobs=[health], sensors=[sync], schedules=[build_health_schedule(health, settings.health_interval)]
         )
 
-    loader = DeploymentsLoader(control_plane_resource(manager_conf, resolved=True), from_snapshot, translator)
+    control_plane = control_plane_resource(manager_conf, resolved=True)  # read at load (the loader) and by the graph's sync sensor
+    loader = DeploymentsLoader(control_plane, from_snapshot, translator)
     return dg.Definitions.merge(static, loader.build_defs())
 
 

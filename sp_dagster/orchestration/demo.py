@@ -31,7 +31,6 @@ from sp_dagster.orchestration.processes import (
     cli_command,
     start_detached,
     stop_detached,
-    stop_registered,
     this_process,
     webserver_answers,
     webserver_command,
@@ -421,7 +420,7 @@ def down(*, say=print) -> int:
         say(f"{process.name:12} {result}")
     path.unlink(missing_ok=True)
     for kind, process, record in _registered_nodes():  # started by a command under this home, not by `up`
-        result = stop_registered(process, STOP_TIMEOUTS.get(kind, 30.0))
+        result = stop_detached(process, STOP_TIMEOUTS.get(kind, 30.0), own_group=False)
         running += result != "not running"
         say(f"{process.name:12} {result} (started by `sp-dagster {kind}`)")
         record.unlink(missing_ok=True)

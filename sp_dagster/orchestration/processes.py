@@ -165,8 +165,10 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def stop_detached(process: Detached, timeout: float = 30.0) -> str:
-    """SIGTERM the process, then whatever it left in its process group; SIGKILL after `timeout`; says what happened."""
+def stop_detached(process: Detached, timeout: float = 30.0, *, own_group: bool = True) -> str:
+    """SIGTERM the process, then whatever it left in its process group; SIGKILL after `timeout`; says what happened.
+
+    `own_group=False`: a process `up` did not start (it may share a terminal's process group): only it is signalled."""
     if not alive(process):
         return "not running"
     os.kill(process.pid, signal.SIGTERM)
@@ -177,10 +179,11 @@ def stop_detached(process: Detached, timeout: float = 30.0) -> str:
             break
         time.sleep(0.1)
     else:
-        os.killpg(process.pid, signal.SIGKILL)  # its own group (started with a new session): nothing else is in it
+        # Started by `up` with a new session, its group holds only it and its children.
+        (os.killpg if own_group else os.kill)(process.pid, signal.SIGKILL)
         _reap(process.pid)
         return "killed"
-    if group_members(process.pid):  # children it left behind
+    if own_group and group_members(process.pid):  # children it left behind
         os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         while group_members(process.pid) and time.monotonic() < deadline:
@@ -194,22 +197,6 @@ def this_process(name: str) -> Detached | None:
     """This process, as `down` finds it again (None where there is no /proc to tell its start time)."""
     started = _start_time(os.getpid())
     return None if started is None else Detached(name, os.getpid(), started, "", tuple(sys.argv))
-
-
-def stop_registered(process: Detached, timeout: float = 30.0) -> str:
-    """SIGTERM one process not started by `up` (it may share a terminal's process group), SIGKILL after `timeout`; says what happened."""
-    if not alive(process):
-        return "not running"
-    os.kill(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _reap(process.pid)
-        if not alive(process):
-            return "stopped"
-        time.sleep(0.1)
-    os.kill(process.pid, signal.SIGKILL)
-    _reap(process.pid)
-    return "killed"
 
 
 def _reap(pid: int) -> None:
