@@ -50,6 +50,10 @@ STALLED_S = 60.0  # no new output for this long after the stream stopped: the re
 KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}'"  # how the app's keyed group begins, rescaled by `rescale-*` and `scale-*`
 
 
+class BrokerWedged(RuntimeError):
+    """A run stopped by a partition the embedded broker holds (`wedge_evidence`): its defect, not the cluster's."""
+
+
 @dataclass
 class Fault:
     """One fault: what, on which process, when (monotonic s) and the longest output gap after it (s)."""
@@ -333,6 +337,12 @@ class ChaosRun:
             self._threads[1].join(30)
             if self.harness_errors:
                 raise RuntimeError(f"the chaos stream itself failed (not the cluster): {self.harness_errors}")
+        except Exception as exc:  # a deploy or fault that failed: the cluster's state and logs say why
+            self.final_status = self._status()
+            text = f"{exc.__class__.__name__}: {exc}\n{self.final_status}\n{self.cluster.logs()}"
+            # An instance that must read its outputs to their end before it runs cannot start past a wedged partition.
+            wedge = self.broker_wedge(any_topic=True)
+            raise (BrokerWedged(f"{wedge}\n{text}") if wedge else RuntimeError(text)) from exc
         finally:
             self.cluster.stop()
             self.transport.close()
@@ -367,9 +377,9 @@ class ChaosRun:
             ]
         return "\n".join(lines)
 
-    def broker_wedge(self) -> str | None:
-        """Why the output topic is held, when the broker is to blame (`wedge_evidence`); None otherwise."""
-        return wedge_evidence(self.held, self.output_topic, self.cluster.grep(WRITER_LINE), self.final_status)
+    def broker_wedge(self, *, any_topic: bool = False) -> str | None:
+        """Why the output topic (`any_topic`: any of the app's) is held, when the broker is to blame (`wedge_evidence`); None otherwise."""
+        return wedge_evidence(self.held, None if any_topic else self.output_topic, self.cluster.grep(WRITER_LINE), self.final_status)
 
     def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
         rows = self.final
@@ -430,8 +440,8 @@ def held_transactions(transport, topics) -> dict[tuple[str, int], tuple[int, dic
     return held
 
 
-def wedge_evidence(held: dict[tuple[str, int], tuple[int, dict]], topic: str, writer_lines, status: str) -> str | None:
-    """Why `topic` is held, when the embedded broker is to blame: the writer of its first held message (named by
+def wedge_evidence(held: dict[tuple[str, int], tuple[int, dict]], topic: str | None, writer_lines, status: str) -> str | None:
+    """Why `topic` (None: any of `held`) is held, when the embedded broker is to blame: the writer of its first held message (named by
     the publishers' start lines, `writer_lines`) was followed by a new owner of its transactional id, whose
     start resolves whatever it left open, or its instance ran to the end (`status`: `sp-dagster status`)."""
     from sp_dagster.messaging.skips import WRITER_HEADER, parse_stamp
@@ -440,7 +450,7 @@ def wedge_evidence(held: dict[tuple[str, int], tuple[int, dict]], topic: str, wr
     for (held_topic, partition), (start, headers) in held.items():
         stamp = parse_stamp(headers.get(WRITER_HEADER, "").encode())
         found = [(at, name) for at, name, token in started if stamp is not None and token == stamp[0].decode()]
-        if held_topic != topic or not found:
+        if (topic is not None and held_topic != topic) or not found:
             continue
         at, name = found[0]
         succeeded = any(other == name and later > at for later, other, _token in started)
@@ -449,7 +459,7 @@ def wedge_evidence(held: dict[tuple[str, int], tuple[int, dict]], topic: str, wr
         if succeeded or running:
             why = "a new owner of its id started after it (which resolves what it left open)" if succeeded else "it kept committing to the end"
             return (
-                f"{topic}[{partition}] is held from offset {start} by a transaction of '{name}', yet {why}: the broker holds it "
+                f"{held_topic}[{partition}] is held from offset {start} by a transaction of '{name}', yet {why}: the broker holds it "
                 "(tansu 0.6 can wedge a partition when transactions on it end at once; bench/tansu_wedge.py shows it with plain clients)"
             )
     return None

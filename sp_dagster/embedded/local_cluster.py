@@ -20,7 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-_NOTABLE = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback|transactions as ")  # log lines a failure message keeps from before the tail
+_NOTABLE = re.compile(
+    r" (WARNING|ERROR|CRITICAL) |Traceback|transactions as | sp_dagster\.worker\.node: | sp_dagster\.cluster\.manager: "
+)  # log lines a failure message keeps from before the tail
 
 MANAGER_CONF = """
 wso2.carbon: {{id: manager-1}}

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS
+from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS, WIRE_FORMATS
 from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
 from sp_dagster.config.tls import receiver_tls_files
 from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
+from sp_dagster.siddhi.transports import WIRE_FORMATS as READABLE_WIRE_FORMATS
 from sp_dagster.wording import counted
 from sp_dagster.worker.broker_watch import BrokerWatch
 from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance
@@ -135,7 +136,7 @@ class Worker:
         self.checkpoints = self.store.checkpoint_root(config.node_id)
         self.spark = spark
         self.running: dict[str, RunningInstance] = {}
-        self.failures: dict[str, tuple[int, float]] = {}  # instance -> (failures in a row, retry after)
+        self.failures: dict[str, tuple[int, float, str]] = {}  # instance -> (failures in a row, retry after, the last one)
         self.stop_event = threading.Event()
         # Heartbeats run on their own thread: starting a Spark query takes seconds, and a
         # worker busy starting one must not look dead. The lock keeps session calls apart.
@@ -201,6 +202,7 @@ class Worker:
             "fence_after_s": self.session.fence_after_s,  # `status` tells a silent node from a live one by it
             RECEIVER_USERS: bool(self.config.deployment.receiver_users),  # basic-auth receivers run only where this is true
             RECEIVER_TLS: self.receiver_tls is not None,  # https:// receivers likewise
+            WIRE_FORMATS: list(READABLE_WIRE_FORMATS),  # instances whose topics carry others go elsewhere
         }
         if self.metrics_endpoint is not None:
             metrics["metrics_url"] = self.metrics_endpoint.url
@@ -300,7 +302,7 @@ class Worker:
             self.beat()  # at once: the leader hands them on when a heartbeat no longer lists them
         now = time.monotonic()
         for instance_id, assignment in desired.items():
-            if instance_id not in self.running and self.failures.get(instance_id, (0, 0.0))[1] <= now:
+            if instance_id not in self.running and self.failures.get(instance_id, (0, 0.0, ""))[1] <= now:
                 self.start_instance(assignment)
         if now - self._last_report >= self.session.heartbeat_interval_s:
             self._last_report = now
@@ -333,7 +335,7 @@ class Worker:
             self._failed(instance_id, detail, permanent=isinstance(exc, InstancePlanError))
             return
         self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint)
-        self._report(instance_id, "starting")
+        self._report(instance_id, "starting", detail=self._retrying(instance_id))
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
 
     def _rescaled(self, plan, rescaled: dict, checkpoint: Path) -> None:
@@ -485,19 +487,25 @@ class Worker:
                     self._save(running)  # refused unless this worker still owns it; the restart restores it
                 self._failed(running.instance_id, detail)
                 continue
-            self.failures.pop(running.instance_id, None)
             # Running once it consumes: a continuous task is `starting` until its loop has opened.
             running.status, running.metrics = "running" if handle.ready else "starting", handle.metrics()
-            self._report(running.instance_id, running.status, metrics=running.metrics)
+            if handle.ready:
+                self.failures.pop(running.instance_id, None)
+            self._report(running.instance_id, running.status, metrics=running.metrics, detail=self._retrying(running.instance_id))
 
     def _failed(self, instance_id: str, detail: str, *, permanent: bool = False) -> None:
         """Retry later, waiting longer after each failure in a row (up to a minute). A partial app the
         worker cannot run as written is `failed`; anything else (a query that died) is `starting` again."""
-        count = self.failures.get(instance_id, (0, 0.0))[0] + 1
+        count = self.failures.get(instance_id, (0, 0.0, ""))[0] + 1
         pause = 60.0 if permanent else min(60.0, 2.0**count)
-        self.failures[instance_id] = (count, time.monotonic() + pause)
+        self.failures[instance_id] = (count, time.monotonic() + pause, detail[:450])
         status = "failed" if permanent else "starting"
         self._report(instance_id, status, detail=f"{detail[:450]} (failure {count}; retrying in {pause:.0f} s)")
+
+    def _retrying(self, instance_id: str) -> str | None:
+        """What `status` shows of an instance started again after a failure, until it runs."""
+        count, _at, detail = self.failures.get(instance_id, (0, 0.0, ""))
+        return f"started again after failure {count}: {detail}" if count else None
 
     def _report(self, instance_id: str, status: str, **details) -> None:
         # Never held up by a heartbeat stuck on an unreachable database: a fence must be acted on at once.

@@ -9,7 +9,7 @@ import pytest
 
 from sp_dagster.embedded.chaos import DURABLE_FAULTS, FAULTS, SERVER_FAULTS, ChaosRun
 from sp_dagster.embedded.s3 import EmbeddedS3
-from tests.fixtures.chaos import check_exact
+from tests.fixtures.chaos import run_exact
 from tests.fixtures.trades import APP_PATH
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
@@ -20,7 +20,7 @@ SERVERS_APP = APP_PATH.read_text().replace("Trades", "TradesServers")  # its own
 
 def test_outputs_are_exact_per_key_with_nothing_lost_or_duplicated_across_faults(broker, tmp_path):
     run = ChaosRun(tmp_path, broker.bootstrap_servers, APP)
-    check_exact(run, run.run(FAULTS, seed=3), FAULTS)
+    run_exact(run, FAULTS, seed=3)
 
 
 def test_outputs_are_exact_across_a_broker_pause_and_a_database_outage(broker, database_server_factory, tmp_path):
@@ -28,7 +28,7 @@ def test_outputs_are_exact_across_a_broker_pause_and_a_database_outage(broker, d
     # stopped for 30 s; the broker (the session's) is frozen for 30 s.
     database = database_server_factory("postgresql")
     run = ChaosRun(tmp_path, broker.bootstrap_servers, SERVERS_APP, broker=broker, database=database, database_url=database.create_database())
-    check_exact(run, run.run(SERVER_FAULTS, seed=5), SERVER_FAULTS)
+    run_exact(run, SERVER_FAULTS, seed=5)
 
 
 @pytest.mark.xfail(
@@ -45,6 +45,6 @@ def test_outputs_are_exact_across_a_broker_killed_and_started_again_on_durable_s
         broker = s3.broker(log_path=tmp_path / "broker.log").start()
         try:
             run = ChaosRun(tmp_path / "run", broker.bootstrap_servers, APP, broker=broker, rate=100)
-            check_exact(run, run.run(DURABLE_FAULTS, seed=7), DURABLE_FAULTS)
+            run_exact(run, DURABLE_FAULTS, seed=7)
         finally:
             broker.stop()

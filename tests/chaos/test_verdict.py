@@ -1,4 +1,4 @@
-"""Which held output topics a chaos run lays at the broker's door (`ChaosRun.broker_wedge`), from the workers' logs
+"""Which held topics a chaos run lays at the broker's door (`ChaosRun.broker_wedge`), from the workers' logs
 and the final status as a run leaves them: only where the writer of the first held message was followed by a new owner
 of its transactional id, or kept running to the end."""
 
@@ -52,3 +52,10 @@ def test_a_last_writer_whose_instance_stopped_is_not_excused():
 def test_an_unknown_writer_or_another_topic_is_not_excused():
     assert _run("ffff000000000000").broker_wedge() is None
     assert _run("aaaa000000000002", topic="A.BigTradeStream.symbol").broker_wedge() is None
+
+
+def test_a_deploy_stopped_by_a_held_inner_topic_looks_at_every_topic_of_the_app():
+    # An instance reads its outputs to their end before it runs, so a held inner topic stops a deploy instead.
+    wedge = _run("aaaa000000000002", topic="A.BigTradeStream.symbol").broker_wedge(any_topic=True)
+    assert wedge is not None and wedge.startswith("A.BigTradeStream.symbol[0] is held from offset 1503")
+    assert _run("aaaa000000000001", topic="A.BigTradeStream.symbol").broker_wedge(any_topic=True) is None
