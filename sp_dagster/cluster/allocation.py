@@ -41,6 +41,9 @@ from sp_dagster.wording import counted
 RECEIVER_USERS = "receiver_users"
 #: Likewise for a receiver whose http source listens on https:// and a node with deployment.config.receiverTls.
 RECEIVER_TLS = "receiver_tls"
+#: Instance extra naming the wire formats of its inter-group topics, and the heartbeat metric naming those a
+#: node reads: a node that names its formats runs only instances whose formats are among them (a rolling upgrade).
+WIRE_FORMATS = "wire_formats"
 
 WSO2_ALGORITHMS = (
     "org.wso2.carbon.sp.jobmanager.core.allocation.RoundRobinAllocationAlgorithm",
@@ -68,6 +71,7 @@ class InstanceInfo:
     receiver: bool = False
     needs_receiver_users: bool = False  # its http source asks for basic auth
     needs_receiver_tls: bool = False  # its http source listens on https://
+    wire_formats: tuple[str, ...] = ()  # of its inter-group topics
 
     @property
     def group_key(self) -> tuple[str, str]:
@@ -106,13 +110,16 @@ class AllocationAlgorithm(ABC):
 
 def eligible_nodes(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> list[NodeInfo]:
     """The nodes an instance may run on: receiver nodes for receiver instances when any exist, else workers;
-    for a basic-auth receiver, only those with receiverUsers; for an https one, only those with receiverTls."""
+    for a basic-auth receiver, only those with receiverUsers; for an https one, only those with receiverTls; only
+    nodes that read the wire formats of its topics."""
     receivers = [n for n in nodes if n.receiver]
     eligible = receivers if instance.receiver and receivers else [n for n in nodes if not n.receiver]
     if instance.needs_receiver_users:
         eligible = [n for n in eligible if n.metrics.get(RECEIVER_USERS) is True]
     if instance.needs_receiver_tls:
         eligible = [n for n in eligible if n.metrics.get(RECEIVER_TLS) is True]
+    if instance.wire_formats:  # a node that does not say which formats it reads predates them: it refuses what it cannot read
+        eligible = [n for n in eligible if not isinstance(n.metrics.get(WIRE_FORMATS), list) or set(instance.wire_formats) <= set(n.metrics[WIRE_FORMATS])]
     return eligible
 
 
@@ -166,6 +173,12 @@ def _no_node_reason(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> str:
     if needs:
         why, settings, what = (" and ".join(part) for part in zip(*needs))
         return f"its http source {why} and none of the {alive} has {settings}: add {what} to a receiver node's deployment.yaml (or a worker's, without receiver nodes)"
+    readers = [n for n in nodes if not isinstance(n.metrics.get(WIRE_FORMATS), list) or set(instance.wire_formats) <= set(n.metrics[WIRE_FORMATS])]
+    if instance.wire_formats and not readers:
+        return (
+            f"its topics carry wire format {', '.join(instance.wire_formats)}, which none of the {alive} reads: "
+            "upgrade the workers to this version of sp-dagster (or redeploy the app with the workers' version)"
+        )
     return f"no eligible node: {alive}"
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 from sp_dagster.cluster.allocation import (
     RECEIVER_TLS,
     RECEIVER_USERS,
+    WIRE_FORMATS,
     AllocationAlgorithm,
     AllocationRequest,
     InstanceInfo,
@@ -141,7 +142,14 @@ def _instance_info(row) -> InstanceInfo:
     """An instance row as the allocation sees it (with what its receiver needs of a node)."""
     extra = json.loads(row.extra or "{}")
     return InstanceInfo(
-        row.instance_id, row.app, row.group_name, int(row.parallel_index), bool(row.receiver), bool(extra.get(RECEIVER_USERS)), bool(extra.get(RECEIVER_TLS))
+        row.instance_id,
+        row.app,
+        row.group_name,
+        int(row.parallel_index),
+        bool(row.receiver),
+        bool(extra.get(RECEIVER_USERS)),
+        bool(extra.get(RECEIVER_TLS)),
+        tuple(extra.get(WIRE_FORMATS) or ()),
     )
 
 

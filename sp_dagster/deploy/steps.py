@@ -140,9 +140,9 @@ def create_topics(topology: Topology, transport) -> list:
 
 def instance_specs(topology: Topology) -> list:
     """The control plane's view of every partial-app instance of a plan."""
-    from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS
+    from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS, WIRE_FORMATS
     from sp_dagster.cluster.store.deployments import InstanceSpec
-    from sp_dagster.siddhi.transports import basic_auth_streams, https_streams
+    from sp_dagster.siddhi.transports import basic_auth_streams, https_streams, wire_formats
 
     specs = []
     for group in topology.groups:
@@ -160,6 +160,7 @@ def instance_specs(topology: Topology) -> list:
                         **({"shard_id": instance.shard_id} if instance.shard_id else {}),
                         **({RECEIVER_USERS: True} if basic_auth_streams(instance.app) else {}),
                         **({RECEIVER_TLS: True} if https_streams(instance.app) else {}),
+                        **({WIRE_FORMATS: wires} if (wires := wire_formats(instance.app)) else {}),
                     },
                 )
             )

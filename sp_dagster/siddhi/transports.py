@@ -258,6 +258,18 @@ def https_streams(app: ast.App) -> list[str]:
     return [d.name for d in app.definitions if isinstance(d, ast.StreamDefinition) and any(serves_https(s) for s in d.annotations_named("source"))]
 
 
+def wire_formats(app: ast.App) -> list[str]:
+    """The wire formats of `app`'s inter-group topics (their binary maps' `wire`): a node that says it cannot read one must not run it."""
+    found = set()
+    for definition in app.definitions:
+        if isinstance(definition, ast.StreamDefinition):
+            for transport in (*definition.annotations_named("source"), *definition.annotations_named("sink")):
+                mapping = transport.annotation("map")
+                if mapping is not None and (mapping.get("type") or "").lower() == "binary":
+                    found.add(mapping.get("wire") or EVENT_WIRE)
+    return sorted(found)
+
+
 def default_receiver_url(app: str, stream: str) -> str:
     """siddhi-io-http's receiver.url for an http @source of `stream` in `app` that names none."""
     return f"http://0.0.0.0:9763/{app}/{stream}"

@@ -119,6 +119,20 @@ def test_an_https_receiver_runs_only_where_a_certificate_is_configured_and_says_
     assert allocate(ready, [both]).placement == {"a-in-1": "w4"}
 
 
+def test_an_instance_runs_only_on_nodes_that_read_its_wire_formats_and_says_to_upgrade_the_rest():
+    batched = InstanceInfo("a-g-1", "a", "g", 1, wire_formats=("batch/1",))
+    old = NodeInfo("w1", metrics={"wire_formats": ["event/1"]})
+    assert allocate((old, NodeInfo("w2", metrics={"wire_formats": ["event/1", "batch/1"]})), [batched], current={"a-g-1": "w1"}).placement == {"a-g-1": "w2"}
+    # A node that does not say which formats it reads predates the setting: it gets the instance, and refuses it itself.
+    assert allocate((old, NodeInfo("w3")), [batched]).placement == {"a-g-1": "w3"}
+    waiting = allocate((old,), [batched, InstanceInfo("a-g-2", "a", "g", 2)])
+    assert waiting.placement == {"a-g-2": "w1"}
+    assert waiting.unplaced["a-g-1"] == (
+        "its topics carry wire format batch/1, which none of the 1 node alive reads: "
+        "upgrade the workers to this version of sp-dagster (or redeploy the app with the workers' version)"
+    )
+
+
 def test_one_unplaceable_instance_leaves_the_rest_of_its_app_placed():
     nodes = (NodeInfo("w1"), NodeInfo("r1", receiver=True))
     instances = group("a", "passthrough", 2, receiver=True) + group("a", "g", 2)

@@ -273,3 +273,22 @@ def test_a_receiver_waits_for_a_node_that_can_serve_it(plane, text, setting, met
     run(plane, leader)
     assert placement(plane)[receiver] == "r1"
     assert get_deployment(plane, "Locked").status == "placed"
+
+
+def test_instances_go_only_to_workers_that_read_their_wire_format(plane):
+    from sp_dagster.deploy import instance_specs, load_app
+    from tests.fixtures.trades import APP
+
+    old = register_node(plane, "w-old")
+    heartbeat(plane, "w-old", old, metrics={"wire_formats": ["event/1"]})  # a worker of a version before batches
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    specs = instance_specs(load_app(text=APP).topology)
+    assert [s.extra.get("wire_formats") for s in specs] == [["batch/1"]] * len(specs)  # both groups meet at one inter-group topic
+    record_deployment(plane, "Trades", content_hash="h", source="s", plan={}, instances=specs)
+    run(plane, leader)
+    assert set(placement(plane).values()) == {None}
+    assert "which none of the 1 node alive reads: upgrade the workers" in get_deployment(plane, "Trades").waiting_reason
+    new = register_node(plane, "w-new")
+    heartbeat(plane, "w-new", new, metrics={"wire_formats": ["event/1", "batch/1"]})
+    run(plane, leader)
+    assert set(placement(plane).values()) == {"w-new"}
