@@ -9,12 +9,16 @@ puts the group's utilisation outside a band of BAND around the target, on the sa
 scales down only while no instance of any of those samples is busy above the band, and not while a
 backlog drains (more than BACKLOG_S of its processing waits): a smaller group would drain it slower,
 and the next window would ask for a second step down. So steady load, whose utilisation stays on one
-side or inside the band, never flaps, and a load that ends is followed by one step down.
+side or inside the band, never flaps, and a load that ends is followed by one step down. A scale-up
+is not repeated while the samples kept from before the last one show that it added less than
+EFFECTIVE of the capacity its new instances should have (Flink's scaling-effectiveness detection):
+where instances share a bottleneck (cores, a broker), more of them only add cost.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +28,7 @@ from sp_dagster.wording import counted
 BAND = 0.1  # utilisation within targetUtilization +/- BAND holds the running parallelism
 BUSY_FLOOR = 0.05  # a busy fraction below this is not trusted to measure capacity
 BACKLOG_S = 1.0  # a lag above this many seconds of the group's processing is a backlog, not events in flight
+EFFECTIVE = 0.1  # a scale-up that added less than this share of the capacity it should have is not repeated (Flink's default)
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,8 @@ def advise(history: Sequence[LoadSample], parallel: int, max_parallel: int | Non
         advised = max(parallel, min(n.instances for n in known))
         if advised == parallel:
             return Advice(parallel, f"saturated ({span}), but already at the maximum parallelism {max_parallel}")
+        if ineffective := _ineffective_scale_up(history, window):
+            return Advice(parallel, f"holding: {span} above {high:.2f}, but {ineffective}")
         return Advice(advised, f"scale up: {span} above {high:.2f}{cap}")
     if all(n.utilization < low for n in known):
         busiest = max((b for s in window for b in s.busy), default=0.0)
@@ -98,3 +105,29 @@ def advise(history: Sequence[LoadSample], parallel: int, max_parallel: int | Non
         if advised < parallel:
             return Advice(advised, f"scale down: {span} below {low:.2f}; {counted(advised, 'instance')} stay below {target:.2f}")
     return Advice(parallel, f"holding: {span} (target {target:.2f} +/- {BAND:g})")
+
+
+def _capacity(samples: Sequence[LoadSample]) -> float | None:
+    """Events/s a group's instances move when all are busy, the median over `samples` busy enough to tell (None: none is)."""
+    found = [s.processed_per_s / sum(s.busy) * s.parallel for s in samples if s.processed_per_s > 0 and s.busy and sum(s.busy) >= BUSY_FLOOR * len(s.busy)]
+    return statistics.median(found) if found else None
+
+
+def _ineffective_scale_up(history: Sequence[LoadSample], window: Sequence[LoadSample]) -> str | None:
+    """Why scaling up again would not help: the last scale-up (from the parallelism sampled just before
+    the current one, still in the history) added less than EFFECTIVE of the capacity it should have; None otherwise."""
+    parallel = window[-1].parallel
+    earlier = [s for s in history if s.at_ms < window[0].at_ms and s.parallel != parallel]
+    if not earlier or earlier[-1].parallel >= parallel:
+        return None  # no scale-up to judge: none kept, or the last change was a scale-down
+    came_from = earlier[-1].parallel
+    before, now = _capacity([s for s in earlier if s.parallel == came_from]), _capacity(window)
+    if before is None or now is None:
+        return None
+    expected = before * (parallel - came_from) / came_from
+    if now - before >= EFFECTIVE * expected:
+        return None
+    return (
+        f"scaling up from {came_from} to {parallel} added {max(0.0, now - before):.0f} of the {expected:.0f} events/s it should have "
+        f"({max(0.0, now - before) / expected:.0%}, under {EFFECTIVE:.0%}): more instances do not add capacity here"
+    )

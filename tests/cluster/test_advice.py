@@ -1,4 +1,5 @@
-"""The advice function: steady load never flaps, saturation scales up, a busy instance blocks scale-down, backlog drains, bounds."""
+"""The advice function: steady load never flaps, saturation scales up, a busy instance blocks scale-down, backlog drains, bounds,
+an ineffective scale-up is not repeated."""
 
 import math
 import random
@@ -107,3 +108,30 @@ def test_no_step_down_while_a_backlog_drains_then_one_step_to_what_the_load_need
     # Events in flight (under a second of processing) are no backlog: a lighter steady load still steps down.
     light = [LoadSample(i * STEP_MS, 4, 200.0, 200.0, (0.2625,) * 4, 150) for i in range(30)]
     assert advise(light, 4, None, SETTINGS, light[-1].at_ms).advised == 2
+
+
+def shared_cores(cores: int, per_core: float):
+    """Load samples of a group whose instances share `cores`: beyond that many instances, each added moves nothing."""
+    return lambda parallel, arrival, at_ms: group_load(parallel, arrival, capacity=per_core * min(parallel, cores) / parallel, at_ms=at_ms)
+
+
+def test_scaling_up_stops_once_the_last_step_added_no_capacity():
+    load = shared_cores(2, 400.0)
+    series = run(lambda p, t: load(p, 2000.0, t), 1, 1800)  # no maximum: only the evidence can stop it
+    assert series[-1] > 2 and changes(series) == 2, series  # 1 -> 8 (400 -> 800 events/s: 14% of the 2,800 due) -> 29 (none added): held
+    history = [load(16, 2000.0, i * STEP_MS) for i in range(30)]
+    earlier = [load(8, 2000.0, -(30 - i) * STEP_MS) for i in range(30)]
+    advice = advise(earlier + history, 16, None, SETTINGS, history[-1].at_ms)
+    assert advice.advised == 16 and "scaling up from 8 to 16 added 0 of the 800 events/s it should have (0%, under 10%)" in advice.reason, advice
+
+
+def test_a_scale_up_that_added_capacity_does_not_stop_the_next():
+    # 500 events/s: two instances; then 2,000: eight. Each instance moves 400 whatever the parallelism.
+    series = run(lambda p, t: group_load(p, 500.0 if t < 300_000 else 2000.0, capacity=400, at_ms=t), 1, 900)
+    assert series[-1] == 8 and 2 in series, series
+
+
+def test_the_last_change_being_a_scale_down_is_not_judged():
+    earlier = [group_load(4, 2000.0, capacity=400, at_ms=-(30 - i) * STEP_MS) for i in range(30)]
+    history = [group_load(2, 2000.0, capacity=400, at_ms=i * STEP_MS) for i in range(30)]
+    assert advise(earlier + history, 2, None, SETTINGS, history[-1].at_ms).reason.startswith("scale up")
