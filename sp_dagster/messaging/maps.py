@@ -156,6 +156,7 @@ class JsonMapper(Mapper):
         self.paths = tuple(json_path(m) for m in self.mappings) if self.mappings else None
         if self.enclosing is None and self.paths is None:
             self.decode = self._default.decode  # Siddhi's default form: the codec's, without a call in between
+            self.decode_many, self.bulk = self._default.decode_many, True
 
     def decode(self, data):
         try:

@@ -2,6 +2,7 @@
 
 import json
 import math
+import random
 import struct
 
 import pytest
@@ -96,3 +97,38 @@ def test_codec_for_and_bad_types():
         codec_for("xml", [("a", "int")])
     with pytest.raises(ValueError, match="unknown type 'integer'"):
         JsonCodec([("a", "integer")])
+
+
+def test_json_decode_many_gives_what_decode_gives_message_by_message():
+    # A poll's worth read together (user sources): each message's rows or error exactly as decode() alone, whatever
+    # the mix: other shapes, values of another type (widened or refused), nulls, wide integers, bad JSON.
+    codec = JsonCodec([("symbol", "string"), ("price", "double"), ("volume", "long"), ("ok", "bool"), ("n", "int")])
+    shapes = [
+        b'{"event":{"symbol":"A","price":1.5,"volume":7,"ok":true,"n":3}}',
+        b'{"symbol":"B","price":2.0,"volume":8,"ok":false,"n":-4,"extra":1}',
+        b'{"event":{"symbol":"C","price":3,"volume":9,"ok":true,"n":5}}',
+        b'{"event":{"symbol":null,"price":null,"volume":null,"ok":null,"n":null}}',
+        b'{"event":{"symbol":"D","price":1.0,"volume":1,"ok":true}}',
+        b'{"event":{"symbol":"E","price":1.0,"volume":true,"ok":true,"n":1}}',
+        b'{"event":{"symbol":"F","price":1.0,"volume":1,"ok":true,"n":3000000000}}',
+        b'{"event":{"symbol":"G","price":1.0,"volume":99999999999999999999,"ok":true,"n":1}}',
+        b'[{"event":{"symbol":"H","price":1.0,"volume":1,"ok":true,"n":1}},{"symbol":"I","price":2.0,"volume":2,"ok":false,"n":2}]',
+        b'["J",1.0,1,true,1]',
+        b'{"event":"K"}',
+        b"not json",
+        b"\xff",
+        b"[]",
+    ]
+    rng = random.Random(11)
+    for size in (1, 2, 5, 40):
+        for _ in range(60):
+            values = [rng.choice(shapes[:2]) if rng.random() < 0.7 else rng.choice(shapes) for _ in range(size)]
+            expected = []
+            for value in values:
+                try:
+                    expected.append(codec.decode(value))
+                except EventDecodeError as exc:
+                    expected.append(str(exc))
+            got = [item if isinstance(item, list) else str(item) for item in codec.decode_many(values)]
+            assert repr(got) == repr(expected), values  # repr: 3 and 3.0 are equal, but only one is a double
+    assert JsonCodec.bulk and codec_for("binary", [("a", "int")]).bulk is False

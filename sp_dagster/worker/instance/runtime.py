@@ -148,6 +148,9 @@ class InstanceRuntime:
         self._inputs = {i.topic: (i.stream, mapper_for(i.mapping or i.codec, i.attributes)) for i in plan.inputs}
         self._inputs.update({f"{HTTP_PREFIX}{i.stream}": (i.stream, mapper_for(i.mapping, i.attributes)) for i in plan.http_inputs})
         self._sequenced = {i.topic for i in plan.inputs if i.seq}
+        # One input topic in a form read a poll at a time (a user source's JSON): its messages are decoded together.
+        bulk = [codec for topic, (_s, codec) in self._inputs.items() if codec.bulk and topic not in self._sequenced]
+        self._bulk = bulk[0] if len(bulk) == len(self._inputs) == 1 else None
         self._out: list[Message] = []
         self.rows_in = self.rows_out = self.rejected = self.duplicates = 0
         self.group = plan.name.rsplit("-", 1)[0]
@@ -318,8 +321,13 @@ class InstanceRuntime:
         seen, inputs, sequenced_topics, keys, keys_get = self.seen, self._inputs, self._sequenced, _ORIGIN_KEYS, _ORIGIN_KEYS.get
         named, stateless = self._named, self.plan.stateless
         rows_in = 0
-        for message in _in_order(messages):
+        ordered, bulk = _in_order(messages), self._bulk
+        if bulk is not None:
+            ordered = list(ordered)
+            decoded = iter(bulk.decode_many([m[5] for m in ordered]))
+        for message in ordered:
             topic, partition, offset, stamp, _k, value, raw, index = message
+            rows = next(decoded) if bulk is not None else None  # taken first: every message has its item, duplicates too
             if topic in sequenced_topics:
                 try:
                     message = sequenced(message)
@@ -353,10 +361,14 @@ class InstanceRuntime:
                 name = named[place] = self._origin_key(topic, partition, key)
             origin = (name, sequence) if stateless else (name, (offset,) if index < 0 else (offset, index))
             stream, codec = inputs[topic]
-            try:
-                rows = codec.decode(value)
-            except EventDecodeError as exc:
-                self._reject(message, str(exc))
+            if rows is None:
+                try:
+                    rows = codec.decode(value)
+                except EventDecodeError as exc:
+                    self._reject(message, str(exc))
+                    continue
+            elif type(rows) is not list:
+                self._reject(message, str(rows))
                 continue
             if not rows:
                 continue
