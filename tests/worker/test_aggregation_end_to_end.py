@@ -32,6 +32,7 @@ from sp_dagster.siddhi import parse
 from sp_dagster.topology.partial_apps import reader_view
 from sp_dagster.worker.instance.plan import plan_instance
 from tests.fixtures.stores import store_for
+from tests.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -104,16 +105,17 @@ def same(found: dict, expected: dict) -> bool:
 def wait_for_totals(read, expected: dict, timeout: float, what: str) -> dict:
     """Read until the totals equal `expected` (the shards flush each second; a reader merges what is
     written), then once more a few seconds later: converged totals stay put."""
-    deadline, found = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        found = read()
-        if same(found, expected):
-            time.sleep(4)
-            found = read()
-            assert same(found, expected), f"{what}: the totals moved after converging:\n{_diff(found, expected)}"
-            return found
-        time.sleep(1)
-    raise AssertionError(f"{what}: the totals never converged within {timeout:.0f} s:\n{_diff(found or {}, expected)}")
+    last: dict = {}
+
+    def converged():
+        last["found"] = read()
+        return same(last["found"], expected)
+
+    wait_until(converged, timeout, 1.0, lambda: f"{what}: the totals to converge:\n{_diff(last.get('found') or {}, expected)}")
+    time.sleep(4)  # what converged must stay put: a late duplicate would show by now
+    found = read()
+    assert same(found, expected), f"{what}: the totals moved after converging:\n{_diff(found, expected)}"
+    return found
 
 
 def _diff(found: dict, expected: dict) -> str:
