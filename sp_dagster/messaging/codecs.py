@@ -139,9 +139,7 @@ class JsonCodec(Codec):
         get = operator.itemgetter(*self.names)
         self._get = get if len(self.names) > 1 else (lambda item: (get(item),))
         # Per column: the types its values may already have, and the range of an integer one (None: any value).
-        self._columns = tuple(
-            (None, None) if a.type == "object" else ({_EXACT.get(a.type, int), type(None)}, _INT_RANGE.get(a.type)) for a in self.attributes
-        )
+        self._columns = tuple((None, None) if a.type == "object" else ({_EXACT.get(a.type, int), type(None)}, _INT_RANGE.get(a.type)) for a in self.attributes)
 
     def encode(self, row):
         self._check_width(row)
