@@ -176,6 +176,11 @@ class ContinuousInstance:
             while not sent and not self.done.is_set() and time.monotonic() < deadline:
                 time.sleep(0.05)
                 sent = self.link.send(("stop", save))
+        if not sent and not self.done.is_set():
+            # Given up before it connected: a task that connects while its job is cancelled is turned away
+            # (it has done nothing yet), and one that connected a moment ago is told to stop instead.
+            self.server.forget(self.link)
+            sent = self.link.send(("stop", save))
         if sent:
             self.link.finished.wait(timeout)
         if not self.done.wait(0 if not self.link.finished.is_set() else timeout):

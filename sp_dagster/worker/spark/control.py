@@ -41,6 +41,7 @@ class TaskLink:
         self.metrics: dict = {}
         self.reason: str | None = None
         self.finished = threading.Event()  # the task said it stopped, or its line broke
+        self.abandoned = False  # the driver gave the task up: one that connects now is turned away
         self._conn: Connection | None = None
         self._send_lock = threading.Lock()
 
@@ -52,6 +53,10 @@ class TaskLink:
     def attach(self, conn: Connection | Any) -> None:
         """A task (or Spark's retry of it) connected: answer with the newest checkpoint and listen."""
         with self._send_lock:
+            if self.abandoned:
+                log.info("task %s connected after it was given up: turned away", self.token[:8])
+                conn.close()  # the task ends at its hello, having done nothing
+                return
             old, self._conn = self._conn, conn
             self.finished.clear()
             conn.send(("start", self.latest_checkpoint))
@@ -81,6 +86,11 @@ class TaskLink:
                     self._conn = None
             conn.close()
             self.finished.set()
+
+    def abandon(self) -> None:
+        """Turn away a task that connects from now on (one on the line keeps it)."""
+        with self._send_lock:
+            self.abandoned = True
 
     def send(self, message: tuple) -> bool:
         """Send a message to the task; False when no task is on the line."""
@@ -116,9 +126,10 @@ class ControlServer:
         return link
 
     def forget(self, link: TaskLink) -> None:
-        """The task is over: refuse it from now on."""
+        """The task is over, or given up: refuse it from now on (a task already on the line keeps it)."""
         with self._lock:
             self._links.pop(link.token, None)
+        link.abandon()
 
     def _accept(self) -> None:
         while not self._closed.is_set():
