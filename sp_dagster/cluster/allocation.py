@@ -118,9 +118,16 @@ def eligible_nodes(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> list[
         eligible = [n for n in eligible if n.metrics.get(RECEIVER_USERS) is True]
     if instance.needs_receiver_tls:
         eligible = [n for n in eligible if n.metrics.get(RECEIVER_TLS) is True]
-    if instance.wire_formats:  # a node that does not say which formats it reads predates them: it refuses what it cannot read
-        eligible = [n for n in eligible if not isinstance(n.metrics.get(WIRE_FORMATS), list) or set(instance.wire_formats) <= set(n.metrics[WIRE_FORMATS])]
+    if instance.wire_formats:
+        eligible = [n for n in eligible if _reads(n, instance.wire_formats)]
     return eligible
+
+
+def _reads(node: NodeInfo, formats: tuple[str, ...]) -> bool:
+    """True unless the node names the wire formats it reads and `formats` are not all among them (a node that
+    names none predates them: it gets the instance and refuses what it cannot read)."""
+    named = node.metrics.get(WIRE_FORMATS)
+    return not isinstance(named, list) or set(formats) <= set(named)
 
 
 def waiting_reason(workers_alive: int, min_resource_count: int) -> str:
@@ -173,8 +180,7 @@ def _no_node_reason(instance: InstanceInfo, nodes: tuple[NodeInfo, ...]) -> str:
     if needs:
         why, settings, what = (" and ".join(part) for part in zip(*needs))
         return f"its http source {why} and none of the {alive} has {settings}: add {what} to a receiver node's deployment.yaml (or a worker's, without receiver nodes)"
-    readers = [n for n in nodes if not isinstance(n.metrics.get(WIRE_FORMATS), list) or set(instance.wire_formats) <= set(n.metrics[WIRE_FORMATS])]
-    if instance.wire_formats and not readers:
+    if instance.wire_formats and not any(_reads(n, instance.wire_formats) for n in nodes):
         return (
             f"its topics carry wire format {', '.join(instance.wire_formats)}, which none of the {alive} reads: "
             "upgrade the workers to this version of sp-dagster (or redeploy the app with the workers' version)"

@@ -54,6 +54,7 @@ FORGET_EVERY_S = 10.0  # how often a worker looks for checkpoint folders of drop
 # old owner let go of it (its keys' silence), not up to a heartbeat interval later. Reports and
 # saves keep the heartbeat's pace.
 ASSIGNMENTS_EVERY_S = 0.5
+_NO_FAILURE = (0, 0.0, "")  # an instance's entry in Worker.failures before its first failure
 
 
 @dataclass
@@ -302,7 +303,7 @@ class Worker:
             self.beat()  # at once: the leader hands them on when a heartbeat no longer lists them
         now = time.monotonic()
         for instance_id, assignment in desired.items():
-            if instance_id not in self.running and self.failures.get(instance_id, (0, 0.0, ""))[1] <= now:
+            if instance_id not in self.running and self.failures.get(instance_id, _NO_FAILURE)[1] <= now:
                 self.start_instance(assignment)
         if now - self._last_report >= self.session.heartbeat_interval_s:
             self._last_report = now
@@ -496,7 +497,7 @@ class Worker:
     def _failed(self, instance_id: str, detail: str, *, permanent: bool = False) -> None:
         """Retry later, waiting longer after each failure in a row (up to a minute). A partial app the
         worker cannot run as written is `failed`; anything else (a query that died) is `starting` again."""
-        count = self.failures.get(instance_id, (0, 0.0, ""))[0] + 1
+        count = self.failures.get(instance_id, _NO_FAILURE)[0] + 1
         pause = 60.0 if permanent else min(60.0, 2.0**count)
         self.failures[instance_id] = (count, time.monotonic() + pause, detail[:450])
         status = "failed" if permanent else "starting"
@@ -504,7 +505,7 @@ class Worker:
 
     def _retrying(self, instance_id: str) -> str | None:
         """What `status` shows of an instance started again after a failure, until it runs."""
-        count, _at, detail = self.failures.get(instance_id, (0, 0.0, ""))
+        count, _at, detail = self.failures.get(instance_id, _NO_FAILURE)
         return f"started again after failure {count}: {detail}" if count else None
 
     def _report(self, instance_id: str, status: str, **details) -> None:
