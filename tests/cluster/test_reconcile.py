@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from sp_dagster.cluster.allocation import BalancedAllocation
 from sp_dagster.cluster.election import Elector, LeadershipLost
@@ -130,6 +130,31 @@ def test_a_new_term_adopts_the_placement(plane):
     with pytest.raises(LeadershipLost):
         run(plane, leader)  # the old leader can write nothing any more
     assert run(plane, second).seq is None
+
+
+def test_a_worker_reading_while_a_new_leader_adopts_sees_all_it_runs(plane):
+    """Under READ COMMITTED every statement has its own snapshot: a term read apart from the rows
+    would miss a new leader's adoption committed in between, and the worker would stop everything."""
+    if plane.dialect == "sqlite":
+        pytest.skip("SQLite transactions are serializable: a writer waits for the reader, nothing interleaves")
+    register_node(plane, "w1")
+    leader = Elector(plane, "sp", "m1", lease_ms=300).tick()
+    record(plane, "app", {"g": (2, False)})
+    run(plane, leader)
+    time.sleep(0.4)
+    elected: list = []
+
+    def elect_before_the_rows_are_read(conn, cursor, statement, parameters, context, executemany):
+        if not elected and "JOIN sp_assignments" in statement:
+            elected.append(Elector(plane, "sp", "m2", lease_ms=30_000).tick())  # its own connection, committed
+
+    event.listen(plane.engine, "before_cursor_execute", elect_before_the_rows_are_read)
+    try:
+        seen = assignments_for(plane, "w1", 1)
+    finally:
+        event.remove(plane.engine, "before_cursor_execute", elect_before_the_rows_are_read)
+    assert elected and elected[0].term == 2
+    assert len(seen.instances) == 2 and seen.term == 2 and {i.term for i in seen.instances} == {2}
 
 
 def test_a_stale_leader_writes_nothing(plane):

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, delete, select, update
 
 from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import Fence, read_lease
-from sp_dagster.cluster.schema import assignments, instances
+from sp_dagster.cluster.schema import assignments, instances, leader_lease
 from sp_dagster.cluster.store.deployments import ASSIGNED, PENDING, InstanceDefinition, definition_fields
 from sp_dagster.cluster.store.events import record_event
 from sp_dagster.cluster.store.moves import releasing
@@ -55,13 +55,16 @@ class Placement:
 def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None = None) -> NodeAssignments:
     """The instances assigned to `node_id` (this incarnation only, when given) by the current term."""
     a, i = assignments.c, instances.c
+    # The term is read in the same statement as the rows: under READ COMMITTED each statement sees its
+    # own snapshot, and a new leader adopting every row into its term between two statements would
+    # make this node see none of its instances for a moment, and stop them all.
+    current_term = select(leader_lease.c.term).order_by(leader_lease.c.expires_at.desc()).limit(1).scalar_subquery()
     with plane.transaction() as conn:
         lease = read_lease(conn)
-        term = lease.term if lease else 0
         query = (
             select(instances, a.term, a.assigned_at)
             .select_from(instances.join(assignments, a.instance_id == i.instance_id))
-            .where(a.node_id == node_id, a.term == term)
+            .where(a.node_id == node_id, a.term == current_term)
             .order_by(i.app, i.group_name, i.parallel_index)
         )
         if incarnation is not None:
@@ -71,7 +74,7 @@ def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None =
     return NodeAssignments(
         node_id=node_id,
         incarnation=incarnation,
-        term=term,
+        term=int(rows[0].term) if rows else (lease.term if lease else 0),
         leader=lease.holder if lease else None,
         leader_alive=bool(lease and lease.alive),
         instances=tuple(
