@@ -45,9 +45,10 @@ def print_where(args: argparse.Namespace) -> int:
     """Print each role's deployment.yaml, where it was found, the messaging layer it names and the manager API commands go through."""
     import os
 
-    from sp_dagster.cli.options import MANAGER_ENV, safe_address
+    from sp_dagster.cli.options import safe_address
     from sp_dagster.config.loader import load_config
     from sp_dagster.config.locate import STACK_SOURCE, find_conf, stack_conf, stack_record
+    from sp_dagster.deploy.api_client import MANAGER_ENV
 
     locations = {role: find_conf(role, args.conf) for role in ("manager", "worker")}
     for role, location in locations.items():

@@ -103,35 +103,30 @@ def require_messaging(config: Config, location: ConfLocation) -> None:
     raise BrokerUnavailable(f"cannot reach the {what} at {','.join(shown)} ({'; '.join(dict.fromkeys(reasons))}); {hint}")
 
 
-MANAGER_ENV, USER_ENV = "SP_DAGSTER_MANAGER", "SP_DAGSTER_USER"
-
-
 def add_manager_options(parser: argparse.ArgumentParser) -> None:
     """Add `--manager URL` and `--user NAME`: go through the manager API instead of the control-plane database."""
+    from sp_dagster.deploy.api_client import MANAGER_ENV, PASSWORD_ENV, USER_ENV
+
     parser.add_argument(
         "--manager",
         metavar="URL",
         help=f"go through this manager's API (https://host:port) instead of the database (default: ${MANAGER_ENV}, else deployment.config.api.url)",
     )
-    parser.add_argument("--user", metavar="NAME", help=f"the API user (default: ${USER_ENV}); its password comes from $SP_DAGSTER_PASSWORD only")
+    parser.add_argument("--user", metavar="NAME", help=f"the API user (default: ${USER_ENV}); its password comes from ${PASSWORD_ENV} only")
 
 
 def manager_client(args: argparse.Namespace, config: Config):
     """A ManagerClient when a manager URL is given (--manager, $SP_DAGSTER_MANAGER, deployment.config.api.url), else None."""
-    import os
+    from sp_dagster.deploy.api_client import PASSWORD_ENV, USER_ENV, client_from
 
-    from sp_dagster.deploy.api_client import PASSWORD_ENV, ApiError, ManagerClient
-
-    url = getattr(args, "manager", None) or os.environ.get(MANAGER_ENV) or config.deployment.api.url
-    if not url:
-        return None
-    user = getattr(args, "user", None) or os.environ.get(USER_ENV)
-    if not user:
-        raise ApiError(f"the manager API at {url} needs a user: pass --user NAME (or set ${USER_ENV}) and export {PASSWORD_ENV}")
-    password = os.environ.get(PASSWORD_ENV)
-    if not password:
-        raise ApiError(f"the manager API at {url} needs user {user}'s password: export {PASSWORD_ENV} (never on the command line)")
-    return ManagerClient(url, user, password, ca_file=config.deployment.api.ca_file)
+    return client_from(
+        config,
+        getattr(args, "manager", None),
+        getattr(args, "user", None),
+        None,
+        user_hint=f"pass --user NAME (or set ${USER_ENV}) and export {PASSWORD_ENV}",
+        password_hint=f"export {PASSWORD_ENV} (never on the command line)",
+    )
 
 
 @contextlib.contextmanager

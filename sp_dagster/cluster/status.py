@@ -14,6 +14,7 @@ from sp_dagster.cluster.membership import read_nodes
 from sp_dagster.cluster.schema import SCHEMA_VERSION, check_version, managers
 from sp_dagster.cluster.store.deployments import list_deployments, list_instances
 from sp_dagster.cluster.store.events import recent_changes
+from sp_dagster.cluster.store.moves import read_moves
 from sp_dagster.errors import ControlPlaneError
 
 
@@ -42,6 +43,7 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
         lease = read_lease(conn)
         manager_rows = conn.execute(select(managers).order_by(managers.c.group_id, managers.c.node_id)).all()
         nodes = read_nodes(conn)
+        moving = {i: m.to_node for i, m in read_moves(conn).items()}
     instances = list_instances(plane)
     per_node: dict[str, int] = {}
     for instance in instances:
@@ -100,6 +102,7 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
                         "index": i.parallel_index,
                         "receiver": i.receiver,
                         "node": i.node_id,
+                        "moving_to": moving.get(i.instance_id),  # its owner stops it with a last checkpoint first
                         "term": i.term,
                         "status": i.status,
                         "detail": i.status_detail,
@@ -115,8 +118,8 @@ def cluster_status(plane: ControlPlane) -> dict[str, Any]:
     }
 
 
-def deployed_apps(plane: ControlPlane) -> list[dict[str, Any]]:
-    """Every deployed app with its status and plan (SiddhiQL secrets masked), as `sp-dagster apps --json` shows them; read-only."""
+def deployed_apps(plane: ControlPlane, *, masked_plans: bool = True) -> list[dict[str, Any]]:
+    """Every deployed app with its status and plan (SiddhiQL secrets masked unless told), as `sp-dagster apps --json` shows them; read-only."""
     from sp_dagster.topology.output import masked
 
     require_cluster(plane)
@@ -127,7 +130,7 @@ def deployed_apps(plane: ControlPlane) -> list[dict[str, Any]]:
             "waiting_reason": d.waiting_reason,
             "generation": d.generation,
             "content_hash": d.content_hash,
-            "plan": masked(d.plan),
+            "plan": masked(d.plan) if masked_plans else d.plan,
         }
         for d in list_deployments(plane)
     ]
@@ -260,6 +263,7 @@ def render_status(status: dict[str, Any]) -> str:
     if status.get("changes"):
         lines += ["", "recent changes (through the manager API)"]
         lines += [
-            "  " + line for line in table(["WHEN", "USER", "ACTION", "APP"], [[_when(c["at_ms"]), c["user"], c["action"], c["app"]] for c in status["changes"]])
+            "  " + line
+            for line in table(["WHEN", "USER", "ACTION", "APP"], [[_when(c["at_ms"]), c["user"], c["action"], c["app"] or "-"] for c in status["changes"]])
         ]
     return "\n".join(lines).rstrip() + "\n"

@@ -3,7 +3,9 @@
 The leader answers; any other manager answers 307 with the leader's address (the same path), so a
 client may name any manager. Routes (viewer reads, deployer deploys and undeploys, admin drops state):
 `GET /api/apps`, `GET /api/apps/NAME` (plan and SiddhiQL, secrets masked), `GET /api/status`,
-`POST /api/apps?wait=S&fresh=1` (SiddhiQL in the body), `DELETE /api/apps/NAME?deleteTopics=1&dropState=1`.
+`POST /api/apps?wait=S&fresh=1` (SiddhiQL in the body), `POST /api/apps/NAME/scale?group=G&parallel=N`,
+`DELETE /api/apps/NAME?deleteTopics=1&dropState=1`, `GET /api/advice`, `POST /api/rebalance` and
+`POST /api/autoscaling` (decide and record each group's rescale; the caller runs the applied ones).
 Every change is recorded in the control plane's event log with its user (cluster.store.events).
 """
 
@@ -122,6 +124,15 @@ class Api:
         if method == "POST" and len(segments) == 3 and segments[0] == "apps" and segments[2] == "scale":
             caller.require(DEPLOYER, "scale")
             return Response(200, self._scale(caller, segments[1], query))
+        if method == "GET" and segments == ["advice"]:
+            caller.require(VIEWER, "reading the advice")
+            return Response(200, self._advice())
+        if method == "POST" and segments == ["rebalance"]:
+            caller.require(DEPLOYER, "rebalance")
+            return Response(200, self._rebalance(caller))
+        if method == "POST" and segments == ["autoscaling"]:
+            caller.require(DEPLOYER, "autoscaling")
+            return Response(200, self._autoscaling())
         if method == "DELETE" and len(segments) == 2 and segments[0] == "apps":
             drop = _flag(query, "dropState")
             caller.require(ADMIN if drop else DEPLOYER, "undeploy --drop-state" if drop else "undeploy")
@@ -166,6 +177,30 @@ class Api:
         record_change(self.plane, caller.username, "scale", result.app, group=group, parallel=int(parallel), node=self.config.node_id)
         log.info("api: %s scaled %s group %s to %s", caller.username, result.app, group, parallel)
         return {"app": result.app, "changed": result.changed, "lines": result.summary(), "running": bool(result.state and result.state.running)}
+
+    def _advice(self) -> dict[str, Any]:
+        from sp_dagster.cluster.advising import group_advice
+
+        return group_advice(self.plane, self.config.deployment.autoscaling)
+
+    def _rebalance(self, caller: Caller) -> dict[str, Any]:
+        from sp_dagster.cluster.store.events import record_change
+        from sp_dagster.deploy.rebalance import request_rebalance
+
+        asked = request_rebalance(self.plane, self.config.cluster.group_id)
+        if asked is None:  # this manager answers as leader, so its lease ran out a moment ago
+            raise ApiRefused(503, "no manager leads the cluster right now; try again in a few seconds")
+        record_change(self.plane, caller.username, "rebalance", None, node=self.config.node_id)
+        log.info("api: %s asked for a rebalance", caller.username)
+        return asked
+
+    def _autoscaling(self) -> dict[str, Any]:
+        from sp_dagster.cluster.advising import group_advice
+        from sp_dagster.cluster.autoscaling import plan_rescales
+
+        settings = self.config.deployment.autoscaling
+        decisions = plan_rescales(self.plane, group_advice(self.plane, settings), settings)
+        return {"decisions": [{"app": d.app, **d.detail()} for d in decisions]}
 
     def _undeploy(self, caller: Caller, app: str, *, delete_topics: bool, drop_state: bool) -> dict[str, Any]:
         from sp_dagster.cluster.store.events import record_change

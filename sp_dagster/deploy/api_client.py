@@ -7,6 +7,7 @@ credentials. Every refusal is an `ApiError` carrying the manager's one line.
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import urllib.error
 import urllib.request
@@ -16,7 +17,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from sp_dagster.cluster.api_users import basic_authorization
 from sp_dagster.errors import SpDagsterError
 
-PASSWORD_ENV = "SP_DAGSTER_PASSWORD"
+MANAGER_ENV, USER_ENV, PASSWORD_ENV = "SP_DAGSTER_MANAGER", "SP_DAGSTER_USER", "SP_DAGSTER_PASSWORD"
 MAX_REDIRECTS = 3
 
 
@@ -103,10 +104,37 @@ class ManagerClient:
         query = {"group": group, "parallel": parallel, "wait": wait or 0}
         return self.request("POST", f"/api/apps/{quote(name, safe='')}/scale", query=query, timeout=(wait or 0) + self._timeout + 120)
 
+    def advice(self) -> dict:
+        """Each group's advised parallelism, as `sp-dagster advise --json` shows it."""
+        return self.request("GET", "/api/advice")
+
+    def rebalance(self) -> dict:
+        """Ask the leader to rebalance: {leader, term, before: {instance: node}}."""
+        return self.request("POST", "/api/rebalance")
+
+    def autoscaling(self) -> list[dict]:
+        """The leader's rescale decisions, recorded there: [{app, group, parallel, advised, applied, reason}]."""
+        return self.request("POST", "/api/autoscaling")["decisions"]
+
     def undeploy(self, name: str, *, delete_topics: bool = False, drop_state: bool = False) -> dict:
         """Undeploy an app (deleting its topics, dropping its state when asked)."""
         query = {**({"deleteTopics": 1} if delete_topics else {}), **({"dropState": 1} if drop_state else {})}
         return self.request("DELETE", f"/api/apps/{quote(name, safe='')}", query=query, timeout=self._timeout + 120)
+
+
+def client_from(config, url: str | None, user: str | None, password: str | None, *, user_hint: str, password_hint: str) -> ManagerClient | None:
+    """A ManagerClient for `url` (else $SP_DAGSTER_MANAGER, else deployment.config.api.url) as `user` (else $SP_DAGSTER_USER)
+    with `password` (else $SP_DAGSTER_PASSWORD); None when no URL is configured; ApiError saying what is missing."""
+    url = url or os.environ.get(MANAGER_ENV) or config.deployment.api.url
+    if not url:
+        return None
+    user = user or os.environ.get(USER_ENV)
+    if not user:
+        raise ApiError(f"the manager API at {url} needs a user: {user_hint}")
+    password = password or os.environ.get(PASSWORD_ENV)
+    if not password:
+        raise ApiError(f"the manager API at {url} needs user {user}'s password: {password_hint}")
+    return ManagerClient(url, user, password, ca_file=config.deployment.api.ca_file)
 
 
 def _message(error: urllib.error.HTTPError) -> str:

@@ -36,6 +36,7 @@ class LoadedApp:
     content_hash: str
     app: ast.App
     topology: Topology
+    recorded: bool = False  # the manager API recorded it already (a rescale through the API): later steps only report
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,15 @@ class DeploymentState:
     def not_running(self) -> tuple[InstanceState, ...]:
         """The instances that do not run yet."""
         return tuple(i for i in self.instances if i.status != RUNNING)
+
+    @classmethod
+    def from_status(cls, entry: dict) -> DeploymentState:
+        """One deployment of `cluster_status()` (the manager API's /api/status too) as a DeploymentState."""
+        instances = tuple(
+            InstanceState(i["instance"], i["group"], i["node"], i["status"], i["detail"] or (i.get("metrics") or {}).get("state_note"))
+            for i in entry["instances"]
+        )
+        return cls(entry["app"], entry["status"], entry["waiting_reason"], instances)
 
     def describe(self) -> str:
         """A few lines saying what runs where and what does not, and why."""
@@ -255,22 +265,27 @@ def deployment_state(plane, app: str) -> DeploymentState:
 def wait_until_running(
     plane, app: str, timeout: float = 120.0, *, progress: Callable[[DeploymentState], None] | None = None, poll: float = 0.5
 ) -> DeploymentState:
-    """Poll until every instance reports running; DeployError saying what does not run when time is up."""
+    """Poll until every instance reports running; DeployError saying what does not run when time is up.
+
+    `plane` is a ControlPlane, or anything with a `deployment_state(app)` (Dagster's resource, through the manager API)."""
     return _wait(plane, app, timeout, progress, poll, DeploymentState.not_running, "not running")
 
 
 def wait_until_placed(
     plane, app: str, timeout: float = 60.0, *, progress: Callable[[DeploymentState], None] | None = None, poll: float = 0.5
 ) -> DeploymentState:
-    """Poll until the leader has placed every instance on a worker; DeployError saying what waits and why when time is up."""
+    """Poll until the leader has placed every instance on a worker; DeployError saying what waits and why when time is up.
+
+    `plane` is a ControlPlane, or anything with a `deployment_state(app)` (Dagster's resource, through the manager API)."""
     return _wait(plane, app, timeout, progress, poll, lambda state: tuple(i for i in state.instances if not i.node), "not placed")
 
 
 def _wait(plane, app, timeout, progress, poll, pending, what) -> DeploymentState:
     """Poll until some instances exist and none is pending; DeployError on a failed instance or at the deadline."""
+    read = getattr(plane, "deployment_state", None) or (lambda name: deployment_state(plane, name))
     deadline, last = time.monotonic() + timeout, None
     while True:
-        state = deployment_state(plane, app)
+        state = read(app)
         if progress and state != last:
             progress(state)
         last = state

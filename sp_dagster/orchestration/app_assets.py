@@ -76,15 +76,20 @@ def deploy_siddhi_app(
             raise steps.DeployError(f"deploy_siddhi_app runs inside a @siddhi_app_assets function (one app file), not over {sorted(sources) or 'no app'}")
         loaded = steps.load_app(sources.pop())
         topology = steps.plan_app(loaded, control_plane.config().deployment.max_parallelism)
-        check_state(context, control_plane.plane, topology)  # before the topics grow: a refused rescale changes nothing
-        topics = steps.create_topics(topology, messaging.transport)
-        result = steps.record(control_plane.plane, loaded, topology)
-        if wait:
-            state = steps.wait_until_running(control_plane.plane, topology.app, timeout or control_plane.config().dagster.running_timeout)
+        if (client := control_plane.client()) is not None:  # the manager checks state, creates the topics and records
+            answer = client.deploy(loaded.text, loaded.source, wait=None)
+            generation, changed = client.app(topology.app)["generation"], answer["changed"]
         else:
-            state = steps.deployment_state(control_plane.plane, topology.app)
-    context.log.info(f"{topology.app} generation {result.generation}: {state.describe()}")
-    metadata = {"generation": result.generation, "changed": result.changed, "status": state.status, "topics": [t.name for t in topics]}
+            check_state(context, control_plane.plane, topology)  # before the topics grow: a refused rescale changes nothing
+            steps.create_topics(topology, messaging.transport)
+            result = steps.record(control_plane.plane, loaded, topology)
+            generation, changed = result.generation, result.changed
+        if wait:
+            state = steps.wait_until_running(control_plane, topology.app, timeout or control_plane.config().dagster.running_timeout)
+        else:
+            state = control_plane.deployment_state(topology.app)
+    context.log.info(f"{topology.app} generation {generation}: {state.describe()}")
+    metadata = {"generation": generation, "changed": changed, "status": state.status, "topics": [t.name for t in topology.topics]}
     for key in _upstream_first(context.assets_def.specs, context.selected_asset_keys):
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 

@@ -47,27 +47,11 @@ def by_path(key: dg.AssetKey) -> tuple[str, ...]:
 
 def fetch_deployments(control_plane: ControlPlaneResource) -> dict[str, Any]:
     """A snapshot of the recorded deployments (plans and placements); `error` says why there is none."""
-    from sp_dagster.cluster.status import cluster_status
-    from sp_dagster.cluster.store.deployments import list_deployments
-
     snapshot: dict[str, Any] = {"fetched_at": time.time(), "control_plane": None, "error": None, "deployments": []}
     try:
         snapshot[FRESHNESS] = control_plane.config().dagster.sink_freshness
-        with control_plane.reader() as plane:
-            snapshot["control_plane"] = plane.safe_url
-            status = cluster_status(plane)
-            placement = {d["app"]: {i["instance"]: i["node"] for i in d["instances"]} for d in status["deployments"]}
-            snapshot["deployments"] = [
-                {
-                    "app": d.app,
-                    "content_hash": d.content_hash,
-                    "generation": d.generation,
-                    "status": d.status,
-                    "plan": d.plan,
-                    "placement": placement.get(d.app, {}),
-                }
-                for d in list_deployments(plane)
-            ]
+        snapshot["control_plane"] = control_plane.where()
+        snapshot["deployments"] = control_plane.deployments()
     except Exception as exc:  # the code location must load whatever the database does
         snapshot["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return snapshot

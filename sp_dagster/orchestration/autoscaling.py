@@ -31,15 +31,18 @@ def build_autoscaling_sensor(
     def autoscaling(context: dg.SensorEvaluationContext, control_plane: ControlPlaneResource):
         """Decide per group; one run request per applied decision."""
         from sp_dagster.cluster.advising import group_advice
-        from sp_dagster.cluster.autoscaling import plan_rescales
+        from sp_dagster.cluster.autoscaling import Decision, plan_rescales
 
         try:
             config = control_plane.config()
             settings = config.deployment.autoscaling
             if not settings.enabled:
                 return dg.SkipReason(f"autoscaling is off: set deployment.config.autoscaling.enabled: true in {config.source} to apply the advice")
-            plane = control_plane.plane
-            decisions = plan_rescales(plane, group_advice(plane, settings), settings)
+            if (client := control_plane.client()) is not None:  # the leader decides and records, with its own settings
+                decisions = [Decision(**d) for d in client.autoscaling()]
+            else:
+                plane = control_plane.plane
+                decisions = plan_rescales(plane, group_advice(plane, settings), settings)
         except SpDagsterError as exc:
             return dg.SkipReason(str(exc))
         for decision in decisions:

@@ -1,5 +1,9 @@
 """The ops of the deploy, undeploy and rebalance jobs; each deploy op calls one deploy-path step.
 
+Through a manager API (the control_plane resource's `manager`), the manager does the steps that
+touch the database and the brokers: `record_deployment` hands it the app, and it checks state,
+creates the topics and records the deployment in one request; the other ops read through it.
+
 Errors a user can act on (a SiddhiQL mistake with its line and column, an unreachable broker,
 an instance that could not be placed) fail the op with their one-line message, no traceback.
 """
@@ -94,10 +98,18 @@ class ScaleAppConfig(dg.Config):
 @dg.op(description="The deployed app's text with one group at a new parallelism (deploy.scaling), parsed and validated.")
 def scale_app(context: dg.OpExecutionContext, config: ScaleAppConfig, control_plane: ControlPlaneResource) -> steps.LoadedApp:
     """Rescale step 1: deploy.scaling.scaled_app; the rest is the deploy job's."""
+    import dataclasses
+
     from sp_dagster.deploy.scaling import scaled_app
 
     with user_errors():
-        loaded = scaled_app(control_plane.plane, config.app, config.group, config.parallel, control_plane.config().deployment.max_parallelism)
+        if (client := control_plane.client()) is not None:  # the manager rescales; the app's text comes back with its secrets masked
+            for line in client.scale(config.app, config.group, config.parallel, wait=None)["lines"]:
+                context.log.info(line)
+            text = client.app(config.app)["siddhi"]
+            loaded = dataclasses.replace(steps.load_app(text=text, source=f"{client.url} ({config.app})"), recorded=True)
+        else:
+            loaded = scaled_app(control_plane.plane, config.app, config.group, config.parallel, control_plane.config().deployment.max_parallelism)
     context.log.info(f"{config.app}: group {config.group} at {config.parallel} instances")
     context.add_output_metadata({"app": loaded.name, "group": config.group, "parallel": config.parallel, "content_hash": loaded.content_hash})
     return loaded
@@ -134,7 +146,11 @@ def check_state(context, plane, topology) -> list[str]:
     "topic changes), then create every topic of the plan (and the dead-letter topic) with enough partitions."
 )
 def create_topics(context: dg.OpExecutionContext, topology, messaging: MessagingResource, control_plane: ControlPlaneResource) -> list[str]:
-    """Deploy step 3: steps.state_changes, then steps.create_topics."""
+    """Deploy step 3: steps.state_changes, then steps.create_topics (through a manager API: the manager's, in the next step)."""
+    if control_plane.client() is not None:
+        context.log.info("the manager checks state and creates these topics when it records the deployment (next step)")
+        context.add_output_metadata({"topics": dg.MetadataValue.json({t.name: t.partitions for t in topology.topics})})
+        return [t.name for t in topology.topics]
     with user_errors():
         changes = check_state(context, control_plane.plane, topology)
         topics = steps.create_topics(topology, messaging.transport)
@@ -144,7 +160,9 @@ def create_topics(context: dg.OpExecutionContext, topology, messaging: Messaging
 
 @dg.op(description="Record the deployment (desired state) in the control plane; unchanged instances keep their placement.")
 def record_deployment(context: dg.OpExecutionContext, loaded: steps.LoadedApp, topology, topics: list[str], control_plane: ControlPlaneResource) -> str:
-    """Deploy step 4: steps.record (after the topics exist)."""
+    """Deploy step 4: steps.record (after the topics exist); through a manager API, the manager's deploy."""
+    if (client := control_plane.client()) is not None:
+        return _record_through(context, client, loaded)
     with user_errors():
         result = steps.record(control_plane.plane, loaded, topology)
     context.log.info(
@@ -168,6 +186,19 @@ def record_deployment(context: dg.OpExecutionContext, loaded: steps.LoadedApp, t
     return result.app
 
 
+def _record_through(context, client, loaded: steps.LoadedApp) -> str:
+    """record_deployment through the manager API: its deploy (state check, topics, record), unless it recorded the app already."""
+    with user_errors():
+        if not loaded.recorded:
+            answer = client.deploy(loaded.text, loaded.source, wait=None)
+            for line in answer["lines"]:
+                context.log.info(line)
+        shown = client.app(loaded.name)
+    context.log.info(f"{loaded.name} generation {shown['generation']}, recorded by the manager at {client.url}")
+    context.add_output_metadata({"app": loaded.name, "generation": shown["generation"], "manager": client.url})
+    return loaded.name
+
+
 class WaitConfig(dg.Config):
     """How long to wait (default: from the deployment.yaml's dagster section)."""
 
@@ -176,7 +207,7 @@ class WaitConfig(dg.Config):
 
 def _wait(context, control_plane: ControlPlaneResource, app: str, step, timeout: float) -> steps.DeploymentState:
     with user_errors():
-        state = step(control_plane.plane, app, timeout, progress=lambda s: context.log.info(s.describe()))
+        state = step(control_plane, app, timeout, progress=lambda s: context.log.info(s.describe()))
     context.add_output_metadata({"status": state.status, "instances": dg.MetadataValue.md(_placement_table(state))})
     return state
 
@@ -235,17 +266,15 @@ def resolve_app(context: dg.OpExecutionContext, config: ResolveAppConfig, contro
     """The app name to undeploy, or None when nothing recorded came from the file."""
     if config.app:
         return config.app
-    from sp_dagster.cluster.store.deployments import list_deployments
-
     with user_errors():
-        deployments = list_deployments(control_plane.plane)
+        deployments = control_plane.deployments()
     wanted = set(config.content_hashes)
-    match = next((d for d in deployments if d.content_hash in wanted), None)
+    match = next((d for d in deployments if d["content_hash"] in wanted), None)
     if match is None:
         context.log.info(f"no deployment was made from {config.path or 'that file'} (it never deployed, or another file replaced it)")
         return None
-    context.log.info(f"{config.path} held app {match.app} (generation {match.generation})")
-    return match.app
+    context.log.info(f"{config.path} held app {match['app']} (generation {match['generation']})")
+    return match["app"]
 
 
 class UndeployConfig(dg.Config):
@@ -262,6 +291,11 @@ def undeploy_app(
     if app is None:
         return None
     with user_errors():
+        if (client := control_plane.client()) is not None:
+            lines = client.undeploy(app, delete_topics=config.delete_topics)["lines"]
+            context.log.info("\n".join(lines))
+            context.add_output_metadata({"app": app, "manager": client.url, "said": lines})
+            return app
         deleted = steps.undeploy(control_plane.plane, app, transport=messaging.transport if config.delete_topics else None, delete_topics=config.delete_topics)
     context.log.info(f"undeployed {app}" + (f"; deleted topics {', '.join(deleted)}" if deleted else "; its topics are kept"))
     context.add_output_metadata({"app": app, "deleted_topics": deleted})
@@ -274,20 +308,17 @@ def undeploy_app(
 @dg.op(description="Ask the leader manager to rebalance placements on its next pass (moving the fewest instances).")
 def request_rebalance(context: dg.OpExecutionContext, control_plane: ControlPlaneResource) -> dict | None:
     """The placements before the request, or None when no leader is alive to act on it."""
-    from sp_dagster.cluster.election import current_leader
-    from sp_dagster.cluster.election import request_rebalance as ask
-    from sp_dagster.cluster.store.deployments import list_instances
+    from sp_dagster.deploy.rebalance import request_rebalance as ask
 
     group = control_plane.group_id()
     with user_errors():
-        plane = control_plane.plane
-        leader = current_leader(plane, group)
-        if leader is None or not leader.alive:
-            context.log.warning(f"no live leader manager in group '{group}': nothing rebalances; start one with `sp-dagster manager`")
-            return None
-        before = {i.instance_id: i.node_id for i in list_instances(plane)}
-        ask(plane, group)
-    context.log.info(f"asked leader {leader.holder} (term {leader.term}) to rebalance {counted(len(before), 'instance')}")
+        client = control_plane.client()
+        asked = client.rebalance() if client is not None else ask(control_plane.plane, group)
+    if asked is None:
+        context.log.warning(f"no live leader manager in group '{group}': nothing rebalances; start one with `sp-dagster manager`")
+        return None
+    before = asked["before"]
+    context.log.info(f"asked leader {asked['leader']} (term {asked['term']}) to rebalance {counted(len(before), 'instance')}")
     return before
 
 
@@ -300,21 +331,20 @@ class ReportConfig(dg.Config):
 @dg.op(description="Watch the placements after the request and report which instances moved where.")
 def report_rebalance(context: dg.OpExecutionContext, before: dict | None, config: ReportConfig, control_plane: ControlPlaneResource) -> None:
     """Compare placements before and after the leader's rebalancing pass, and name the moves still under way."""
-    from sp_dagster.cluster.store.deployments import list_instances
-    from sp_dagster.cluster.store.moves import read_moves
-
     if before is None:
         return
     strategy = control_plane.config().cluster.strategy_config
     seconds = config.seconds or 3 * (strategy.event_polling_interval + strategy.heartbeat_interval) / 1000
-    deadline, moved = time.monotonic() + seconds, {}
+    deadline, moved, moving = time.monotonic() + seconds, {}, {}
     with user_errors():
-        while time.monotonic() < deadline:
-            after = {i.instance_id: i.node_id for i in list_instances(control_plane.plane)}
-            moved = {i: (before[i], node) for i, node in after.items() if i in before and node != before[i]}
+        while True:
+            instances = [i for d in control_plane.status()["deployments"] for i in d["instances"]]
+            moved = {i["instance"]: (before[i["instance"]], i["node"]) for i in instances if i["instance"] in before and i["node"] != before[i["instance"]]}
+            # graceful moves still waiting for their owner's last checkpoint
+            moving = {i["instance"]: (i["node"], i["moving_to"]) for i in instances if i.get("moving_to")}
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.5)
-        with control_plane.plane.transaction() as conn:  # graceful moves still waiting for their owner's last checkpoint
-            moving = {i: (m.from_node, m.to_node) for i, m in read_moves(conn).items()}
     lines = [f"{i}: {old or '-'} -> {new or '-'}" for i, (old, new) in sorted(moved.items())]
     lines += [f"{i}: {old} -> {new} (moving: its owner stops it with a last checkpoint first)" for i, (old, new) in sorted(moving.items())]
     said = f"{counted(len(moved), 'instance')} moved" + (f", {len(moving)} moving" if moving else "")

@@ -28,14 +28,21 @@ def load_conf(path: str | None, role: str | None = None):
 
 
 class ControlPlaneResource(dg.ConfigurableResource):
-    """The control-plane database named by a deployment.yaml (`deployment.config.datasource`)."""
+    """The cluster: the control-plane database a deployment.yaml names (`deployment.config.datasource`), or, when a
+    manager API is configured, that API, so the code location needs no database credentials."""
 
     conf: str | None = Field(default=None, description=f"the manager's configuration naming the control plane ({CONF_HELP})")
     url: str | None = Field(
         default=None,
         description="a SQLAlchemy URL that replaces the file's datasource; pass EnvVar('...') when it holds a password",
     )
+    manager: str | None = Field(
+        default=None, description="go through this manager API (https://host:port); default $SP_DAGSTER_MANAGER, else deployment.config.api.url"
+    )
+    user: str | None = Field(default=None, description="the manager API user (default $SP_DAGSTER_USER)")
+    password: str | None = Field(default=None, description="its password; pass EnvVar('...') (default $SP_DAGSTER_PASSWORD)")
     _plane: Any = PrivateAttr(default=None)
+    _client: Any = PrivateAttr(default=None)
 
     def config(self):
         """The deployment.yaml as a Config, with `url` (if given) as its control-plane datasource."""
@@ -48,9 +55,39 @@ class ControlPlaneResource(dg.ConfigurableResource):
         replaced = Datasource(name, self.url, "from the Dagster resource")
         return dataclasses.replace(config, datasources={**config.datasources, name: replaced})
 
+    def client(self):
+        """The ManagerClient when a manager API is configured, else None (the database is used)."""
+        if self._client is None:
+            from sp_dagster.deploy.api_client import PASSWORD_ENV, USER_ENV, client_from
+
+            self._client = (
+                client_from(
+                    self.config(),
+                    self.manager,
+                    self.user,
+                    self.password,
+                    user_hint=f"set the control_plane resource's user (or ${USER_ENV}) and password (or ${PASSWORD_ENV})",
+                    password_hint=f"set the control_plane resource's password to EnvVar('...') (or ${PASSWORD_ENV} in the code location's environment)",
+                )
+                or False
+            )
+        return self._client or None
+
+    def where(self) -> str:
+        """The manager API's URL or the database's (without its password)."""
+        client = self.client()
+        if client is not None:
+            return client.url
+        with self.reader() as plane:
+            return plane.safe_url
+
     @property
     def plane(self):
-        """The ControlPlane (schema created or upgraded on first use); closed when the run ends."""
+        """The ControlPlane (schema created or upgraded on first use); closed when the run ends. Not through a manager API."""
+        if (client := self.client()) is not None:
+            from sp_dagster.errors import ControlPlaneError
+
+            raise ControlPlaneError(f"this code location goes through the manager API at {client.url}, not the database")
         if self._plane is None:
             from sp_dagster.cluster.db import ControlPlane
 
@@ -72,6 +109,8 @@ class ControlPlaneResource(dg.ConfigurableResource):
         """The cluster as `sp-dagster status --json` shows it (ControlPlaneError when there is none)."""
         from sp_dagster.cluster.status import cluster_status
 
+        if (client := self.client()) is not None:
+            return client.status()
         with self.reader() as plane:
             return cluster_status(plane)
 
@@ -79,8 +118,35 @@ class ControlPlaneResource(dg.ConfigurableResource):
         """Each group's advised parallelism as `sp-dagster advise --json` shows it (ControlPlaneError when there is no cluster)."""
         from sp_dagster.cluster.advising import group_advice
 
+        if (client := self.client()) is not None:
+            return client.advice()
         with self.reader() as plane:
             return group_advice(plane, self.config().deployment.autoscaling)
+
+    def deployments(self) -> list[dict[str, Any]]:
+        """Every recorded deployment: app, content_hash, generation, status, plan and placement ({instance: node})."""
+        from sp_dagster.cluster.status import cluster_status, deployed_apps
+
+        if (client := self.client()) is not None:
+            apps, status = client.apps(), client.status()  # the API's plans have their secrets masked
+        else:
+            with self.reader() as plane:
+                apps, status = deployed_apps(plane, masked_plans=False), cluster_status(plane)
+        placement = {d["app"]: {i["instance"]: i["node"] for i in d["instances"]} for d in status["deployments"]}
+        keys = ("app", "content_hash", "generation", "status", "plan")
+        return [{**{k: a[k] for k in keys}, "placement": placement.get(a["app"], {})} for a in apps]
+
+    def deployment_state(self, app: str):
+        """The deployment's status and its instances' (steps.DeploymentState); DeployError when it is not recorded."""
+        from sp_dagster.deploy.steps import DeployError, DeploymentState, deployment_state
+
+        if self.client() is None:
+            with self.reader() as plane:
+                return deployment_state(plane, app)
+        entry = next((d for d in self.status()["deployments"] if d["app"] == app), None)
+        if entry is None:
+            raise DeployError(f"no deployment named '{app}'; `sp-dagster status` lists the deployments")
+        return DeploymentState.from_status(entry)
 
     def group_id(self) -> str:
         """The manager group whose leader places instances."""

@@ -193,3 +193,98 @@ def test_a_manager_refuses_plain_http_off_loopback_in_one_line(tmp_path):
         "set certFile and keyFile, or allowPlainHttp: true to accept that"
     ]
     assert not (tmp_path / "cp.db").exists()
+
+
+@pytest.mark.slow
+def test_dagster_deploys_rescales_rebalances_and_undeploys_through_the_api_without_database_credentials(cluster, monkeypatch):
+    """Dagster's jobs, sensor snapshot and waits with the control_plane resource on the API: the operator conf's
+    database does not answer, so any database access would fail the run."""
+    import dagster as dg
+
+    from sp_dagster.deploy.steps import DeployError, wait_until_placed
+    from sp_dagster.orchestration.assets import fetch_deployments
+    from sp_dagster.orchestration.autoscaling import build_autoscaling_sensor
+    from sp_dagster.orchestration.jobs import deploy_job, rebalance_job, rescale_job, undeploy_job
+    from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
+
+    for name in PASSWORDS:
+        monkeypatch.delenv(name, raising=False)
+    tmp, operator, ports = cluster["tmp"], str(cluster["operator"]), cluster["ports"]
+    app = tmp / "app.siddhi"
+    app.write_text(APP)
+    said: list[str] = []
+
+    def run(job, user: str, password: str, ops: list[str], run_config: dict) -> dg.ExecuteInProcessResult:
+        resources = {"control_plane": ControlPlaneResource(conf=operator, user=user, password=password), "messaging": MessagingResource(conf=operator)}
+        instance = dg.DagsterInstance.ephemeral()
+        result = job.execute_in_process(run_config=run_config, resources=resources, op_selection=ops, raise_on_error=False, instance=instance)
+        said.extend(entry.user_message for entry in instance.all_logs(result.run_id))  # the run's log as the UI shows it
+        return result
+
+    deploy_ops = ["load_app", "plan_app", "create_topics", "record_deployment"]
+    refused = run(deploy_job, "vera", PASSWORDS["VERA_PW"], deploy_ops, {"ops": {"load_app": {"config": {"path": str(app)}}}})
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.is_step_failure)
+    assert "user 'vera' has role 'viewer'; deploy needs role 'deployer' or above (HTTP 403)" in str(failure.step_failure_data.error)
+
+    deployed = run(deploy_job, "alice", PASSWORDS["ALICE_PW"], deploy_ops, {"ops": {"load_app": {"config": {"path": str(app)}}}})
+    assert deployed.success
+    assert deployed.output_for_node("record_deployment") == "ApiApp"
+    assert any(m.startswith("deployed ApiApp; topics: ApiApp.In") for m in said)
+
+    viewer = ControlPlaneResource(conf=operator, user="vera", password=PASSWORDS["VERA_PW"])
+    snapshot = fetch_deployments(viewer)
+    assert snapshot["error"] is None and snapshot["control_plane"] == f"https://127.0.0.1:{ports['m2']}"
+    (shown,) = snapshot["deployments"]
+    assert shown["app"] == "ApiApp" and shown["placement"] == {"ApiApp-g-1": None}
+    assert "basic.auth.password = '***'" in shown["plan"]["groups"][0]["instances"][0]["siddhi"]
+    # No worker runs: the wait says why, as the leader recorded it.
+    with pytest.raises(DeployError, match="waiting for workers: 0 alive"):
+        wait_until_placed(viewer, "ApiApp", timeout=1, poll=0.2)
+
+    rescaled = run(
+        rescale_job,
+        "alice",
+        PASSWORDS["ALICE_PW"],
+        ["scale_app", *deploy_ops[1:]],
+        {"ops": {"scale_app": {"config": {"app": "ApiApp", "group": "g", "parallel": 2}}}},
+    )
+    assert rescaled.success, [str(e.step_failure_data.error) for e in rescaled.all_events if e.is_step_failure]
+    assert [i.instance for i in viewer.deployment_state("ApiApp").instances] == ["ApiApp-g-1", "ApiApp-g-2"]
+
+    rebalanced = run(
+        rebalance_job, "alice", PASSWORDS["ALICE_PW"], ["request_rebalance", "report_rebalance"], {"ops": {"report_rebalance": {"config": {"seconds": 0.5}}}}
+    )
+    assert rebalanced.success and rebalanced.output_for_node("request_rebalance") == {"ApiApp-g-1": None, "ApiApp-g-2": None}
+
+    # The autoscaling sensor: the leader decides (no worker reports load, so nothing to apply); a viewer may not.
+    scaling = tmp / "autoscaling.yaml"
+    scaling.write_text(cluster["operator"].read_text().replace("  api:\n", "  autoscaling:\n    enabled: true\n  api:\n"))
+    sensor = build_autoscaling_sensor(rescale_job)
+    for user, expected in (
+        ("alice", "every group runs at its advised parallelism"),
+        ("vera", "user 'vera' has role 'viewer'; autoscaling needs role 'deployer'"),
+    ):
+        resources = {"control_plane": ControlPlaneResource(conf=str(scaling), user=user, password=PASSWORDS[f"{user.upper()}_PW"])}
+        with dg.build_sensor_context(resources=resources) as context:
+            skipped = sensor(context)
+        assert isinstance(skipped, dg.SkipReason) and expected in str(skipped.skip_message), skipped
+    assert viewer.advice()["apps"][0]["app"] == "ApiApp"
+
+    removed = run(undeploy_job, "alice", PASSWORDS["ALICE_PW"], ["resolve_app", "undeploy_app"], {"ops": {"resolve_app": {"config": {"app": "ApiApp"}}}})
+    assert removed.success and any(m.startswith("undeployed ApiApp") for m in said)
+    assert fetch_deployments(viewer)["deployments"] == []
+    changes = viewer.status()["changes"]
+    assert [(c["user"], c["action"], c["app"]) for c in changes] == [
+        ("alice", "deploy", "ApiApp"),
+        ("alice", "scale", "ApiApp"),
+        ("alice", "rebalance", None),
+        ("alice", "undeploy", "ApiApp"),
+    ]
+
+    for proc in cluster["procs"].values():
+        proc.stop()
+    logs = [(tmp / f"{name}.{kind}").read_text() for name in ("m1", "m2") for kind in ("log", "jsonl")]
+    for secret in [*PASSWORDS.values(), APP_SECRET]:
+        for text in said + logs:
+            assert secret not in text

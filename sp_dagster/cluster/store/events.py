@@ -73,7 +73,7 @@ def prune_events(conn: Connection, keep: int = KEEP_EVENTS) -> int:
     return conn.execute(delete(events).where(events.c.id <= newest - keep)).rowcount
 
 
-def record_change(plane, user: str, action: str, app: str, **detail: Any) -> None:
+def record_change(plane, user: str, action: str, app: str | None, **detail: Any) -> None:
     """Record who changed which app, how, through the manager API (shown by `status`)."""
     with plane.transaction() as conn:
         record_event(conn, CHANGE, actor=user, subject=app, detail={"action": action, **detail})
