@@ -51,7 +51,9 @@ def fetch_deployments(control_plane: ControlPlaneResource) -> dict[str, Any]:
     try:
         snapshot[FRESHNESS] = control_plane.config().dagster.sink_freshness
         snapshot["control_plane"] = control_plane.where()
-        snapshot["deployments"] = control_plane.deployments()
+        status = control_plane.status()
+        snapshot["deployments"] = control_plane.deployments(status)
+        snapshot["changes"] = status.get("changes", [])  # who changed what through the manager API
     except Exception as exc:  # the code location must load whatever the database does
         snapshot["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return snapshot
@@ -329,8 +331,18 @@ def control_plane_spec(snapshot: dict) -> dg.AssetSpec:
             "deployments": dg.MetadataValue.json(apps),
             "error": snapshot["error"] or "",
             "read_at": dg.MetadataValue.timestamp(snapshot["fetched_at"]),
+            "recent_changes": dg.MetadataValue.md(_changes_table(snapshot.get("changes", []))),
         },
     )
+
+
+def _changes_table(changes: list[dict]) -> str:
+    """The recent changes made through the manager API (who, what, when) as a Markdown table."""
+    if not changes:
+        return "none through the manager API"
+    rows = ["| when (UTC) | user | action | app |", "| --- | --- | --- | --- |"]
+    rows += [f"| {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(c['at_ms'] / 1000))} | {c['user']} | {c['action']} | {c['app'] or '-'} |" for c in changes]
+    return "\n".join(rows)
 
 
 class DeploymentsLoader(StateBackedDefinitionsLoader[str]):

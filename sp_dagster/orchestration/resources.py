@@ -123,15 +123,17 @@ class ControlPlaneResource(dg.ConfigurableResource):
         with self.reader() as plane:
             return group_advice(plane, self.config().deployment.autoscaling)
 
-    def deployments(self) -> list[dict[str, Any]]:
-        """Every recorded deployment: app, content_hash, generation, status, plan and placement ({instance: node})."""
-        from sp_dagster.cluster.status import cluster_status, deployed_apps
+    def deployments(self, status: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every recorded deployment: app, content_hash, generation, status, plan and placement ({instance: node}),
+        placed as `status` (this resource's status(), read now when not given) has them."""
+        from sp_dagster.cluster.status import deployed_apps
 
+        status = status or self.status()
         if (client := self.client()) is not None:
-            apps, status = client.apps(), client.status()  # the API's plans have their secrets masked
+            apps = client.apps()  # the API's plans have their secrets masked
         else:
             with self.reader() as plane:
-                apps, status = deployed_apps(plane, masked_plans=False), cluster_status(plane)
+                apps = deployed_apps(plane, masked_plans=False)
         placement = {d["app"]: {i["instance"]: i["node"] for i in d["instances"]} for d in status["deployments"]}
         keys = ("app", "content_hash", "generation", "status", "plan")
         return [{**{k: a[k] for k in keys}, "placement": placement.get(a["app"], {})} for a in apps]

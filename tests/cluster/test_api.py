@@ -202,7 +202,7 @@ def test_dagster_deploys_rescales_rebalances_and_undeploys_through_the_api_witho
     import dagster as dg
 
     from sp_dagster.deploy.steps import DeployError, wait_until_placed
-    from sp_dagster.orchestration.assets import fetch_deployments
+    from sp_dagster.orchestration.assets import control_plane_spec, fetch_deployments
     from sp_dagster.orchestration.autoscaling import build_autoscaling_sensor
     from sp_dagster.orchestration.jobs import deploy_job, rebalance_job, rescale_job, undeploy_job
     from sp_dagster.orchestration.resources import ControlPlaneResource, MessagingResource
@@ -237,6 +237,8 @@ def test_dagster_deploys_rescales_rebalances_and_undeploys_through_the_api_witho
     assert snapshot["error"] is None and snapshot["control_plane"] == f"https://127.0.0.1:{ports['m2']}"
     (shown,) = snapshot["deployments"]
     assert shown["app"] == "ApiApp" and shown["placement"] == {"ApiApp-g-1": None}
+    recent = control_plane_spec(snapshot).metadata["recent_changes"].value  # the control_plane asset shows who changed what
+    assert recent.splitlines()[2].endswith("| alice | deploy | ApiApp |"), recent
     assert "basic.auth.password = '***'" in shown["plan"]["groups"][0]["instances"][0]["siddhi"]
     # No worker runs: the wait says why, as the leader recorded it.
     with pytest.raises(DeployError, match="waiting for workers: 0 alive"):
