@@ -157,6 +157,34 @@ def test_a_worker_reading_while_a_new_leader_adopts_sees_all_it_runs(plane):
     assert len(seen.instances) == 2 and seen.term == 2 and {i.term for i in seen.instances} == {2}
 
 
+def test_a_worker_reading_while_its_move_is_handed_on_never_sees_the_instance_as_its_own_again(plane):
+    """The rows and the moves come from one statement: a move handed on between two statements would show the
+    instance still assigned to its old owner and no longer releasing, and the owner would start it again."""
+    if plane.dialect == "sqlite":
+        pytest.skip("SQLite transactions are serializable: a writer waits for the reader, nothing interleaves")
+    register_node(plane, "w1", metrics={"running": ["app-g-1", "app-g-2"]})
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (2, False)})
+    run(plane, leader)
+    register_node(plane, "w2")
+    (moving,) = [m[0] for m in run(plane, leader, rebalance=True).moving]
+    heartbeat(plane, "w1", 1, metrics={"running": sorted({"app-g-1", "app-g-2"} - {moving})})  # w1 let go of it
+    handed: list = []
+
+    def hand_on_after_the_rows_are_read(conn, cursor, statement, parameters, context, executemany):
+        if not handed and "JOIN sp_assignments" in statement:
+            handed.append(run(plane, leader))  # its own connection, committed
+
+    event.listen(plane.engine, "after_cursor_execute", hand_on_after_the_rows_are_read)
+    try:
+        seen = assignments_for(plane, "w1", 1)
+    finally:
+        event.remove(plane.engine, "after_cursor_execute", hand_on_after_the_rows_are_read)
+    assert handed and handed[0].assigned == ((moving, "w2", "w1"),)
+    assert {i.instance_id: i.releasing for i in seen.instances} == {"app-g-1": "app-g-1" == moving, "app-g-2": "app-g-2" == moving}
+    assert [i.instance_id for i in assignments_for(plane, "w1", 1).instances] == sorted({"app-g-1", "app-g-2"} - {moving})
+
+
 def test_a_stale_leader_writes_nothing(plane):
     register_node(plane, "w1")
     leader = Elector(plane, "sp", "m1", lease_ms=300).tick()

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, and_, delete, select, update
 
 from sp_dagster.cluster.db import ControlPlane
 from sp_dagster.cluster.election import Fence, read_lease
-from sp_dagster.cluster.schema import assignments, instances, leader_lease
+from sp_dagster.cluster.schema import assignments, instances, leader_lease, moves
 from sp_dagster.cluster.store.deployments import ASSIGNED, PENDING, InstanceDefinition, definition_fields
 from sp_dagster.cluster.store.events import record_event
-from sp_dagster.cluster.store.moves import releasing
 
 
 @dataclass(frozen=True)
@@ -54,32 +53,32 @@ class Placement:
 
 def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None = None) -> NodeAssignments:
     """The instances assigned to `node_id` (this incarnation only, when given) by the current term."""
-    a, i = assignments.c, instances.c
-    # The term is read in the same statement as the rows: under READ COMMITTED each statement sees its
-    # own snapshot, and a new leader adopting every row into its term between two statements would
-    # make this node see none of its instances for a moment, and stop them all.
+    a, i, m = assignments.c, instances.c, moves.c
+    # One statement reads the rows, the current term and the moves: under READ COMMITTED each statement
+    # has its own snapshot. A new leader adopting every row into its term between two statements would
+    # show this node none of its instances (it would stop them all), and a move handed on between two
+    # would show an instance still assigned here but no longer releasing (it would start it again).
     current_term = select(leader_lease.c.term).order_by(leader_lease.c.expires_at.desc()).limit(1).scalar_subquery()
     with plane.transaction() as conn:
         lease = read_lease(conn)
         query = (
-            select(instances, a.term, a.assigned_at)
-            .select_from(instances.join(assignments, a.instance_id == i.instance_id))
+            select(instances, a.term, a.assigned_at, m.asked_at.is_not(None).label("letting_go"))
+            .select_from(
+                instances.join(assignments, a.instance_id == i.instance_id).outerjoin(moves, and_(m.instance_id == i.instance_id, m.from_node == node_id))
+            )
             .where(a.node_id == node_id, a.term == current_term)
             .order_by(i.app, i.group_name, i.parallel_index)
         )
         if incarnation is not None:
             query = query.where(a.node_incarnation == incarnation)
         rows = conn.execute(query).all()
-        letting_go = releasing(conn, node_id)
     return NodeAssignments(
         node_id=node_id,
         incarnation=incarnation,
         term=int(rows[0].term) if rows else (lease.term if lease else 0),
         leader=lease.holder if lease else None,
         leader_alive=bool(lease and lease.alive),
-        instances=tuple(
-            AssignedInstance(**definition_fields(r), term=int(r.term), assigned_at=int(r.assigned_at), releasing=r.instance_id in letting_go) for r in rows
-        ),
+        instances=tuple(AssignedInstance(**definition_fields(r), term=int(r.term), assigned_at=int(r.assigned_at), releasing=bool(r.letting_go)) for r in rows),
     )
 
 

@@ -67,9 +67,3 @@ def _record(fence: Fence, kind: str, instance_id: str, from_node: str, to_node: 
 def end_move(conn: Connection, instance_id: str) -> None:
     """The move is done, or no longer wanted."""
     conn.execute(delete(moves).where(moves.c.instance_id == instance_id))
-
-
-def releasing(conn: Connection, node_id: str) -> set[str]:
-    """The instances `node_id` is asked to stop (with a last checkpoint) so that they can move."""
-    m = moves.c
-    return set(conn.execute(select(m.instance_id).where(m.from_node == node_id, m.asked_at.is_not(None))).scalars())
