@@ -15,6 +15,7 @@ import pytest
 
 from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, messaging_conf
 from tests.fixtures.trades import APP_PATH, SYMBOLS, expected_outputs, trades
+from tests.fixtures.waiting import wait_until
 from tests.hosts.netns import HostedPostgres, Network
 
 OUTPUT_TOPIC = "Trades.Averages"  # the app's sink topic (tests/worker/apps/trades.siddhi)
@@ -41,6 +42,8 @@ class Cluster:
             messaging=layer, control_db=url, persistence_db=url, interval=0.05, mode="continuous", slots=4, exactly_once="true", receiver=""
         )
         broker.start("broker", sys.executable, "-m", "sp_dagster.cli", "broker", "--host", broker.address, "--port", "9092", env=self.env(broker))
+        # Before anything deploys: on a busy machine the CLI's start alone can take seconds.
+        wait_until(lambda: "broker ready at" in (broker.home / "broker.log").read_text(errors="replace"), timeout=120, what="the broker")
         for name in (*self.MANAGERS, "operator"):
             (self.hosts[name].home / "deployment.yaml").write_text(self.manager_conf)
         for name in self.MANAGERS:
