@@ -76,6 +76,13 @@ def messaging_conf(kind: str, servers: str, cluster_id: str = "sp-dagster", brok
     return f"bootstrapURLs: {servers}\n  brokerProfile: {broker_profile}"
 
 
+def log_excerpt(lines: list[str], tail: int = 40) -> list[str]:
+    """A log for a failure message: its notable lines from before the last `tail` (warnings, errors, the
+    nodes' and managers' own lines, the writers started), then those last lines."""
+    earlier = [line for line in lines[:-tail] if _NOTABLE.search(line)]
+    return [*earlier[-200:], *(["..."] if earlier else []), *lines[-tail:]]
+
+
 class LocalCluster:
     """Managers and N worker processes sharing a control plane (SQLite under `home`, or `database`), on Kafka or NATS."""
 
@@ -182,12 +189,7 @@ class LocalCluster:
     def logs(self, lines: int = 40) -> str:
         """The tail of every process's log, for failure messages, after its earlier warnings and errors
         and the writers it started (which transactional id a writer token in a message header is)."""
-        parts = []
-        for name in self.processes:
-            text = self._log_lines(name)
-            earlier = [line for line in text[:-lines] if _NOTABLE.search(line)]
-            parts.append(f"--- {name}\n" + "\n".join([*earlier[-200:], *(["..."] if earlier else []), *text[-lines:]]))
-        return "\n".join(parts)
+        return "\n".join(f"--- {name}\n" + "\n".join(log_excerpt(self._log_lines(name), lines)) for name in self.processes)
 
     def grep(self, pattern: str) -> list[str]:
         """Every line of every process's log that matches `pattern`."""

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, messaging_conf
+from sp_dagster.embedded.local_cluster import MANAGER_CONF, WORKER_CONF, log_excerpt, messaging_conf
 from tests.fixtures.trades import APP_PATH, SYMBOLS, expected_outputs, trades
 from tests.fixtures.waiting import wait_until
 from tests.hosts.netns import HostedPostgres, Network
@@ -73,16 +73,16 @@ class Cluster:
         return host.run(*self.cli(*args), env=self.env(host), stdin=stdin, timeout=timeout)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {name}\n" + "\n".join(lines[-40:]) for name, lines in self._log_lines())
+        return "\n".join(f"--- {name}\n" + "\n".join(log_excerpt(lines)) for name, lines in self._log_lines())
 
     def grep(self, pattern: str) -> list[str]:
         """Every line of every host's logs that matches `pattern`."""
         return [line for _name, lines in self._log_lines() for line in lines if re.search(pattern, line)]
 
     def _log_lines(self) -> list[tuple[str, list[str]]]:
-        """(host/log name, its lines but a JVM's stack frames) for every log of every host."""
+        """(host/log name, its lines but a JVM's stack frames and librdkafka's connection retries) for every log of every host."""
         return [
-            (f"{host.name}/{log.name}", [line for line in log.read_text(errors="replace").splitlines() if not line.startswith("\tat ")])
+            (f"{host.name}/{log.name}", [line for line in log.read_text(errors="replace").splitlines() if not line.startswith(("\tat ", "%3|", "%4|"))])
             for host in self.hosts.values()
             for log in sorted(host.home.glob("*.log"))
         ]
