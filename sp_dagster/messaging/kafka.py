@@ -609,10 +609,12 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         self.close()
 
     def close(self) -> None:
-        """Abort what is open and release the clients."""
+        """Abort what is open (within the owner's lease: after it, a successor resolves it) and release the clients."""
+        if self._open and self.time_left is not None and self.time_left() <= 0:
+            self._open = False  # as leave(): a late abort of an older epoch would drop what the successor counted as published
         if self._open and not self.stuck:
             try:
-                self.producer.abort_transaction(self.timeout)
+                self.producer.abort_transaction(self._wait(self.timeout))
             except KafkaException as exc:
                 log.debug("aborting on close: %s", exc)
             self._open = False

@@ -293,11 +293,14 @@ class Worker:
         releasing = {a.instance_id for a in assigned.instances if a.releasing}
         desired = {a.instance_id: a for a in assigned.instances if a.instance_id not in held and a.instance_id not in releasing}
         stopping = [i for i, r in self.running.items() if i not in desired or desired[i].spec_hash != r.spec_hash]
+        # Placed on another node without a graceful move (this one was cut off, or took too long to let go):
+        # its new owner may run already, so the old copy neither commits nor aborts what it has open.
+        taken = self._placed_elsewhere([i for i in stopping if i not in {a.instance_id for a in assigned.instances}])
         for instance_id in stopping:
             drain = getattr(self.running[instance_id].handle, "drain", None)  # continuous instances drain
             if held.get(instance_id) == DRAIN and drain is not None:
                 drain()
-            self.stop_instance(instance_id, save=True)
+            self.stop_instance(instance_id, save=instance_id not in taken)
         if releasing & set(stopping):
             log.info("worker %s: let go of %s (moving to another node)", self.config.node_id, ", ".join(sorted(releasing & set(stopping))))
             self.beat()  # at once: the leader hands them on when a heartbeat no longer lists them
@@ -314,6 +317,16 @@ class Worker:
         interval = self.config.persistence.interval_in_min * 60
         if self.config.persistence.enabled and time.monotonic() - self._last_save >= interval:
             self.save_all()
+
+    def _placed_elsewhere(self, instance_ids: list[str]) -> set[str]:
+        """Those of `instance_ids` now placed on another node (all of them when the control plane cannot say)."""
+        from sp_dagster.cluster.store.assignments import placed_elsewhere
+
+        try:
+            return placed_elsewhere(self.plane, self.config.node_id, instance_ids)
+        except Exception as exc:  # an outage right after the assignments were read: assume the worst
+            log.warning("worker %s: cannot read where %s went: %s", self.config.node_id, ", ".join(instance_ids), exc)
+            return set(instance_ids)
 
     # -- instances ----------------------------------------------------------------------------
 

@@ -82,6 +82,15 @@ def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None =
     )
 
 
+def placed_elsewhere(plane: ControlPlane, node_id: str, instance_ids: list[str]) -> set[str]:
+    """Those of `instance_ids` the leader has placed on another node than `node_id`."""
+    if not instance_ids:
+        return set()
+    a = assignments.c
+    with plane.transaction() as conn:
+        return set(conn.execute(select(a.instance_id).where(a.instance_id.in_(instance_ids), a.node_id != node_id)).scalars())
+
+
 def read_placements(conn: Connection) -> dict[str, Placement]:
     """Every assignment row, by instance id."""
     a = assignments.c
