@@ -79,9 +79,10 @@ def deploy_siddhi_app(
         if (client := control_plane.client()) is not None:  # the manager checks state, creates the topics and records
             answer = client.deploy(loaded.text, loaded.source, wait=None)
             generation, changed = client.app(topology.app)["generation"], answer["changed"]
+            topics = [t.name for t in topology.topics] + [steps.dead_letter_topic(topology.app)]
         else:
             check_state(context, control_plane.plane, topology)  # before the topics grow: a refused rescale changes nothing
-            steps.create_topics(topology, messaging.transport)
+            topics = [t.name for t in steps.create_topics(topology, messaging.transport)]
             result = steps.record(control_plane.plane, loaded, topology)
             generation, changed = result.generation, result.changed
         if wait:
@@ -89,7 +90,7 @@ def deploy_siddhi_app(
         else:
             state = control_plane.deployment_state(topology.app)
     context.log.info(f"{topology.app} generation {generation}: {state.describe()}")
-    metadata = {"generation": generation, "changed": changed, "status": state.status, "topics": [t.name for t in topology.topics]}
+    metadata = {"generation": generation, "changed": changed, "status": state.status, "topics": topics}
     for key in _upstream_first(context.assets_def.specs, context.selected_asset_keys):
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 
