@@ -170,10 +170,14 @@ class LocalCluster:
         return ControlPlane.from_config(self.config())
 
     def deploy(self, path: str | Path, timeout: float = 240.0):
-        """Deploy an app file on this cluster as `sp-dagster deploy` does; its DeployResult once every instance runs."""
-        from sp_dagster.deploy import deploy
+        """Deploy an app file on this cluster as `sp-dagster deploy` does; its DeployResult once every instance runs
+        (DeployError with the processes' logs when it fails)."""
+        from sp_dagster.deploy import DeployError, deploy
 
-        return deploy(path, self.config(), timeout=timeout)
+        try:
+            return deploy(path, self.config(), timeout=timeout)
+        except DeployError as error:
+            raise DeployError(f"{error}\n{self.logs()}") from error
 
     def cli(self, *args: str, timeout: float = 300.0) -> str:
         """Run one `sp-dagster` command against this cluster (its manager configuration) as a user would; its output.
