@@ -34,6 +34,7 @@ from sp_dagster.wording import counted
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 60.0
+RELEASE_POLL_S = 0.1  # the leader's pace while an owner is asked to let go of an instance
 
 
 class Journal:
@@ -135,8 +136,11 @@ class Manager:
                             self._known_alive, self._rebalance_seen, next_poll = None, None, 0.0
                     leadership = self.elector.leadership
                     if leadership is not None and now >= next_poll:
-                        self.reconcile_once(leadership)
-                        next_poll = now if self._rebalance_due else now + self.poll_s
+                        result = self.reconcile_once(leadership)
+                        # An owner letting go of a moving instance says so at once: the sooner the next pass
+                        # sees it, the shorter the instance's keys go silent.
+                        pause = min(self.poll_s, RELEASE_POLL_S) if result.awaiting_release else self.poll_s
+                        next_poll = now if self._rebalance_due else now + pause
                     self.connectivity.succeeded()
                 except DatabaseUnavailable as error:
                     delay = self.connectivity.failed(error)

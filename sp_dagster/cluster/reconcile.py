@@ -47,6 +47,7 @@ class ReconcileResult:
     alive: tuple[str, ...] = ()  # the nodes instances may run on
     cut_off: tuple[str, ...] = ()  # alive, but they say they cannot reach the messaging layer (others can)
     status_changes: tuple[tuple[str, str, str | None], ...] = ()  # (app, status, waiting reason)
+    awaiting_release: int = 0  # moves whose owner was asked to let go and has not yet: the next pass hands them on
 
 
 def reconcile(
@@ -123,6 +124,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
         for instance_id in sorted(set(moves) - wanted_ids):
             end_move(conn, instance_id)
         asked = _ask_next(fence, {i.instance_id: i for i in wanted})
+        awaiting = sum(1 for m in read_moves(conn).values() if m.asked_at is not None)
         changes = _update_statuses(conn, wanted, allocation.unplaced, fence.now_ms)
         return ReconcileResult(
             term=fence.term,
@@ -135,6 +137,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
             cut_off=tuple(sorted(set(living) - set(alive))),
             status_changes=tuple(changes),
             moving=tuple(asked),
+            awaiting_release=awaiting,
         )
 
 

@@ -53,7 +53,7 @@ FORGET_EVERY_S = 10.0  # how often a worker looks for checkpoint folders of drop
 # How often a worker reads its assignments, at most: an instance moved here starts soon after its
 # old owner let go of it (its keys' silence), not up to a heartbeat interval later. Reports and
 # saves keep the heartbeat's pace.
-ASSIGNMENTS_EVERY_S = 0.5
+ASSIGNMENTS_EVERY_S = 0.25
 _NO_FAILURE = (0, 0.0, "")  # an instance's entry in Worker.failures before its first failure
 
 

@@ -219,10 +219,11 @@ def test_rebalance_when_asked_moves_the_fewest_each_after_its_owner_let_go(plane
     moving = sorted(m[0] for m in result.moving)
     assert [i.split("-")[1] for i in moving] == ["a", "b"]
     assert {i.instance_id for i in assignments_for(plane, "w1", 1).instances if i.releasing} == set(moving)
-    assert run(plane, leader).assigned == ()  # w1 still says it runs them
+    waiting = run(plane, leader)
+    assert waiting.assigned == () and waiting.awaiting_release == 2  # w1 still says it runs them: the leader looks again soon
     heartbeat(plane, "w1", 1, metrics={"running": sorted({"app-a-1", "app-a-2", "app-b-1", "app-b-2"} - set(moving))})
     result = run(plane, leader)
-    assert sorted(result.assigned) == [(i, "w2", "w1") for i in moving]
+    assert sorted(result.assigned) == [(i, "w2", "w1") for i in moving] and result.awaiting_release == 0
     assert sorted(placement(plane).values()) == ["w1", "w1", "w2", "w2"]
     assert not any(i.releasing for i in assignments_for(plane, "w1", 1).instances)
     kinds = [e.kind for e in recent_events(plane)]
