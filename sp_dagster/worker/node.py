@@ -3,7 +3,8 @@
 Every poll it heartbeats (registering first), and reconciles its instances with the
 assignments of the current leader term: it stops removed or changed instances first, then
 starts new ones, so two copies of an instance never run at once; one being moved to another node
-(`releasing`) it stops with a last checkpoint, which its new owner starts from. Each instance runs as a
+(`releasing`) it stops with a last checkpoint, which its new owner starts from (the new owner's task
+is launched while the old owner lets go, and starts once placed). Each instance runs as a
 long-running Spark task (`spark/continuous.py`, the default) or a Structured Streaming query
 (`spark/microbatch.py`, `spark.executionMode: microbatch`; there the driver hosts HTTP receivers itself). When the control plane says it is
 fenced it stops everything and registers again as a new incarnation; continuous tasks also
@@ -69,6 +70,14 @@ class RunningInstance:
     status: str = "starting"  # what the worker last reported, with its metrics (for /metrics)
     metrics: dict = field(default_factory=dict)
     saved: float | None = None  # when its state was last saved to the revision store (monotonic)
+
+
+@dataclass
+class PreparedStart:
+    """The task of an instance on its way here, launched and held until the leader places the instance here."""
+
+    spec_hash: str
+    handle: ContinuousInstance
 
 
 def spark_settings(config) -> dict[str, str]:
@@ -137,6 +146,7 @@ class Worker:
         self.checkpoints = self.store.checkpoint_root(config.node_id)
         self.spark = spark
         self.running: dict[str, RunningInstance] = {}
+        self.prepared: dict[str, PreparedStart] = {}
         self.failures: dict[str, tuple[int, float, str]] = {}  # instance -> (failures in a row, retry after, the last one)
         self.stop_event = threading.Event()
         # Heartbeats run on their own thread: starting a Spark query takes seconds, and a
@@ -308,6 +318,7 @@ class Worker:
         for instance_id, assignment in desired.items():
             if instance_id not in self.running and self.failures.get(instance_id, _NO_FAILURE)[1] <= now:
                 self.start_instance(assignment)
+        self._prepare(assigned.incoming, desired)
         if now - self._last_report >= self.session.heartbeat_interval_s:
             self._last_report = now
             self.report()
@@ -334,7 +345,8 @@ class Worker:
         """Restore the newest state of an instance and start it (a continuous task or a micro-batch query)."""
         instance_id = assignment.instance_id
         checkpoint = self.checkpoints / instance_id / assignment.spec_hash[:16]
-        if self.slots is not None and len(self.running) >= self.slots:
+        taken = len(self.running) + len(self.prepared) - (instance_id in self.prepared)
+        if self.slots is not None and taken >= self.slots:
             self._report(instance_id, "starting", detail=f"waiting for a task slot: all {self.slots} are taken")
             return
         try:
@@ -351,6 +363,39 @@ class Worker:
         self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint)
         self._report(instance_id, "starting", detail=self._retrying(instance_id))
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
+
+    def _prepare(self, incoming, desired: dict) -> None:
+        """Launch the held tasks of instances whose owner lets go of them for this node (their start then skips
+        Spark's task launch), within the free task slots; give up those no longer on their way here."""
+        coming = {d.instance_id: d for d in incoming}
+        for instance_id, prepared in list(self.prepared.items()):
+            if instance_id not in desired and (instance_id not in coming or coming[instance_id].spec_hash != prepared.spec_hash):
+                self._discard_prepared(instance_id)
+        if self.mode != "continuous" or self.control is None:
+            return
+        from sp_dagster.worker.spark.continuous import ContinuousInstance
+
+        for instance_id, definition in coming.items():
+            if instance_id in self.prepared or instance_id in self.running:
+                continue
+            if self.slots is not None and len(self.running) + len(self.prepared) >= self.slots:
+                return
+            checkpoint = self.checkpoints / instance_id / definition.spec_hash[:16]
+            try:
+                plan = self._plan(definition)
+                if plan.http_inputs:
+                    continue  # a receiver binds its port when it starts: nothing to launch ahead
+                handle = ContinuousInstance(self.spark, self.control, plan, self.config.messaging, self._loop_settings(definition), checkpoint, held=True)
+            except Exception as exc:  # noqa: BLE001 - its start proper says what is wrong, when it comes
+                log.debug("worker %s: cannot prepare %s: %s", self.config.node_id, instance_id, exc)
+                continue
+            self.prepared[instance_id] = PreparedStart(definition.spec_hash, handle.start())
+            log.info("worker %s: prepared %s (its owner lets go of it)", self.config.node_id, instance_id)
+
+    def _discard_prepared(self, instance_id: str) -> None:
+        prepared = self.prepared.pop(instance_id)
+        prepared.handle.stop(save=False)
+        log.info("worker %s: gave up the prepared start of %s", self.config.node_id, instance_id)
 
     def _rescaled(self, plan, rescaled: dict, checkpoint: Path) -> None:
         """An instance of a rescaled group (deploy.rescale) that has not checkpointed since: its start is where
@@ -396,21 +441,25 @@ class Worker:
         engine = {**runtime_settings(self.config), "shard_id": assignment.extra.get("shard_id") or self.config.shard_id}
         return dataclasses.replace(plan, extras={**plan.extras, "engine": engine, "fresh_since": assignment.extra.get("fresh_since")})
 
+    def _loop_settings(self, assignment):
+        """How a continuous task or a receiver runs the instance's loop on this worker."""
+        from sp_dagster.worker.instance.loop import LoopSettings
+
+        spark = self.config.spark
+        return LoopSettings(
+            assignment.extra.get("dead_letter_topic"),
+            transactions=spark.exactly_once,
+            checkpoint_interval_s=spark.checkpoint_interval / 1000,
+            receiver_users=tuple((u.username, u.password) for u in self.config.deployment.receiver_users),
+            receiver_tls=self.receiver_tls,
+            abandoned_after_s=self.session.fence_after_s,
+        )
+
     def _start(self, plan, assignment, checkpoint: Path):
         dead_letters = assignment.extra.get("dead_letter_topic")
         if self.mode == "continuous" or plan.http_inputs:
-            from sp_dagster.worker.instance.loop import LoopSettings
-
-            users = tuple((u.username, u.password) for u in self.config.deployment.receiver_users)
-            spark = self.config.spark
-            settings = LoopSettings(
-                dead_letters,
-                transactions=spark.exactly_once,
-                checkpoint_interval_s=spark.checkpoint_interval / 1000,
-                receiver_users=users,
-                receiver_tls=self.receiver_tls,
-                abandoned_after_s=self.session.fence_after_s,
-            )
+            settings = self._loop_settings(assignment)
+            users = settings.receiver_users
             if self.mode != "continuous":  # a query cannot listen: the driver hosts the receiver on a thread
                 from sp_dagster.messaging import transport_for
                 from sp_dagster.worker.receivers.http import HostedReceiver
@@ -422,6 +471,12 @@ class Worker:
             from sp_dagster.worker.spark.continuous import ContinuousInstance
 
             assert self.control is not None  # opened with Spark, in continuous mode
+            prepared = self.prepared.pop(assignment.instance_id, None)
+            if prepared is not None and prepared.spec_hash == assignment.spec_hash and prepared.handle.active:
+                prepared.handle.release()  # from the checkpoint just restored into its directory
+                return prepared.handle
+            if prepared is not None:
+                prepared.handle.stop(save=False)
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()
         settings = QuerySettings(
             self.bootstrap,
@@ -450,9 +505,11 @@ class Worker:
         log.info("worker %s: stopped %s", self.config.node_id, instance_id)
 
     def stop_all(self, *, save: bool) -> None:
-        """Stop every instance."""
+        """Stop every instance (and give up the prepared starts)."""
         for instance_id in list(self.running):
             self.stop_instance(instance_id, save=save)
+        for instance_id in list(self.prepared):
+            self._discard_prepared(instance_id)
 
     def forget_dropped(self) -> None:
         """Delete the checkpoint folders this worker holds of instances whose state an operator dropped

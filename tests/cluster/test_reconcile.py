@@ -219,6 +219,10 @@ def test_rebalance_when_asked_moves_the_fewest_each_after_its_owner_let_go(plane
     moving = sorted(m[0] for m in result.moving)
     assert [i.split("-")[1] for i in moving] == ["a", "b"]
     assert {i.instance_id for i in assignments_for(plane, "w1", 1).instances if i.releasing} == set(moving)
+    # w2 sees them coming (it may launch their tasks ahead), but runs nothing yet; w1 sees none coming.
+    coming = assignments_for(plane, "w2", 1)
+    assert coming.instances == () and sorted(i.instance_id for i in coming.incoming) == moving
+    assert assignments_for(plane, "w1", 1).incoming == ()
     waiting = run(plane, leader)
     assert waiting.assigned == () and waiting.awaiting_release == 2  # w1 still says it runs them: the leader looks again soon
     heartbeat(plane, "w1", 1, metrics={"running": sorted({"app-a-1", "app-a-2", "app-b-1", "app-b-2"} - set(moving))})
@@ -226,6 +230,7 @@ def test_rebalance_when_asked_moves_the_fewest_each_after_its_owner_let_go(plane
     assert sorted(result.assigned) == [(i, "w2", "w1") for i in moving] and result.awaiting_release == 0
     assert sorted(placement(plane).values()) == ["w1", "w1", "w2", "w2"]
     assert not any(i.releasing for i in assignments_for(plane, "w1", 1).instances)
+    assert assignments_for(plane, "w2", 1).incoming == ()  # placed there now: no longer on their way
     kinds = [e.kind for e in recent_events(plane)]
     assert kinds.count("move-planned") == 2 and kinds.count("release-asked") == 2
 

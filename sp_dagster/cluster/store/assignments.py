@@ -1,7 +1,8 @@
 """Assignments: which node (incarnation) runs which instance, and the leader term that said so.
 
 An instance on its way to another node stays assigned to its owner, marked `releasing`, until the
-owner has stopped it with a last checkpoint (cluster.store.moves).
+owner has stopped it with a last checkpoint (cluster.store.moves); the new node sees it as
+`incoming` meanwhile, so that it can have its start ready.
 
 Only the leader writes them, inside a fenced transaction (`assign`, `unassign`); the deploy
 step removes them with their deployment. A worker reads its own with `assignments_for`, which
@@ -40,6 +41,8 @@ class NodeAssignments:
     leader: str | None
     leader_alive: bool
     instances: tuple[AssignedInstance, ...]
+    # Instances whose owner was asked to let go of them for this node: a worker may prepare their start.
+    incoming: tuple[InstanceDefinition, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,12 @@ def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None =
         if incarnation is not None:
             query = query.where(a.node_incarnation == incarnation)
         rows = conn.execute(query).all()
+        incoming = conn.execute(
+            select(instances)
+            .select_from(instances.join(moves, m.instance_id == i.instance_id))
+            .where(m.to_node == node_id, m.asked_at.is_not(None))
+            .order_by(i.app, i.group_name, i.parallel_index)
+        ).all()
     return NodeAssignments(
         node_id=node_id,
         incarnation=incarnation,
@@ -79,6 +88,7 @@ def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None =
         leader=lease.holder if lease else None,
         leader_alive=bool(lease and lease.alive),
         instances=tuple(AssignedInstance(**definition_fields(r), term=int(r.term), assigned_at=int(r.assigned_at), releasing=bool(r.letting_go)) for r in rows),
+        incoming=tuple(InstanceDefinition(**definition_fields(r)) for r in incoming),
     )
 
 

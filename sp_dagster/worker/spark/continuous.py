@@ -63,6 +63,9 @@ def _run(spec: TaskSpec) -> str:
     reason = "failed"
     transport = transport_for(spec.messaging, timeout=30.0)
     try:
+        if control.stopped_before_start:  # prepared for a move that went elsewhere
+            reason = "stopped"
+            return reason
         if spec.plan.http_inputs:  # a receiver partial app: an HTTP endpoint publishing to entry topics
             from sp_dagster.worker.receivers.http import ReceiverLoop
 
@@ -113,12 +116,13 @@ class ContinuousInstance:
 
     mode = "continuous"
 
-    def __init__(self, spark, server: ControlServer, plan: InstancePlan, messaging, settings: LoopSettings, checkpoint_dir: Path):
+    def __init__(self, spark, server: ControlServer, plan: InstancePlan, messaging, settings: LoopSettings, checkpoint_dir: Path, *, held: bool = False):
         self.spark = spark
         self.server = server
         self.plan = plan
         self.checkpoint_dir = Path(checkpoint_dir)
-        self.link = server.open(read_checkpoint(self.checkpoint_dir), lambda data: write_checkpoint(self.checkpoint_dir, data))
+        checkpoint = None if held else read_checkpoint(self.checkpoint_dir)
+        self.link = server.open(checkpoint, lambda data: write_checkpoint(self.checkpoint_dir, data), held=held)
         self.spec = TaskSpec(plan, messaging, settings, server.address, server.authkey, self.link.token, logging.getLogger().getEffectiveLevel())
         self.job_group = f"sp-dagster:{plan.name}:{self.link.token[:8]}"
         self.error: str | None = None
@@ -142,6 +146,10 @@ class ContinuousInstance:
             self.error = _first_line(exc)
         finally:
             self.done.set()
+
+    def release(self) -> None:
+        """Start a held task (its Spark task launched ahead of a move) from the checkpoint its directory holds now."""
+        self.link.release(read_checkpoint(self.checkpoint_dir))
 
     @property
     def active(self) -> bool:

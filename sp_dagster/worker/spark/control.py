@@ -3,7 +3,8 @@
 The driver listens on one authenticated TCP socket (`multiprocessing.connection`, a random key
 per worker process); each task connects back with its instance's token. Over the line:
 
-    task -> driver   ("hello", token)                  first; the driver answers ("start", checkpoint or None)
+    task -> driver   ("hello", token)                  first; the driver answers ("start", checkpoint or None),
+                                                       at once, or once released when the task was held
                      ("metrics", {...})                about every second
                      ("checkpoint", bytes)             the newest checkpoint (kept on disk by the driver)
                      ("stopped", reason)               last
@@ -34,9 +35,10 @@ HELLO_TIMEOUT_S = 10.0
 class TaskLink:
     """The driver's end of one task's line: its newest checkpoint, metrics, and whether it finished."""
 
-    def __init__(self, token: str, checkpoint: bytes | None, on_checkpoint: Callable[[bytes], None]):
+    def __init__(self, token: str, checkpoint: bytes | None, on_checkpoint: Callable[[bytes], None], *, held: bool = False):
         self.token = token
         self.latest_checkpoint = checkpoint
+        self.held = held  # a prepared task: connected and waiting, started only by release()
         self.on_checkpoint = on_checkpoint
         self.metrics: dict = {}
         self.reason: str | None = None
@@ -59,7 +61,8 @@ class TaskLink:
                 return
             old, self._conn = self._conn, conn
             self.finished.clear()
-            conn.send(("start", self.latest_checkpoint))
+            if not self.held:
+                conn.send(("start", self.latest_checkpoint))
         if old is not None:
             old.close()
         threading.Thread(target=self._listen, args=(conn,), name=f"link-{self.token[:8]}", daemon=True).start()
@@ -86,6 +89,16 @@ class TaskLink:
                     self._conn = None
             conn.close()
             self.finished.set()
+
+    def release(self, checkpoint: bytes | None) -> None:
+        """Start a held task from `checkpoint` (now, or as soon as it connects)."""
+        with self._send_lock:
+            self.latest_checkpoint, self.held = checkpoint, False
+            if self._conn is not None:
+                try:
+                    self._conn.send(("start", checkpoint))
+                except (OSError, ValueError):
+                    pass  # its line broke: the listener ends the link, and the instance's failure is reported
 
     def abandon(self) -> None:
         """Turn away a task that connects from now on (one on the line keeps it)."""
@@ -118,9 +131,9 @@ class ControlServer:
         threading.Thread(target=self._accept, name="control-accept", daemon=True).start()
         threading.Thread(target=self._renew, name="control-leases", daemon=True).start()
 
-    def open(self, checkpoint: bytes | None, on_checkpoint: Callable[[bytes], None]) -> TaskLink:
-        """A line for one task to come, with the checkpoint it starts from."""
-        link = TaskLink(uuid.uuid4().hex, checkpoint, on_checkpoint)
+    def open(self, checkpoint: bytes | None, on_checkpoint: Callable[[bytes], None], *, held: bool = False) -> TaskLink:
+        """A line for one task to come, with the checkpoint it starts from (held: from the one release() gives)."""
+        link = TaskLink(uuid.uuid4().hex, checkpoint, on_checkpoint, held=held)
         with self._lock:
             self._links[link.token] = link
         return link
@@ -180,12 +193,16 @@ class DriverControl:
         self._pending: list[tuple] = []
         self.lost = False
         self.start_checkpoint: bytes | None = None
+        self.stopped_before_start = False  # a held task given up: it ends having opened nothing
         while True:  # the driver answers with a lease and the checkpoint to start from
             kind, *body = self._conn.recv()
             if kind == "lease":
                 self._deadline = time.monotonic() + body[0]
             elif kind == "start":
                 self.start_checkpoint = body[0]
+                break
+            elif kind == "stop":
+                self.stopped_before_start = True
                 break
 
     def _drain(self) -> None:
