@@ -55,6 +55,7 @@ FORGET_EVERY_S = 10.0  # how often a worker looks for checkpoint folders of drop
 # old owner let go of it (its keys' silence), not up to a heartbeat interval later. Reports and
 # saves keep the heartbeat's pace.
 ASSIGNMENTS_EVERY_S = 0.25
+PREPARED_EVERY_S = 0.05  # the pace while a task launched ahead waits for its instance: the rest of the move is fast
 _NO_FAILURE = (0, 0.0, "")  # an instance's entry in Worker.failures before its first failure
 
 
@@ -189,7 +190,7 @@ class Worker:
                 watch.beat()
                 self.step()
                 watch.beat()
-                self.stop_event.wait(min(self.session.heartbeat_interval_s, ASSIGNMENTS_EVERY_S))
+                self.stop_event.wait(min(self.session.heartbeat_interval_s, PREPARED_EVERY_S if self.prepared else ASSIGNMENTS_EVERY_S))
         finally:
             watch.stop()
             self.shutdown()
