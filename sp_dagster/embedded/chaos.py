@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sp_dagster.embedded.local_cluster import LocalCluster
+from sp_dagster.messaging.skips import WRITER_HEADER
 
 FAULTS = ("worker-kill", "worker-pause", "leader-kill")  # those every cluster can take; more need handles (below)
 SERVER_FAULTS = ("broker-pause", "db-outage")
@@ -79,12 +80,15 @@ class Report:
     extra: list[tuple] = field(default_factory=list)  # a few of the duplicated (or wrong) ones
     live_missed: int = 0  # outputs in the topic that the reader following the stream never saw (a broker's doing)
     live_only: int = 0  # outputs that reader saw which the topic, read afresh at the end, no longer holds
+    # A few of those: where the reader saw each (offset, writer token) and whether the fresh read found anything at
+    # that offset (no: skipped as aborted or gone; yes: another output stands there now).
+    live_only_seen: list[dict] = field(default_factory=list)
 
     def lines(self) -> list[dict]:
         """The report as JSON-ready dicts: one per fault, then the totals."""
         rows = [{"fault": f.kind, "target": f.target, "longest_output_gap_s": round(f.gap_s, 2)} for f in self.faults]
         totals = {k: getattr(self, k) for k in ("events_in", "outputs", "expected", "lost", "duplicated", "exact_per_key", "live_missed", "live_only")}
-        samples = {k: getattr(self, k) for k in ("missing", "extra") if getattr(self, k)}
+        samples = {k: getattr(self, k) for k in ("missing", "extra", "live_only_seen") if getattr(self, k)}
         return rows + [{"figure": "chaos", **totals, **samples}]
 
 
@@ -147,7 +151,9 @@ class ChaosRun:
         self.rows: list[tuple] = []
         self.stamps: list[int] = []
         self.got: list[tuple[tuple, float]] = []  # (output row, arrival time), as a reader following the stream saw them
+        self.got_at: dict[tuple, tuple[int, str]] = {}  # output row -> (offset, writer token) where that reader last saw it
         self.final: list[tuple] = []  # what the output topic holds at the end, read afresh: the verdict
+        self.final_offsets: set[int] = set()  # the offsets that fresh read delivered
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.harness_errors: list[str] = []  # the stream's own producer or consumer failing is not the cluster's fault
@@ -189,7 +195,9 @@ class ChaosRun:
         try:
             while not self._consumed.is_set():
                 for event in reader.poll(max_events=10_000, timeout=0.2).events:
-                    self.got.append(((*event.row, event.timestamp), time.monotonic()))
+                    row = (*event.row, event.timestamp)
+                    self.got.append((row, time.monotonic()))
+                    self.got_at[row] = (event.offset, (event.header(WRITER_HEADER) or b"").decode("utf-8", "replace"))
         finally:
             reader.close()
 
@@ -215,7 +223,9 @@ class ChaosRun:
             while reader.fetched_to().get(0, 0) < end:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"could not read {self.output_topic} to its end ({end}) in {timeout_s:.0f} s")
-                rows += [(*event.row, event.timestamp) for event in reader.poll(max_events=50_000, timeout=0.5).events]
+                for event in reader.poll(max_events=50_000, timeout=0.5).events:
+                    rows.append((*event.row, event.timestamp))
+                    self.final_offsets.add(event.offset)
         finally:
             reader.close()
         return rows
@@ -393,6 +403,9 @@ class ChaosRun:
             times = [fault.at] + [t for t in arrivals if fault.at < t <= end]
             fault.gap_s = max((b - a for a, b in zip(times, times[1:])), default=0.0)
         missing, extra = wanted - have, have - wanted
+        seen_only = sorted(seen_live - have, key=lambda r: r[-1])[:20]
+        where = [(row, *self.got_at.get(row, (-1, ""))) for row in seen_only]
+        live_only_seen = [{"row": list(r), "offset": o, "writer": w, "offset_in_final": o in self.final_offsets} for r, o, w in where]
         return Report(
             len(self.rows),
             len(rows),
@@ -405,6 +418,7 @@ class ChaosRun:
             sorted(extra, key=lambda r: r[-1])[:20],
             live_missed,
             live_only,
+            live_only_seen,
         )
 
 

@@ -59,3 +59,18 @@ def test_a_deploy_stopped_by_a_held_inner_topic_looks_at_every_topic_of_the_app(
     wedge = _run("aaaa000000000002", topic="A.BigTradeStream.symbol").broker_wedge(any_topic=True)
     assert wedge is not None and wedge.startswith("A.BigTradeStream.symbol[0] is held from offset 1503")
     assert _run("aaaa000000000001", topic="A.BigTradeStream.symbol").broker_wedge(any_topic=True) is None
+
+
+def test_outputs_seen_live_but_gone_from_the_fresh_read_are_reported_with_where_they_were_seen():
+    run = ChaosRun.__new__(ChaosRun)
+    kept, gone, replaced = ("S1", 1.0, 1), ("S2", 2.0, 2), ("S3", 3.0, 3)
+    run.rows, run.final, run.final_offsets = [("e",)] * 3, [kept, ("S4", 4.0, 4)], {0, 2}
+    run.got = [(kept, 1.0), (gone, 2.0), (replaced, 3.0)]
+    run.got_at = {kept: (0, "w1:1"), gone: (1, "w1:2"), replaced: (2, "w2:1")}
+    report = run._report([kept, gone, replaced], [])
+    assert (report.lost, report.live_only) == (2, 2)
+    assert report.live_only_seen == [
+        {"row": ["S2", 2.0, 2], "offset": 1, "writer": "w1:2", "offset_in_final": False},  # skipped at the fresh read (aborted, or gone)
+        {"row": ["S3", 3.0, 3], "offset": 2, "writer": "w2:1", "offset_in_final": True},  # another output stands there now
+    ]
+    assert report.lines()[-1]["live_only_seen"] == report.live_only_seen
