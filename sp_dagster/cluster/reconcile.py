@@ -123,8 +123,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
                 assigned.append((instance.instance_id, node, old.node_id if old else None))
         for instance_id in sorted(set(moves) - wanted_ids):
             end_move(conn, instance_id)
-        asked = _ask_next(fence, {i.instance_id: i for i in wanted})
-        awaiting = sum(1 for m in read_moves(conn).values() if m.asked_at is not None)
+        asked, awaiting = _ask_next(fence, {i.instance_id: i for i in wanted})
         changes = _update_statuses(conn, wanted, allocation.unplaced, fence.now_ms)
         return ReconcileResult(
             term=fence.term,
@@ -172,8 +171,9 @@ def _moved(fence, instance_id: str, move: Move | None, old, owner, node: str) ->
     return True
 
 
-def _ask_next(fence, wanted: dict) -> list[tuple[str, str, str]]:
-    """Ask the owner of the oldest planned move of each execution group to let go, when none of the group is asked yet."""
+def _ask_next(fence, wanted: dict) -> tuple[list[tuple[str, str, str]], int]:
+    """Ask the owner of the oldest planned move of each execution group to let go, when none of the group is asked yet;
+    the moves asked now, and how many owners are asked to let go (now or before)."""
     asked = []
     pending = sorted(read_moves(fence.conn).values(), key=lambda m: (m.planned_at, m.instance_id))
     group_of = lambda m: wanted[m.instance_id].group_key  # noqa: E731 - every move left is of a wanted instance
@@ -184,7 +184,7 @@ def _ask_next(fence, wanted: dict) -> list[tuple[str, str, str]]:
             busy.add(group)
             ask_release(fence, move)
             asked.append((move.instance_id, move.from_node, move.to_node))
-    return asked
+    return asked, sum(1 for m in pending if m.asked_at is not None) + len(asked)
 
 
 def _update_statuses(conn, wanted: tuple[InstanceInfo, ...], unplaced: dict[str, str], now_ms: int) -> list[tuple[str, str, str | None]]:

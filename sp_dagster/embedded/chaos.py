@@ -395,7 +395,8 @@ class ChaosRun:
         rows = self.final
         wanted, have = collections.Counter(expected), collections.Counter(rows)
         seen_live = collections.Counter(row for row, _at in self.got)
-        live_missed, live_only = sum((have - seen_live).values()), sum((seen_live - have).values())
+        seen_only = seen_live - have
+        live_missed, live_only = sum((have - seen_live).values()), sum(seen_only.values())
         per_key = lambda items: {s: [r for r in items if r[0] == s] for s in SYMBOLS}  # noqa: E731
         arrivals = [at for _row, at in self.got]
         for index, fault in enumerate(struck):
@@ -403,8 +404,7 @@ class ChaosRun:
             times = [fault.at] + [t for t in arrivals if fault.at < t <= end]
             fault.gap_s = max((b - a for a, b in zip(times, times[1:])), default=0.0)
         missing, extra = wanted - have, have - wanted
-        seen_only = sorted(seen_live - have, key=lambda r: r[-1])[:20]
-        where = [(row, *self.got_at.get(row, (-1, ""))) for row in seen_only]
+        where = [(row, *self.got_at.get(row, (-1, ""))) for row in sorted(seen_only, key=lambda r: r[-1])[:20]]
         live_only_seen = [{"row": list(r), "offset": o, "writer": w, "offset_in_final": o in self.final_offsets} for r, o, w in where]
         return Report(
             len(self.rows),

@@ -346,8 +346,7 @@ class Worker:
         """Restore the newest state of an instance and start it (a continuous task or a micro-batch query)."""
         instance_id = assignment.instance_id
         checkpoint = self.checkpoints / instance_id / assignment.spec_hash[:16]
-        taken = len(self.running) + len(self.prepared) - (instance_id in self.prepared)
-        if self.slots is not None and taken >= self.slots:
+        if self.slots is not None and self._slots_taken(but=instance_id) >= self.slots:
             self._report(instance_id, "starting", detail=f"waiting for a task slot: all {self.slots} are taken")
             return
         try:
@@ -379,7 +378,7 @@ class Worker:
         for instance_id, definition in coming.items():
             if instance_id in self.prepared or instance_id in self.running:
                 continue
-            if self.slots is not None and len(self.running) + len(self.prepared) >= self.slots:
+            if self.slots is not None and self._slots_taken() >= self.slots:
                 return
             checkpoint = self.checkpoints / instance_id / definition.spec_hash[:16]
             try:
@@ -392,6 +391,10 @@ class Worker:
                 continue
             self.prepared[instance_id] = PreparedStart(definition.spec_hash, handle.start())
             log.info("worker %s: prepared %s (its owner lets go of it)", self.config.node_id, instance_id)
+
+    def _slots_taken(self, but: str | None = None) -> int:
+        """Task slots held by running instances and prepared starts (`but`'s prepared start not counted: it becomes the instance)."""
+        return len(self.running) + sum(1 for i in self.prepared if i != but)
 
     def _discard_prepared(self, instance_id: str) -> None:
         prepared = self.prepared.pop(instance_id)
@@ -472,12 +475,13 @@ class Worker:
             from sp_dagster.worker.spark.continuous import ContinuousInstance
 
             assert self.control is not None  # opened with Spark, in continuous mode
-            prepared = self.prepared.pop(assignment.instance_id, None)
+            prepared = self.prepared.get(assignment.instance_id)
             if prepared is not None and prepared.spec_hash == assignment.spec_hash and prepared.handle.active:
+                del self.prepared[assignment.instance_id]
                 prepared.handle.release()  # from the checkpoint just restored into its directory
                 return prepared.handle
             if prepared is not None:
-                prepared.handle.stop(save=False)
+                self._discard_prepared(assignment.instance_id)
             return ContinuousInstance(self.spark, self.control, plan, self.config.messaging, settings, checkpoint).start()
         settings = QuerySettings(
             self.bootstrap,

@@ -60,12 +60,12 @@ def _run(spec: TaskSpec) -> str:
     # force: a reused Python worker process was set up by an earlier task, for another instance
     logging.basicConfig(level=spec.log_level, format=f"%(asctime)s %(levelname)s [{spec.plan.name}] %(name)s: %(message)s", force=True)
     control = DriverControl(spec.address, spec.authkey, spec.token)
+    if control.stopped_before_start:  # prepared for a move that went elsewhere: nothing opened, not even a client
+        control.close("stopped")
+        return "stopped"
     reason = "failed"
     transport = transport_for(spec.messaging, timeout=30.0)
     try:
-        if control.stopped_before_start:  # prepared for a move that went elsewhere
-            reason = "stopped"
-            return reason
         if spec.plan.http_inputs:  # a receiver partial app: an HTTP endpoint publishing to entry topics
             from sp_dagster.worker.receivers.http import ReceiverLoop
 
