@@ -28,8 +28,8 @@ Other stateful groups whose parallelism changes (round-robin state has no owner;
 partition blocks; a keyed topic users publish to) are refused with a clear message unless the
 deploy asks for a fresh start (`deploy --fresh`): every instance of the group then starts empty
 (its earlier checkpoints and revisions are set aside by the instances, not deleted).
-Moving state needs continuous mode and a persistence store the workers share (database, or a
-shared file location).
+Moving state needs a persistence store the workers share (database, or a shared file location);
+in micro-batch mode the workers move offsets and keyed state between Spark checkpoints (worker/spark/handover.py).
 """
 
 from __future__ import annotations

@@ -352,9 +352,12 @@ class Worker:
         try:
             plan = self._plan(assignment)
             self.store.restore(instance_id, checkpoint)
-            if assignment.extra.get(RESCALED):
+            handover = None
+            if assignment.extra.get(RESCALED) and self.mode != "continuous" and not plan.http_inputs:
+                handover = self._rescaled_query(plan, assignment.extra[RESCALED], checkpoint)
+            elif assignment.extra.get(RESCALED):
                 self._rescaled(plan, assignment.extra[RESCALED], checkpoint)
-            handle = self._start(plan, assignment, checkpoint)
+            handle = self._start(plan, assignment, checkpoint, handover)
         except Exception as exc:  # a bad instance must not take the worker down
             detail = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("worker %s: cannot start %s: %s", self.config.node_id, instance_id, detail)
@@ -405,20 +408,53 @@ class Worker:
         """An instance of a rescaled group (deploy.rescale) that has not checkpointed since: its start is where
         its group's old instances stopped reading, and (keyed) the state of the keys it now owns, split from their
         last checkpoints."""
-        from sp_dagster.messaging.strategies import partition_for_key
         from sp_dagster.worker.instance.checkpoints import Checkpoint, split_checkpoints
         from sp_dagster.worker.spark.continuous import read_checkpoint, write_checkpoint
 
         own = read_checkpoint(checkpoint)
         if own is not None and Checkpoint.decode(own).saved_at >= rescaled["since"]:
             return
-        topic, count = next(iter(sorted(rescaled["partitions"].items())), (None, 0))
-        mine = set(next((s.partitions for s in plan.inputs if s.topic == topic), ()))
         # As they were when the rescale was recorded: a new instance may share an old one's name, and
         # its own revisions (the keys it owns now) must not stand in for the old one's last state.
         found = {old: self.store.newest_checkpoint(old, before_ms=rescaled["since"]) for old in rescaled["from"]}
         olds = {old: data for old, data in found.items() if data is not None}
-        missing = sorted(set(found) - set(olds))
+        if self._missing(plan, sorted(set(found) - set(olds))):
+            if own is not None:  # never over an old instance's of the same name: that one is newer
+                olds.setdefault(plan.name, own)
+            if not olds:
+                return
+        owns, mine, topic = self._owned_keys(plan, rescaled)
+        write_checkpoint(checkpoint, split_checkpoints(olds.values(), owns, stateless=plan.stateless).encode())
+        log.info("worker %s: %s starts with the keys it owns of %s (partitions %s of %s)", self.config.node_id, plan.name, ", ".join(olds), sorted(mine), topic)
+
+    def _rescaled_query(self, plan, rescaled: dict, checkpoint: Path):
+        """_rescaled() in micro-batch mode: the Handover a new query of a rescaled group starts from (the partitions'
+        offsets and the keys' state in its group's old checkpoints), None when its own checkpoint is already past it."""
+        from sp_dagster.worker.spark.handover import handed_over_since, mark, take_over
+
+        since = rescaled["since"]
+        if handed_over_since(checkpoint) == since:
+            return None  # started from this rescale before: its own checkpoint goes on from there
+        shutil.rmtree(checkpoint, ignore_errors=True)  # an older query's (a revision of an old instance of its name)
+        scratch = self.checkpoints / ".handover" / plan.name
+        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            found = {old: self.store.checkpoint_before(old, since, scratch / old) for old in rescaled["from"]}
+            olds = [d for d in found.values() if d is not None]
+            self._missing(plan, sorted(old for old, d in found.items() if d is None))
+            owns, mine, topic = self._owned_keys(plan, rescaled)
+            topics = {s.topic: tuple(s.partitions) for s in plan.inputs}
+            handover = take_over(self.spark, topics, olds, None if plan.stateless else owns)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        mark(checkpoint, since)
+        log.info(
+            "worker %s: %s starts with the keys it owns of %s (partitions %s of %s)", self.config.node_id, plan.name, ", ".join(found), sorted(mine), topic
+        )
+        return handover
+
+    def _missing(self, plan, missing: list[str]) -> bool:
+        """Whether old instances of a rescaled group left no checkpoint: an error where state would be lost, a warning otherwise."""
         if missing and not plan.stateless:
             raise RuntimeError(f"rescaled, but no checkpoint of {', '.join(missing)} is in the persistence store (it must be shared)")
         if missing:  # no state to lose: go on from what there is, and say what may be read twice
@@ -427,13 +463,16 @@ class Worker:
                 "share the persistence store between workers to move read positions exactly",
                 self.config.node_id, plan.name, ", ".join(missing),
             )  # fmt: skip
-            if own is not None:  # never over an old instance's of the same name: that one is newer
-                olds.setdefault(plan.name, own)
-            if not olds:
-                return
-        owns = lambda key: not count or partition_for_key(key.encode("utf-8"), count) in mine  # noqa: E731
-        write_checkpoint(checkpoint, split_checkpoints(olds.values(), owns, stateless=plan.stateless).encode())
-        log.info("worker %s: %s starts with the keys it owns of %s (partitions %s of %s)", self.config.node_id, plan.name, ", ".join(olds), sorted(mine), topic)
+        return bool(missing)
+
+    @staticmethod
+    def _owned_keys(plan, rescaled: dict):
+        """Which keys a new instance of a rescaled group owns (a test on a key), its partitions of the keyed topic, and that topic."""
+        from sp_dagster.messaging.strategies import partition_for_key
+
+        topic, count = next(iter(sorted(rescaled["partitions"].items())), (None, 0))
+        mine = set(next((s.partitions for s in plan.inputs if s.topic == topic), ()))
+        return (lambda key: not count or partition_for_key(key.encode("utf-8"), count) in mine), mine, topic
 
     def _plan(self, assignment):
         """The instance's plan, with the engine settings of this worker: datasources for @store, and the
@@ -459,7 +498,7 @@ class Worker:
             abandoned_after_s=self.session.fence_after_s,
         )
 
-    def _start(self, plan, assignment, checkpoint: Path):
+    def _start(self, plan, assignment, checkpoint: Path, handover=None):
         dead_letters = assignment.extra.get("dead_letter_topic")
         if self.mode == "continuous" or plan.http_inputs:
             settings = self._loop_settings(assignment)
@@ -492,6 +531,7 @@ class Worker:
             kafka_source=self.config.spark.kafka_source,
             messaging=self.config.messaging.kind,
             cluster_id=self.config.messaging.cluster_id,
+            **({"start_at": handover.start_at, "initial_state": handover.initial_state} if handover is not None else {}),
         )
         return MicroBatchInstance(start_query(self.spark, plan, settings))
 

@@ -96,6 +96,15 @@ class FileStore:
         kept = [(at, data) for at, data in dated if before_ms is None or at < before_ms]
         return max(kept, key=lambda item: item[0])[1] if kept else None
 
+    def checkpoint_before(self, instance: str, before_ms: int, scratch: Path) -> Path | None:
+        """The newest micro-batch checkpoint of an instance that no rescale at or after `before_ms` handed over
+        (its query as it was before then), in place; None when it has none."""
+        from sp_dagster.worker.instance.checkpoints import SET_ASIDE
+        from sp_dagster.worker.spark.handover import handed_over_since
+
+        found = [d for d in (self.root / instance).glob("*/commits") if d.parent.name != SET_ASIDE and (handed_over_since(d.parent) or 0) < before_ms]
+        return max(found, key=lambda d: d.stat().st_mtime).parent if found else None
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -148,6 +157,14 @@ class DatabaseStore:
             except KeyError:
                 return None
             return member.read() if member is not None else None
+
+    def checkpoint_before(self, instance: str, before_ms: int, scratch: Path) -> Path | None:
+        """The checkpoint in the newest revision of an instance saved before `before_ms`, unpacked into `scratch`; None when there is none."""
+        newest = self.revisions.latest(instance, before_ms=before_ms)
+        if newest is None or newest.data is None:
+            return None
+        unpack_checkpoint(newest.data, scratch)
+        return scratch
 
     def close(self) -> None:
         """Release the persistence database."""

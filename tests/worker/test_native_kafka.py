@@ -59,6 +59,9 @@ def test_native_options_assign_exactly_the_instances_partitions():
     assert json.loads(options["assign"]) == {"T.S": [0, 2]}
     assert options["kafka.bootstrap.servers"] == "b:9092" and options["kafka.security.protocol"] == "SSL"
     assert (options["startingOffsets"], options["includeHeaders"], options["maxOffsetsPerTrigger"]) == ("earliest", "true", "500")
+    # A rescaled instance's first start: its partitions where their old owner left them, any not named from the start (-2).
+    moved = native_options("b:9092", "T.S", (0, 2), starting={2: 41})
+    assert json.loads(moved["startingOffsets"]) == {"T.S": {"0": -2, "2": 41}}
 
 
 def test_native_rows_map_to_the_raw_form_the_engine_reads(spark):

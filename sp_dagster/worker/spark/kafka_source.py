@@ -6,7 +6,8 @@ task reads one partition's offset range over confluent-kafka and yields Arrow ba
 Undecodable messages become rows with `_error` and `_raw` set (the dead-letter path).
 
 Options: bootstrap.servers, topic, partitions ("0,2"), attributes (JSON [[name, type]]),
-codec (json|binary, default json), startingOffsets (earliest|latest, default earliest),
+codec (json|binary, default json), startingOffsets (earliest|latest|JSON `{"0": 12}`, where partitions
+not named start at 0: where a rescaled instance's partitions were left; default earliest),
 maxEventsPerTrigger, kafka.* (extra librdkafka settings). With format=raw the rows are the
 messages as they are (`_topic, _partition, _offset, _timestamp, _key, _value, _origin`; no attributes
 or codec needed), so frames of several topics can be unioned and decoded downstream.
@@ -15,6 +16,7 @@ The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensit
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -91,9 +93,11 @@ class KafkaStreamReader(DataSourceStreamReader):
         return {str(p): ends[p] for p in self.partitions_read}
 
     def initialOffset(self) -> dict:
-        if self.options.get("startingoffsets", "earliest") == "latest":
+        starting = self.options.get("startingoffsets", "earliest")
+        if starting == "latest":
             return self._ends()
-        return {str(p): 0 for p in self.partitions_read}
+        named = json.loads(starting) if starting.startswith("{") else {}
+        return {str(p): int(named.get(str(p), 0)) for p in self.partitions_read}
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows

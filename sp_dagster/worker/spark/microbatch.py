@@ -26,7 +26,8 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -70,6 +71,10 @@ class QuerySettings:
     kafka_source: str = "auto"  # the worker config's spark.kafkaSource: auto | native | python
     messaging: str = "kafka"  # the messaging layer between groups: kafka | nats
     cluster_id: str | None = None  # NATS: the clusterId that names the streams
+    # A rescaled instance's first start (spark/handover.py): where its partitions were left, per input topic,
+    # and the per-key state it takes over (a DataFrame grouped by the engine key), None when there is none.
+    start_at: dict[str, dict[int, int]] = field(default_factory=dict)
+    initial_state: Any = None
 
 
 def _messages(columns, batched: frozenset[str] = frozenset(), *, indexed: bool = False) -> list[Message]:
@@ -230,6 +235,17 @@ def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bo
             self._save(cache_key, cached, now)
             yield from _output_frames(out)
 
+        def handleInitialState(self, key, initialState, timerValues) -> None:
+            """A key taken over from a rescaled group's old instance: its engine's state, and its timer armed again."""
+            token = ""
+            for token, snapshot in zip(initialState["token"], initialState["snapshot"], strict=True):
+                self.state.update((token, bytes(snapshot)))
+            now = _processing_time(timerValues)
+            cache_key, cached = self._engine(key, now, create=False)
+            if cached is not None:
+                cached.token = token  # the engine holds what the store does: the next batch reuses it
+                self._save(cache_key, cached, now, changed=False)
+
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
             now = max(_processing_time(timerValues), expiredTimerInfo.getExpiryTimeInMs())
             cache_key, cached = self._engine(key, now, create=False)
@@ -328,10 +344,13 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
                     partitions,
                     kafka_properties=settings.kafka_properties + properties,
                     max_events=settings.max_events_per_trigger,
+                    starting=settings.start_at.get(source.topic),
                 )
             )
             continue
         options["partitions"] = ",".join(map(str, partitions))
+        if source.topic in settings.start_at:
+            options["startingOffsets"] = json.dumps({str(p): offset for p, offset in settings.start_at[source.topic].items()})
         if settings.max_events_per_trigger:
             options["maxEventsPerTrigger"] = str(settings.max_events_per_trigger)
         frames.append(spark.readStream.format(layer["format"]).options(**options).load())
@@ -354,6 +373,7 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
                 outputStructType=OUTPUT_DDL,
                 outputMode="Append",
                 timeMode="ProcessingTime" if timers else "None",
+                initialState=settings.initial_state,
             )
         )
     return (
@@ -394,6 +414,13 @@ class MicroBatchInstance:
         """Why the query stopped."""
         error = self.query.exception()
         return str(error).splitlines()[0] if error else "the query stopped"
+
+    def drain(self) -> None:
+        """Process what its inputs hold before it stops (a rescale whose upstream is held: see deploy.rescale)."""
+        try:
+            self.query.processAllAvailable()
+        except Exception as exc:  # a query that already failed: its checkpoint stands as it is
+            log.warning("draining %s: %s", self.query.name, str(exc).splitlines()[0] if str(exc) else exc)
 
     def stop(self, *, save: bool) -> None:
         """Stop the query (its checkpoint holds what a restart needs, whatever `save` says)."""

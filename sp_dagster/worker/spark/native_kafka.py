@@ -13,6 +13,7 @@ with one cannot be resumed by the other: keep one choice while instances have ch
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from sp_dagster.errors import ConfigError
 from sp_dagster.worker.instance.runtime import ORIGIN_HEADER
@@ -20,6 +21,7 @@ from sp_dagster.worker.spark.types import RAW_COLUMNS
 
 PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 CHOICES = ("auto", "native", "python")
+EARLIEST = -2  # the connector's JSON startingOffsets for "from the start"
 
 
 def native_available(spark) -> bool:
@@ -58,12 +60,15 @@ def kafka_source_kind(spark, choice: str) -> str:
     return "python"
 
 
-def native_options(bootstrap: str, topic: str, partitions, *, kafka_properties=(), max_events: int | None = None) -> dict:
-    """The native connector's options that read exactly `partitions` of `topic` from the start."""
+def native_options(
+    bootstrap: str, topic: str, partitions, *, kafka_properties=(), max_events: int | None = None, starting: Mapping[int, int] | None = None
+) -> dict:
+    """The native connector's options that read exactly `partitions` of `topic` from the start (or from `starting`
+    offsets, those of a rescaled instance's partitions; any not named from the start)."""
     options = {
         "kafka.bootstrap.servers": bootstrap,
         "assign": json.dumps({topic: list(partitions)}),
-        "startingOffsets": "earliest",
+        "startingOffsets": json.dumps({topic: {str(p): starting.get(p, EARLIEST) for p in partitions}}) if starting else "earliest",
         "includeHeaders": "true",
         # like sp-kafka: offsets the broker no longer holds are skipped, not a failed query
         "failOnDataLoss": "false",
