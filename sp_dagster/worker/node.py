@@ -37,7 +37,7 @@ from sp_dagster.worker.broker_watch import BrokerWatch
 from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance
 from sp_dagster.worker.instance.stuck import StuckWatch
 from sp_dagster.worker.persistence import store_for
-from sp_dagster.worker.spark.microbatch import ROCKSDB, MicroBatchInstance, QuerySettings, start_query
+from sp_dagster.worker.spark.microbatch import ROCKSDB, MicroBatchInstance, QuerySettings, pause_flag, start_query
 from sp_dagster.worker.spark.native_kafka import kafka_source_kind
 
 if TYPE_CHECKING:
@@ -71,6 +71,9 @@ class RunningInstance:
     status: str = "starting"  # what the worker last reported, with its metrics (for /metrics)
     metrics: dict = field(default_factory=dict)
     saved: float | None = None  # when its state was last saved to the revision store (monotonic)
+    # A new instance of a rescaled group: when the rescale was recorded (ms). Its saves keep the newest revision
+    # saved before then, which other new instances of the group (starting later) take their state from.
+    keep_before: int | None = None
 
 
 @dataclass
@@ -363,7 +366,8 @@ class Worker:
             log.error("worker %s: cannot start %s: %s", self.config.node_id, instance_id, detail)
             self._failed(instance_id, detail, permanent=isinstance(exc, InstancePlanError))
             return
-        self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint)
+        keep_before = (assignment.extra.get(RESCALED) or {}).get("since")
+        self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint, keep_before=keep_before)
         self._report(instance_id, "starting", detail=self._retrying(instance_id))
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
 
@@ -533,7 +537,7 @@ class Worker:
             cluster_id=self.config.messaging.cluster_id,
             **({"start_at": handover.start_at, "initial_state": handover.initial_state} if handover is not None else {}),
         )
-        return MicroBatchInstance(start_query(self.spark, plan, settings))
+        return MicroBatchInstance(start_query(self.spark, plan, settings), pause_flag(settings.checkpoint))
 
     def stop_instance(self, instance_id: str, *, save: bool) -> None:
         """Stop an instance (and save its state)."""
@@ -584,7 +588,7 @@ class Worker:
 
     def _save(self, running: RunningInstance) -> None:
         try:
-            self.store.save(running.instance_id, running.checkpoint, owner=(self.config.node_id, self.session.incarnation))
+            self.store.save(running.instance_id, running.checkpoint, owner=(self.config.node_id, self.session.incarnation), keep_before=running.keep_before)
             running.saved = time.monotonic()
         except NotOwnerError as exc:  # moved or fenced: the state is its new owner's to save
             log.info("worker %s: %s", self.config.node_id, exc)

@@ -64,7 +64,7 @@ class FileStore:
         """Where this worker keeps checkpoints (shared by all workers)."""
         return self.root
 
-    def save(self, instance: str, directory: Path, owner: tuple[str, int | None]) -> None:
+    def save(self, instance: str, directory: Path, owner: tuple[str, int | None], keep_before: int | None = None) -> None:
         """Nothing: the checkpoint is already where every worker finds it."""
 
     def restore(self, instance: str, directory: Path) -> bool:
@@ -122,12 +122,13 @@ class DatabaseStore:
         """Local checkpoints of this worker."""
         return self.local_root / f"worker-{worker_id}" / "checkpoints"
 
-    def save(self, instance: str, directory: Path, owner: tuple[str, int | None]) -> None:
-        """Save the checkpoint as the newest revision; NotOwnerError when `owner` no longer owns the instance."""
+    def save(self, instance: str, directory: Path, owner: tuple[str, int | None], keep_before: int | None = None) -> None:
+        """Save the checkpoint as the newest revision (keeping the newest one saved before `keep_before`, ms, too);
+        NotOwnerError when `owner` no longer owns the instance."""
         if not directory.exists():
             return
         blob = pack_checkpoint(directory)
-        number = self.revisions.save(instance, blob, owner=owner)
+        number = self.revisions.save(instance, blob, owner=owner, keep_before=keep_before)
         log.debug("saved revision %d of %s (%d bytes before compression)", number, instance, len(blob))
 
     def restore(self, instance: str, directory: Path) -> bool:

@@ -70,6 +70,20 @@ def test_saves_compress_number_and_prune(store):
     assert store.save(INSTANCE, b"again") == 1  # numbering starts over once every revision is gone
 
 
+def test_a_rescaled_instances_saves_keep_the_last_revision_from_before_the_rescale(store):
+    """A new instance of a rescaled group shares its name with an old one, whose last revision the group's other new
+    instances still take their state from: its saves prune everything else, never that one."""
+    store.save(INSTANCE, b"old layout")
+    since = store.revisions(INSTANCE)[-1].created_at + 1
+    time.sleep(0.01)  # the new layout's saves come later, as they do after a rescale is recorded
+    for n in range(3):
+        store.save(INSTANCE, b"new layout %d" % n, keep_before=since)
+    assert [x.revision for x in store.revisions(INSTANCE)] == [1, 3, 4]
+    assert store.latest(INSTANCE, before_ms=since).data == b"old layout"
+    store.save(INSTANCE, b"new layout 3")  # a later deploy: nothing to keep
+    assert [x.revision for x in store.revisions(INSTANCE)] == [4, 5]
+
+
 def test_a_large_incompressible_revision_round_trips(store):
     blob = os.urandom(3 * 1024 * 1024)
     store.save("big-g-1", blob)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sp_dagster.worker.spark.handover import HandoverError, committed_offsets, handed_over_since, mark
+from sp_dagster.worker.spark.handover import HandoverError, committed_offsets, handed_over_since, mark, take_over
 
 METADATA = '{"batchWatermarkMs":0,"batchTimestampMs":1796440050814,"conf":{}}'
 
@@ -44,3 +44,10 @@ def test_the_marker_names_the_rescale_a_checkpoint_started_from(tmp_path):
     assert handed_over_since(tmp_path / "q") is None
     mark(tmp_path / "q", 1_796_440_050_814)
     assert handed_over_since(tmp_path / "q") == 1_796_440_050_814
+
+
+def test_a_query_stopped_in_its_first_batch_has_no_committed_state_to_hand_over(tmp_path):
+    found = checkpoint(tmp_path, {0: ['{"0":5}']}, committed=[])
+    (found / "state" / "0" / "0").mkdir(parents=True)  # what its first, unfinished batch began
+    handover = take_over(None, {"A": (0,)}, [found], owns=lambda _key: True)  # no Spark read: nothing committed
+    assert (handover.start_at, handover.initial_state) == ({}, None)

@@ -6,6 +6,8 @@ start, would show), and no topic changes. On Kafka and on NATS JetStream."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 import pytest
@@ -69,4 +71,45 @@ def test_a_keyed_groups_positions_and_state_move_across_micro_batch_rescales(lay
         assert cluster.grep(r"starts with the keys it owns of"), cluster.logs()
         assert {t: kafka.require_topic(t).partitions for t in partitions} == partitions
     finally:
+        cluster.stop()
+
+
+def test_under_load_a_micro_batch_rescale_neither_loses_nor_repeats_an_output(layer, tmp_path):
+    messaging, servers, cluster_id, kafka = layer
+    name = f"TradesMicroLoad{messaging.title()}"
+    text = APP_PATH.read_text().replace("Trades", name).replace(KEYED_GROUP.format(2), KEYED_GROUP.format(1) + ", maxParallel = '3'")
+    app_path = tmp_path / "app.siddhi"
+    app_path.write_text(text)
+    loaded = load_app(app_path)
+    group = plan_app(loaded).group("filter")
+    assert group is not None
+    (entry,) = plan_instance(group.instances[0].name, group.instances[0].siddhi).inputs
+    rows, stamps = trades(20_000, seed=9, symbols=SYMBOLS)
+    sent, stop = [0], threading.Event()
+
+    def produce() -> None:
+        """50 trades every 0.2 s until stopped: a steady load through both rescales."""
+        while not stop.is_set() and sent[0] < len(rows):
+            chunk = slice(sent[0], sent[0] + 50)
+            publish(kafka, entry, rows[chunk], stamps[chunk])
+            sent[0] += len(rows[chunk])
+            time.sleep(0.2)
+
+    cluster = LocalCluster(tmp_path / "cluster", servers, mode="microbatch", messaging=messaging, cluster_id=cluster_id).start()
+    producer = threading.Thread(target=produce, daemon=True)
+    try:
+        cluster.deploy(app_path, timeout=240)
+        producer.start()
+        time.sleep(5)
+        cluster.cli("scale", name, "average", "3")
+        time.sleep(5)
+        cluster.cli("scale", name, "average", "2")
+        time.sleep(5)
+        stop.set()
+        producer.join(30)
+        expected = expected_outputs(loaded.text, rows[: sent[0]], stamps[: sent[0]])
+        got = collect(kafka, f"{name}.Averages", expected, timeout=180)
+        assert by_symbol(got) == by_symbol(expected), (len(got), len(expected), cluster.logs())
+    finally:
+        stop.set()
         cluster.stop()

@@ -110,8 +110,9 @@ class RevisionStore:
         with self.database.schema_transaction() as conn:
             prepare_revision_table(conn, self.table)
 
-    def save(self, instance_id: str, data: bytes, *, owner: tuple[str, int | None] | None = None) -> int:
-        """Store a new revision (compressed) and keep the newest `keep`; returns its number.
+    def save(self, instance_id: str, data: bytes, *, owner: tuple[str, int | None] | None = None, keep_before: int | None = None) -> int:
+        """Store a new revision (compressed) and keep the newest `keep`, and the newest saved before `keep_before` (ms)
+        when given (what the other new instances of a rescaled group take their state from); returns its number.
 
         With `owner`, refused (NotOwnerError, nothing written) unless that node incarnation owns the instance.
         """
@@ -135,7 +136,11 @@ class RevisionStore:
                         savedBy=f"{owner[0]}/{owner[1]}" if owner else None,
                     )
                 )
-                conn.execute(delete(self.table).where(t.siddhiAppName == instance_id, t.revisionNumber <= number - self.keep))
+                stale = delete(self.table).where(t.siddhiAppName == instance_id, t.revisionNumber <= number - self.keep)
+                if keep_before is not None:
+                    kept = conn.execute(select(func.max(t.revisionNumber)).where(t.siddhiAppName == instance_id, t.savedAt < keep_before)).scalar()
+                    stale = stale.where(t.revisionNumber != kept) if kept is not None else stale
+                conn.execute(stale)
                 if owner is not None and not self.shares_control_plane:
                     with self.plane.transaction() as plane_conn:  # last thing before the commit
                         self._check_owner(plane_conn, instance_id, owner, lock=False)

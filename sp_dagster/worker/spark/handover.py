@@ -50,12 +50,17 @@ def mark(checkpoint: Path, since: int) -> None:
     (checkpoint / MARKER).write_text(json.dumps({"since": since}))
 
 
+def last_committed(checkpoint: Path) -> int | None:
+    """The id of the last batch a query's checkpoint has committed, or None when it committed none."""
+    return max((int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()), default=None)
+
+
 def committed_offsets(checkpoint: Path, topics: Sequence[str]) -> dict[str, dict[int, int]]:
     """Per input topic (`topics`: the plan's inputs, in order), the positions after the query's last committed batch."""
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
-    if not commits:
+    batch = last_committed(checkpoint)
+    if batch is None:
         return {}  # it committed no batch: its partitions start where they would have
-    path = checkpoint / "offsets" / str(max(commits))
+    path = checkpoint / "offsets" / str(batch)
     try:
         sources = path.read_text().splitlines()[2:]  # a version line, the batch's metadata, then one line per source
     except OSError as exc:
@@ -87,7 +92,7 @@ def take_over(spark, topics: Mapping[str, Sequence[int]], olds: Sequence[Path], 
         return Handover({t: o for t, o in start_at.items() if o})
     rows = []
     for old in olds:
-        if (old / "state").exists():
+        if (old / "state").exists() and last_committed(old) is not None:  # state as of its last commit: none before one
             frame = spark.read.format("statestore").option("stateVarName", STATE_VARIABLE).load(str(old))
             rows += [r for r in frame.selectExpr("key._engine_key AS key", "value.token AS token", "value.snapshot AS snapshot").collect() if owns(r.key)]
     state = None

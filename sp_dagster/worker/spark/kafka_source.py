@@ -8,7 +8,8 @@ Undecodable messages become rows with `_error` and `_raw` set (the dead-letter p
 Options: bootstrap.servers, topic, partitions ("0,2"), attributes (JSON [[name, type]]),
 codec (json|binary, default json), startingOffsets (earliest|latest|JSON `{"0": 12}`, where partitions
 not named start at 0: where a rescaled instance's partitions were left; default earliest),
-maxEventsPerTrigger, kafka.* (extra librdkafka settings). With format=raw the rows are the
+maxEventsPerTrigger, pauseFlag (a file: while it exists the source offers no new events, so that its
+query can be stopped between two batches), kafka.* (extra librdkafka settings). With format=raw the rows are the
 messages as they are (`_topic, _partition, _offset, _timestamp, _key, _value, _origin`; no attributes
 or codec needed), so frames of several topics can be unioned and decoded downstream.
 The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensitive.
@@ -17,6 +18,7 @@ The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensit
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -68,6 +70,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.topic = options["topic"]
         self.partitions_read = [int(p) for p in str(options["partitions"]).split(",") if p.strip() != ""]
         self.max_events = int(options["maxeventspertrigger"]) if options.get("maxeventspertrigger") else None
+        self.pause_flag = options.get("pauseflag")
         self._transport = None
         self._latest: dict | None = None
 
@@ -109,6 +112,8 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         ends = self._ends()
         self._latest = ends
+        if self.pause_flag and os.path.exists(self.pause_flag):
+            return dict(start)  # paused: no new batch, so the query stops between two
         if not isinstance(limit, ReadMaxRows):
             return ends
         budget, capped = limit.max_rows, {}

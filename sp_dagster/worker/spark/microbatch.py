@@ -27,6 +27,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -54,6 +55,8 @@ OUTPUT_SCHEMA = pa.schema(
 EXPLODED_DDL = f"{RAW_DDL}, `_index` int"  # raw messages, one per event: batches cut (worker/instance/batching.py)
 EXPLODED_SCHEMA = RAW_SCHEMA.append(pa.field("_index", pa.int32()))
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PAUSE_FILE = "sp-pause"  # in a query's checkpoint directory: see pause_flag()
+STOP_TIMEOUT_S = 30.0  # the longest a stop waits for the batch under way
 _CACHED_RUNTIMES = 10_000
 log = logging.getLogger(__name__)
 
@@ -349,6 +352,7 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
             )
             continue
         options["partitions"] = ",".join(map(str, partitions))
+        options["pauseFlag"] = str(pause_flag(settings.checkpoint))
         if source.topic in settings.start_at:
             options["startingOffsets"] = json.dumps({str(p): offset for p, offset in settings.start_at[source.topic].items()})
         if settings.max_events_per_trigger:
@@ -385,8 +389,14 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
     )
 
 
+def pause_flag(checkpoint: str | Path) -> Path:
+    """The file whose presence has an instance's `sp-kafka`/`sp-nats` sources offer no new events (a stop between batches)."""
+    return Path(checkpoint) / PAUSE_FILE
+
+
 def start_query(spark, plan: InstancePlan, settings: QuerySettings):
     """Start the instance's streaming query; returns the StreamingQuery."""
+    pause_flag(settings.checkpoint).unlink(missing_ok=True)  # left by a stop that did not end
     return build_query(spark, plan, settings).start()
 
 
@@ -395,8 +405,9 @@ class MicroBatchInstance:
 
     mode = "microbatch"
 
-    def __init__(self, query):
+    def __init__(self, query, pause: Path | None = None):
         self.query = query
+        self.pause = pause
         self.totals = {"rows_in_total": 0, "rows_out_total": 0}
         self.last_batch = -1
 
@@ -422,12 +433,22 @@ class MicroBatchInstance:
         except Exception as exc:  # a query that already failed: its checkpoint stands as it is
             log.warning("draining %s: %s", self.query.name, str(exc).splitlines()[0] if str(exc) else exc)
 
-    def stop(self, *, save: bool) -> None:
-        """Stop the query (its checkpoint holds what a restart needs, whatever `save` says)."""
+    def stop(self, *, save: bool, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop the query (its checkpoint holds what a restart needs, whatever `save` says); with `save`, between two
+        batches: its sources are paused and the batch under way ends first, so none of its outputs is written twice."""
         try:
+            if save and self.pause is not None and self.query.isActive:
+                self.pause.parent.mkdir(parents=True, exist_ok=True)
+                self.pause.touch()
+                deadline = time.monotonic() + timeout
+                while self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                    time.sleep(0.05)
             self.query.stop()
         except Exception as exc:  # a query that already failed
             log.debug("stopping %s: %s", self.query.name, exc)
+        finally:
+            if self.pause is not None:
+                self.pause.unlink(missing_ok=True)
 
     def metrics(self) -> dict:
         """Rows in/out (last batch and in total), batch duration and lag per partition."""
