@@ -43,9 +43,9 @@ def by_symbol(outputs: list[tuple]) -> dict[str, list[tuple]]:
     return found
 
 
-def test_a_keyed_groups_positions_and_state_move_across_micro_batch_rescales(layer, tmp_path):
-    messaging, servers, cluster_id, kafka = layer
-    name = f"TradesMicroScale{messaging.title()}"
+def keyed_app(tmp_path, name: str):
+    """The trades app named `name` with its keyed group at parallel 1 and room for 3: its file, the loaded app, its plan
+    and the filter group's entry stream."""
     text = APP_PATH.read_text().replace("Trades", name).replace(KEYED_GROUP.format(2), KEYED_GROUP.format(1) + ", maxParallel = '3'")
     app_path = tmp_path / "app.siddhi"
     app_path.write_text(text)
@@ -53,8 +53,14 @@ def test_a_keyed_groups_positions_and_state_move_across_micro_batch_rescales(lay
     topology = plan_app(loaded)
     group = topology.group("filter")
     assert group is not None
-    first = group.instances[0]
-    (entry,) = plan_instance(first.name, first.siddhi).inputs
+    (entry,) = plan_instance(group.instances[0].name, group.instances[0].siddhi).inputs
+    return app_path, loaded, topology, entry
+
+
+def test_a_keyed_groups_positions_and_state_move_across_micro_batch_rescales(layer, tmp_path):
+    messaging, servers, cluster_id, kafka = layer
+    name = f"TradesMicroScale{messaging.title()}"
+    app_path, loaded, topology, entry = keyed_app(tmp_path, name)
     rows, stamps = trades(3000, seed=5, symbols=SYMBOLS)
     cluster = LocalCluster(tmp_path / "cluster", servers, mode="microbatch", messaging=messaging, cluster_id=cluster_id).start()
     try:
@@ -77,13 +83,7 @@ def test_a_keyed_groups_positions_and_state_move_across_micro_batch_rescales(lay
 def test_under_load_a_micro_batch_rescale_neither_loses_nor_repeats_an_output(layer, tmp_path):
     messaging, servers, cluster_id, kafka = layer
     name = f"TradesMicroLoad{messaging.title()}"
-    text = APP_PATH.read_text().replace("Trades", name).replace(KEYED_GROUP.format(2), KEYED_GROUP.format(1) + ", maxParallel = '3'")
-    app_path = tmp_path / "app.siddhi"
-    app_path.write_text(text)
-    loaded = load_app(app_path)
-    group = plan_app(loaded).group("filter")
-    assert group is not None
-    (entry,) = plan_instance(group.instances[0].name, group.instances[0].siddhi).inputs
+    app_path, loaded, _topology, entry = keyed_app(tmp_path, name)
     rows, stamps = trades(20_000, seed=9, symbols=SYMBOLS)
     sent, stop = [0], threading.Event()
 
