@@ -347,7 +347,7 @@ class Worker:
 
     def start_instance(self, assignment) -> None:
         """Restore the newest state of an instance and start it (a continuous task or a micro-batch query)."""
-        instance_id = assignment.instance_id
+        instance_id, rescaled = assignment.instance_id, assignment.extra.get(RESCALED)
         checkpoint = self.checkpoints / instance_id / assignment.spec_hash[:16]
         if self.slots is not None and self._slots_taken(but=instance_id) >= self.slots:
             self._report(instance_id, "starting", detail=f"waiting for a task slot: all {self.slots} are taken")
@@ -356,18 +356,17 @@ class Worker:
             plan = self._plan(assignment)
             self.store.restore(instance_id, checkpoint)
             handover = None
-            if assignment.extra.get(RESCALED) and self.mode != "continuous" and not plan.http_inputs:
-                handover = self._rescaled_query(plan, assignment.extra[RESCALED], checkpoint)
-            elif assignment.extra.get(RESCALED):
-                self._rescaled(plan, assignment.extra[RESCALED], checkpoint)
+            if rescaled and self.mode != "continuous" and not plan.http_inputs:
+                handover = self._rescaled_query(plan, rescaled, checkpoint)
+            elif rescaled:
+                self._rescaled(plan, rescaled, checkpoint)
             handle = self._start(plan, assignment, checkpoint, handover)
         except Exception as exc:  # a bad instance must not take the worker down
             detail = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.error("worker %s: cannot start %s: %s", self.config.node_id, instance_id, detail)
             self._failed(instance_id, detail, permanent=isinstance(exc, InstancePlanError))
             return
-        keep_before = (assignment.extra.get(RESCALED) or {}).get("since")
-        self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint, keep_before=keep_before)
+        self.running[instance_id] = RunningInstance(instance_id, assignment.spec_hash, handle, checkpoint, keep_before=rescaled["since"] if rescaled else None)
         self._report(instance_id, "starting", detail=self._retrying(instance_id))
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
 
@@ -535,7 +534,7 @@ class Worker:
             kafka_source=self.config.spark.kafka_source,
             messaging=self.config.messaging.kind,
             cluster_id=self.config.messaging.cluster_id,
-            **({"start_at": handover.start_at, "initial_state": handover.initial_state} if handover is not None else {}),
+            **({"handover": handover} if handover is not None else {}),
         )
         return MicroBatchInstance(start_query(self.spark, plan, settings), pause_flag(settings.checkpoint))
 

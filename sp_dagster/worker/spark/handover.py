@@ -88,8 +88,9 @@ def take_over(spark, topics: Mapping[str, Sequence[int]], olds: Sequence[Path], 
             for partition, offset in offsets.items():
                 if partition in topics[topic]:  # one owner per partition; the further one, should two have read it
                     mine[partition] = max(offset, mine.get(partition, 0))
+    start_at = {t: o for t, o in start_at.items() if o}
     if owns is None:
-        return Handover({t: o for t, o in start_at.items() if o})
+        return Handover(start_at)
     rows = []
     for old in olds:
         if (old / "state").exists() and last_committed(old) is not None:  # state as of its last commit: none before one
@@ -99,4 +100,4 @@ def take_over(spark, topics: Mapping[str, Sequence[int]], olds: Sequence[Path], 
     if rows:
         state = spark.createDataFrame([(r.key, r.token, r.snapshot) for r in rows], "_engine_key string, token string, snapshot binary").groupBy("_engine_key")
     log.info("taking over %d keys' state and the positions of %d partitions", len(rows), sum(map(len, start_at.values())))
-    return Handover({t: o for t, o in start_at.items() if o}, state)
+    return Handover(start_at, state)

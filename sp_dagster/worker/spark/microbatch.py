@@ -28,7 +28,6 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -38,6 +37,7 @@ from sp_dagster.worker.instance.connections import share_of
 from sp_dagster.worker.instance.plan import InstancePlan, InstancePlanError
 from sp_dagster.worker.instance.runtime import InstanceRuntime, Message, needs_wakeups
 from sp_dagster.worker.instance.sinks import HttpSinks
+from sp_dagster.worker.spark.handover import Handover
 from sp_dagster.worker.spark.native_kafka import kafka_source_kind, read_native
 from sp_dagster.worker.spark.types import RAW_DDL, RAW_SCHEMA
 
@@ -74,10 +74,7 @@ class QuerySettings:
     kafka_source: str = "auto"  # the worker config's spark.kafkaSource: auto | native | python
     messaging: str = "kafka"  # the messaging layer between groups: kafka | nats
     cluster_id: str | None = None  # NATS: the clusterId that names the streams
-    # A rescaled instance's first start (spark/handover.py): where its partitions were left, per input topic,
-    # and the per-key state it takes over (a DataFrame grouped by the engine key), None when there is none.
-    start_at: dict[str, dict[int, int]] = field(default_factory=dict)
-    initial_state: Any = None
+    handover: Handover = field(default_factory=Handover)  # a rescaled instance's first start: where it reads from, what state it takes
 
 
 def _messages(columns, batched: frozenset[str] = frozenset(), *, indexed: bool = False) -> list[Message]:
@@ -347,14 +344,14 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
                     partitions,
                     kafka_properties=settings.kafka_properties + properties,
                     max_events=settings.max_events_per_trigger,
-                    starting=settings.start_at.get(source.topic),
+                    starting=settings.handover.start_at.get(source.topic),
                 )
             )
             continue
         options["partitions"] = ",".join(map(str, partitions))
         options["pauseFlag"] = str(pause_flag(settings.checkpoint))
-        if source.topic in settings.start_at:
-            options["startingOffsets"] = json.dumps({str(p): offset for p, offset in settings.start_at[source.topic].items()})
+        if source.topic in settings.handover.start_at:
+            options["startingOffsets"] = json.dumps({str(p): offset for p, offset in settings.handover.start_at[source.topic].items()})
         if settings.max_events_per_trigger:
             options["maxEventsPerTrigger"] = str(settings.max_events_per_trigger)
         frames.append(spark.readStream.format(layer["format"]).options(**options).load())
@@ -377,7 +374,7 @@ def build_query(spark, plan: InstancePlan, settings: QuerySettings):
                 outputStructType=OUTPUT_DDL,
                 outputMode="Append",
                 timeMode="ProcessingTime" if timers else "None",
-                initialState=settings.initial_state,
+                initialState=settings.handover.initial_state,
             )
         )
     return (
