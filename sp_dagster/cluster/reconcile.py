@@ -30,7 +30,7 @@ from sp_dagster.cluster.membership import declare_dead_nodes, reaching_broker, r
 from sp_dagster.cluster.schema import deployments, instances
 from sp_dagster.cluster.store.assignments import assign, read_placements, unassign
 from sp_dagster.cluster.store.deployments import HOLD, PARTIAL, PLACED, WAITING
-from sp_dagster.cluster.store.moves import MOVE_TIMEOUT_MS, Move, ask_release, end_move, plan_move, read_moves
+from sp_dagster.cluster.store.moves import MOVE_TIMEOUT_MS, Move, ask_release, end_move, plan_move, read_moves, ready_for
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, reb
                 assigned.append((instance.instance_id, node, old.node_id if old else None))
         for instance_id in sorted(set(moves) - wanted_ids):
             end_move(conn, instance_id)
-        asked, awaiting = _ask_next(fence, {i.instance_id: i for i in wanted})
+        asked, awaiting = _ask_next(fence, {i.instance_id: i for i in wanted}, living)
         changes = _update_statuses(conn, wanted, allocation.unplaced, fence.now_ms)
         return ReconcileResult(
             term=fence.term,
@@ -171,9 +171,9 @@ def _moved(fence, instance_id: str, move: Move | None, old, owner, node: str) ->
     return True
 
 
-def _ask_next(fence, wanted: dict) -> tuple[list[tuple[str, str, str]], int]:
-    """Ask the owner of the oldest planned move of each execution group to let go, when none of the group is asked yet;
-    the moves asked now, and how many owners are asked to let go (now or before)."""
+def _ask_next(fence, wanted: dict, nodes: dict) -> tuple[list[tuple[str, str, str]], int]:
+    """Ask the owner of the oldest planned move of each execution group to let go, when none of the group is asked yet
+    and its new node is ready for it; the moves asked now, and how many owners are asked to let go (now or before)."""
     asked = []
     pending = sorted(read_moves(fence.conn).values(), key=lambda m: (m.planned_at, m.instance_id))
     group_of = lambda m: wanted[m.instance_id].group_key  # noqa: E731 - every move left is of a wanted instance
@@ -182,6 +182,9 @@ def _ask_next(fence, wanted: dict) -> tuple[list[tuple[str, str, str]], int]:
         group = group_of(move)
         if move.asked_at is None and group not in busy:
             busy.add(group)
+            target = nodes.get(move.to_node)
+            if not ready_for(move, target.metrics if target else None, fence.now_ms):
+                continue
             ask_release(fence, move)
             asked.append((move.instance_id, move.from_node, move.to_node))
     return asked, sum(1 for m in pending if m.asked_at is not None) + len(asked)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from sp_dagster.cluster.allocation import RECEIVER_TLS, RECEIVER_USERS, WIRE_FORMATS
 from sp_dagster.cluster.prometheus import Family, serve_metrics
 from sp_dagster.cluster.store.deployments import DRAIN, HOLD, RESCALED
+from sp_dagster.cluster.store.moves import READY
 from sp_dagster.config.tls import receiver_tls_files
 from sp_dagster.config.yamlsource import default_home
 from sp_dagster.errors import NotOwnerError
@@ -151,6 +152,7 @@ class Worker:
         self.spark = spark
         self.running: dict[str, RunningInstance] = {}
         self.prepared: dict[str, PreparedStart] = {}
+        self.ready: set[str] = set()  # instances coming here that this worker is ready to start (READY)
         self.failures: dict[str, tuple[int, float, str]] = {}  # instance -> (failures in a row, retry after, the last one)
         self.stop_event = threading.Event()
         # Heartbeats run on their own thread: starting a Spark query takes seconds, and a
@@ -213,6 +215,7 @@ class Worker:
             "instances": len(self.running),
             "mode": self.mode,
             "running": sorted(self.running),
+            READY: sorted(self.ready),
             "broker": self.broker.state,
             "fence_after_s": self.session.fence_after_s,  # `status` tells a silent node from a live one by it
             RECEIVER_USERS: bool(self.config.deployment.receiver_users),  # basic-auth receivers run only where this is true
@@ -371,32 +374,40 @@ class Worker:
         log.info("worker %s: started %s (%s)", self.config.node_id, instance_id, handle.mode)
 
     def _prepare(self, incoming, desired: dict) -> None:
-        """Launch the held tasks of instances whose owner lets go of them for this node (their start then skips
-        Spark's task launch), within the free task slots; give up those no longer on their way here."""
+        """Launch the held tasks of instances planned to move here (their start then skips Spark's task launch), within
+        the free task slots; give up those no longer on their way here. Say at once which are ready: their owners are
+        asked to let go only then (cluster.store.moves)."""
         coming = {d.instance_id: d for d in incoming}
         for instance_id, prepared in list(self.prepared.items()):
             if instance_id not in desired and (instance_id not in coming or coming[instance_id].spec_hash != prepared.spec_hash):
                 self._discard_prepared(instance_id)
-        if self.mode != "continuous" or self.control is None:
-            return
+        ready = {i for i in coming if not self._launch_ahead(i, coming[i])}  # nothing to launch ahead: ready as it is
+        ready |= set(coming) & set(self.prepared)
+        if ready - self.ready:
+            self.ready = ready
+            self.beat()
+        self.ready = ready
+
+    def _launch_ahead(self, instance_id: str, definition) -> bool:
+        """Launch the held task of an instance coming here; False when there is nothing to launch (or no room for it)."""
+        if instance_id in self.prepared or instance_id in self.running:
+            return instance_id in self.prepared
+        if self.mode != "continuous" or self.control is None or (self.slots is not None and self._slots_taken() >= self.slots):
+            return False
         from sp_dagster.worker.spark.continuous import ContinuousInstance
 
-        for instance_id, definition in coming.items():
-            if instance_id in self.prepared or instance_id in self.running:
-                continue
-            if self.slots is not None and self._slots_taken() >= self.slots:
-                return
-            checkpoint = self.checkpoints / instance_id / definition.spec_hash[:16]
-            try:
-                plan = self._plan(definition)
-                if plan.http_inputs:
-                    continue  # a receiver binds its port when it starts: nothing to launch ahead
-                handle = ContinuousInstance(self.spark, self.control, plan, self.config.messaging, self._loop_settings(definition), checkpoint, held=True)
-            except Exception as exc:  # noqa: BLE001 - its start proper says what is wrong, when it comes
-                log.debug("worker %s: cannot prepare %s: %s", self.config.node_id, instance_id, exc)
-                continue
-            self.prepared[instance_id] = PreparedStart(definition.spec_hash, handle.start())
-            log.info("worker %s: prepared %s (its owner lets go of it)", self.config.node_id, instance_id)
+        checkpoint = self.checkpoints / instance_id / definition.spec_hash[:16]
+        try:
+            plan = self._plan(definition)
+            if plan.http_inputs:
+                return False  # a receiver binds its port when it starts: nothing to launch ahead
+            handle = ContinuousInstance(self.spark, self.control, plan, self.config.messaging, self._loop_settings(definition), checkpoint, held=True)
+        except Exception as exc:  # noqa: BLE001 - its start proper says what is wrong, when it comes
+            log.debug("worker %s: cannot prepare %s: %s", self.config.node_id, instance_id, exc)
+            return False
+        self.prepared[instance_id] = PreparedStart(definition.spec_hash, handle.start())
+        log.info("worker %s: prepared %s (on its way here)", self.config.node_id, instance_id)
+        return True
 
     def _slots_taken(self, but: str | None = None) -> int:
         """Task slots held by running instances and prepared starts (`but`'s prepared start not counted: it becomes the instance)."""

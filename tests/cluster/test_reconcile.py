@@ -249,6 +249,35 @@ def test_moves_of_one_group_go_one_at_a_time(plane):
     assert [a[0] for a in second.assigned] == [first[0][0]] and len(second.moving) == 1 and second.moving[0][0] != first[0][0]
 
 
+def test_an_owner_is_asked_to_let_go_once_the_new_node_is_ready_for_the_instance(plane, monkeypatch):
+    """A worker that launches tasks ahead says which incoming instances it is ready for: the owner lets go only then
+    (or after READY_WAIT_MS), so that the instance starts the moment it is placed."""
+    from sp_dagster.cluster.store import moves as moves_module
+
+    everything = ["app-g-1", "app-g-2", "app-g-3"]
+    register_node(plane, "w1", metrics={"running": everything})
+    leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
+    record(plane, "app", {"g": (3, False)})
+    run(plane, leader)
+    register_node(plane, "w2", metrics={"ready": []})
+    planned = run(plane, leader, rebalance=True)
+    assert planned.moving == () and planned.awaiting_release == 0  # planned, not asked: w2 is not ready yet
+    (coming,) = [i.instance_id for i in assignments_for(plane, "w2", 1).incoming]  # w2 sees it coming already
+    assert not any(i.releasing for i in assignments_for(plane, "w1", 1).instances)
+    heartbeat(plane, "w2", 1, metrics={"ready": ["app-other-1"]})
+    assert run(plane, leader).moving == ()  # ready for something else only
+    heartbeat(plane, "w2", 1, metrics={"ready": [coming]})
+    assert [m[0] for m in run(plane, leader).moving] == [coming]
+    assert {i.instance_id for i in assignments_for(plane, "w1", 1).instances if i.releasing} == {coming}
+    # A new node that never says it is ready gets its instance after READY_WAIT_MS all the same.
+    heartbeat(plane, "w1", 1, metrics={"running": [i for i in everything if i != coming]})
+    assert [a[0] for a in run(plane, leader).assigned] == [coming]
+    register_node(plane, "w3", metrics={"ready": []})
+    assert run(plane, leader, rebalance=True).moving == ()
+    monkeypatch.setattr(moves_module, "READY_WAIT_MS", 0)
+    assert [m[1:] for m in run(plane, leader).moving] == [("w1", "w3")]
+
+
 def test_a_move_whose_owner_stalls_goes_after_the_timeout_and_a_dead_owners_at_once(plane, monkeypatch):
     from sp_dagster.cluster import reconcile as reconcile_module
     from sp_dagster.cluster.store.moves import read_moves

@@ -2,7 +2,7 @@
 
 An instance on its way to another node stays assigned to its owner, marked `releasing`, until the
 owner has stopped it with a last checkpoint (cluster.store.moves); the new node sees it as
-`incoming` meanwhile, so that it can have its start ready.
+`incoming` from the move's planning on, so that it can have its start ready.
 
 Only the leader writes them, inside a fenced transaction (`assign`, `unassign`); the deploy
 step removes them with their deployment. A worker reads its own with `assignments_for`, which
@@ -41,7 +41,7 @@ class NodeAssignments:
     leader: str | None
     leader_alive: bool
     instances: tuple[AssignedInstance, ...]
-    # Instances whose owner was asked to let go of them for this node: a worker may prepare their start.
+    # Instances planned to move to this node: a worker may prepare their start, and says when it is ready (READY).
     incoming: tuple[InstanceDefinition, ...] = ()
 
 
@@ -78,7 +78,7 @@ def assignments_for(plane: ControlPlane, node_id: str, incarnation: int | None =
         incoming = conn.execute(
             select(instances)
             .select_from(instances.join(moves, m.instance_id == i.instance_id))
-            .where(m.to_node == node_id, m.asked_at.is_not(None))
+            .where(m.to_node == node_id)
             .order_by(i.app, i.group_name, i.parallel_index)
         ).all()
     return NodeAssignments(

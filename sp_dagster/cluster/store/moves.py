@@ -3,6 +3,9 @@
 When the leader moves an instance off a node that is alive (a node joined, a rebalance was asked,
 a rejoined node takes work back), the instance stays assigned to its owner and a move is planned.
 One move per execution group is asked at a time (`asked_at`), so a group never stalls as a whole;
+the new node sees the move as soon as it is planned and launches the instance's task ahead; the
+owner is asked once the new node says it is ready for it (`READY` in its heartbeat; or after
+READY_WAIT_MS), so the instance starts there the moment it is placed. Then
 the owner's worker sees the instance as `releasing`, stops it, saves its state (it still owns it,
 so the save is accepted) and says in its next heartbeat that it no longer runs it. Only then does
 the leader assign the instance to the new node, which starts from that last revision: no replay
@@ -21,6 +24,14 @@ from sp_dagster.cluster.schema import moves
 from sp_dagster.cluster.store.events import record_event
 
 MOVE_TIMEOUT_MS = 60_000  # an owner that has not let go by then loses the instance without a last checkpoint
+READY = "ready"  # a worker's heartbeat metric: the instances coming to it that it is ready to start
+READY_WAIT_MS = 5_000  # a new node that has not said it is ready by then gets the instance anyway
+
+
+def ready_for(move: Move, target_metrics: object, now_ms: int) -> bool:
+    """Whether the owner may be asked to let go: the new node is ready for the instance (or does not say, or took too long)."""
+    ready = target_metrics.get(READY) if isinstance(target_metrics, dict) else None
+    return ready is None or move.instance_id in ready or now_ms - move.planned_at >= READY_WAIT_MS
 
 
 @dataclass(frozen=True)
