@@ -23,7 +23,7 @@ from sp_dagster.engine import AppRuntime
 from sp_dagster.engine.clock import DrivenClock
 from sp_dagster.messaging import codec_for
 from sp_dagster.siddhi import parse
-from sp_dagster.worker.instance.batching import batched_outputs, expand, pack
+from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.instance.plan import plan_instance
 from sp_dagster.worker.instance.runtime import InstanceRuntime, Message
 
@@ -53,6 +53,7 @@ def hops(events: int, turn: int) -> dict[str, float]:
     messages = [Message(entry.topic, 0, i, T0 + i, None, codec.encode(row)) for i, row in enumerate(rows)]
     filters, averages = InstanceRuntime(front, now=T0, partitions_of=lambda _t: 2), InstanceRuntime(back, now=T0, partitions_of=lambda _t: 2)
     batched, middle = batched_outputs(front), front.outputs[0].topic
+    reading = batched_inputs(back)[middle]
     spent: dict[str, float] = dict.fromkeys(("filter", "pack", "expand", "average"), 0.0)
     offset = 0
     for start in range(0, events, turn):
@@ -67,7 +68,7 @@ def hops(events: int, turn: int) -> dict[str, float]:
         for partition in sorted({m.partition for m in out}):
             raws = [(m.partition, offset + n, m.timestamp, m.key, m.value, m.origin) for n, m in enumerate(out) if m.partition == partition]
             offset += len(raws)
-            read += expand(middle, raws)
+            read += expand(middle, raws, reading)
         t3 = time.process_time()
         averages.process(read, now)
         t4 = time.process_time()

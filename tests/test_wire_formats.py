@@ -1,5 +1,6 @@
 """Each inter-group topic's wire format is recorded with the plan: an app planned before batches keeps
-publishing one event per message, and a format this version does not know is refused, never misread."""
+publishing one event per message, one planned with batches of encoded events keeps those, and a
+format this version does not know is refused, never misread."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sp_dagster.cluster.store.deployments import get_deployment
 from sp_dagster.deploy import DeployError, load_app, plan_app
 from sp_dagster.deploy.steps import record, state_changes
 from sp_dagster.messaging import batches, codec_for
-from sp_dagster.siddhi.transports import BATCH_WIRE, WIRE_FORMATS
+from sp_dagster.siddhi.transports import BATCH_WIRE, COLUMN_WIRE, WIRE_FORMATS
 from sp_dagster.topology.output import to_dict
 from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack, wire_of
 from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance
@@ -39,41 +40,51 @@ def _read_back(published: list[Message], topic: str) -> list[Message]:
         if m.topic == topic:
             offsets[m.partition] = offsets.get(m.partition, -1) + 1
             raws.append((m.partition, offsets[m.partition], m.timestamp, m.key, m.value, m.origin))
-    return expand(topic, sorted(raws, key=lambda r: r[:2]))
+    return expand(topic, sorted(raws, key=lambda r: r[:2]), batched_inputs(plan_instance(*_partials()[2:]))[topic])
 
 
 def test_the_plan_records_the_wire_format_of_every_inter_group_topic_and_only_those():
     plan = to_dict(plan_app(load_app(text=APP)))
     filter_name, filter_siddhi, *_ = _partials()
     internal = plan_instance(filter_name, filter_siddhi).outputs[0].topic
-    assert {t["name"]: t.get("wire") for t in plan["topics"]}[internal] == BATCH_WIRE
+    assert {t["name"]: t.get("wire") for t in plan["topics"]}[internal] == COLUMN_WIRE
     assert [t["name"] for t in plan["topics"] if "wire" in t] == [internal]  # the entry and sink topics carry the users' maps
-    assert wire_of(plan_instance(filter_name, filter_siddhi).outputs[0].mapping) == BATCH_WIRE  # and its partial apps' maps
-    assert batches.VERSION == int(BATCH_WIRE.split("/")[1]) and BATCH_WIRE in WIRE_FORMATS
+    assert wire_of(plan_instance(filter_name, filter_siddhi).outputs[0].mapping) == COLUMN_WIRE  # and its partial apps' maps
+    assert batches.VERSION == int(BATCH_WIRE.split("/")[1]) and batches.COLUMNS == int(COLUMN_WIRE.split("/")[1])
+    assert {BATCH_WIRE, COLUMN_WIRE} <= set(WIRE_FORMATS)
 
 
-def test_an_app_planned_before_batches_publishes_one_event_per_message_and_the_next_group_reads_the_same():
+def test_apps_planned_before_batches_or_by_column_publish_as_planned_and_the_next_group_reads_the_same():
     filter_name, filter_siddhi, average_name, average_siddhi = _partials()
-    now = plan_instance(filter_name, filter_siddhi)
-    before = plan_instance(filter_name, WIRE.sub("", filter_siddhi))  # as recorded by a version without the wire option
-    topic = now.outputs[0].topic
-    assert batched_outputs(now) == {topic} and batched_outputs(before) == frozenset()
-    assert batched_inputs(plan_instance(average_name, WIRE.sub("", average_siddhi))) == {topic}  # both forms are read
-    source = now.inputs[0]
+    forms = {
+        "columns": plan_instance(filter_name, filter_siddhi),
+        "encoded": plan_instance(filter_name, filter_siddhi.replace(COLUMN_WIRE, BATCH_WIRE)),  # planned with batches of encoded events
+        "single": plan_instance(filter_name, WIRE.sub("", filter_siddhi)),  # as recorded by a version without the wire option
+    }
+    topic = forms["columns"].outputs[0].topic
+    assert {name: {t: c is not None for t, c in batched_outputs(p).items()} for name, p in forms.items()} == {
+        "columns": {topic: True},
+        "encoded": {topic: False},
+        "single": {},
+    }
+    for siddhi in (average_siddhi, average_siddhi.replace(COLUMN_WIRE, BATCH_WIRE), WIRE.sub("", average_siddhi)):
+        assert set(batched_inputs(plan_instance(average_name, siddhi))) == {topic}  # every form is read
+    source = forms["columns"].inputs[0]
     codec = codec_for(source.codec, source.attributes)
     inputs = [Message(source.topic, n % 2, n // 2, 1_000 + n, None, codec.encode(row)) for n, row in enumerate(trades(400, seed=5)[0])]
     outs = {}
-    for name, planned in (("now", now), ("before", before)):
+    for name, planned in forms.items():
         published = pack(InstanceRuntime(planned).process(inputs, 10_000), batched_outputs(planned))
         on_topic = [m for m in published if m.topic == topic]
-        assert all(batches.is_batch(m.value) for m in on_topic) == (name == "now") and on_topic
+        versions = {m.value[1] if batches.is_batch(m.value) else None for m in on_topic}
+        assert on_topic and versions == {"columns": {batches.COLUMNS}, "encoded": {batches.VERSION}, "single": {None}}[name]
         outs[name] = [m.value for m in InstanceRuntime(plan_instance(average_name, average_siddhi)).process(_read_back(published, topic), 10_000)]
-    assert len(outs["now"]) > 100 and outs["now"] == outs["before"]
+    assert len(outs["columns"]) > 100 and outs["columns"] == outs["encoded"] == outs["single"]
 
 
 def test_a_wire_format_this_version_does_not_know_is_refused_with_its_place_and_what_to_do():
     filter_name, filter_siddhi, *_ = _partials()
-    newer = filter_siddhi.replace(BATCH_WIRE, "batch/9")
+    newer = filter_siddhi.replace(COLUMN_WIRE, "batch/9")
     assert newer != filter_siddhi
     with pytest.raises(InstancePlanError) as refused:
         plan_instance(filter_name, newer)

@@ -1,11 +1,13 @@
 """Event batches: the wire format of inter-group topics, many events in one message.
 
 A batch holds, for one topic partition, the events one turn of an instance published there,
-each with its own timestamp, key and origin, in columns: magic 0xB2, version 1, u32 count,
-then count i64 timestamps (-1: none), i32 key lengths, i32 origin lengths (-1: none), u32
-value lengths, then the keys, origins and values, each concatenated (little-endian). A value
-is one event as `BinaryCodec` encodes it (first byte 0xB1), so a message tells by its first
-byte whether it is a batch or a single event (what publishers before batches wrote).
+each with its own timestamp, key and origin, in columns: magic 0xB2, a version, u32 count,
+then count i64 timestamps (-1: none), i32 key lengths, i32 origin lengths (-1: none). Version 1
+goes on with u32 value lengths, the keys, the origins and the values, each concatenated; a
+value is one event as `BinaryCodec` encodes it. Version 2 goes on with the keys and origins,
+then the events' values column by column (`BinaryCodec.encode_columns`): no per-event encoding
+either way. All little-endian; a message tells by its first byte whether it is a batch or a
+single event (0xB1: what publishers before batches wrote).
 """
 
 from __future__ import annotations
@@ -13,12 +15,24 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from itertools import accumulate
+from typing import Any, Protocol
 
 from sp_dagster.messaging.errors import EventDecodeError
-from sp_dagster.siddhi.transports import BATCH_WIRE
+from sp_dagster.siddhi.transports import BATCH_WIRE, COLUMN_WIRE
 
 MAGIC = 0xB2
-VERSION = int(BATCH_WIRE.rpartition("/")[2])  # the plans' name for this format is `BATCH_WIRE`
+VERSION = int(BATCH_WIRE.rpartition("/")[2])  # the plans' names for these formats: `BATCH_WIRE`, `COLUMN_WIRE`
+COLUMNS = int(COLUMN_WIRE.rpartition("/")[2])
+
+
+class Columns(Protocol):
+    """What writes and reads the events' values of a version-2 batch column by column (`BinaryCodec`)."""
+
+    def encode_columns(self, rows: Sequence[Sequence[Any]]) -> bytes: ...
+
+    def decode_columns(self, data: bytes, pos: int, count: int) -> list[tuple]: ...
+
+
 _HEAD = struct.Struct("<BBI")
 #: Largest batch body aimed at (bytes): well below the 1 MB that brokers and clients take by default.
 MAX_BYTES = 256 * 1024
@@ -51,6 +65,40 @@ def encode_all(
     return out
 
 
+def encode_rows(
+    stamps: Sequence[int | None],
+    keys: Sequence[bytes | None],
+    origins: Sequence[bytes | None],
+    rows: Sequence[Sequence[Any]],
+    columns: Columns,
+    max_bytes: int = MAX_BYTES,
+) -> list[tuple[int | None, bytes]]:
+    """Events given as rows in version-2 batches of at most about `max_bytes` each (one event at least): (the first event's timestamp, the batch)."""
+    if not rows:
+        return []
+    count = len(rows)
+    body = b"".join((_HEAD.pack(MAGIC, COLUMNS, count), _frame(stamps, keys, origins), columns.encode_columns(rows)))
+    if len(body) <= max_bytes or count == 1:
+        return [(stamps[0], body)]
+    half = count // 2
+    first = encode_rows(stamps[:half], keys[:half], origins[:half], rows[:half], columns, max_bytes)
+    return first + encode_rows(stamps[half:], keys[half:], origins[half:], rows[half:], columns, max_bytes)
+
+
+def _frame(stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: Sequence[bytes | None]) -> bytes:
+    """The times, key and origin lengths, keys and origins of a version-2 batch's events."""
+    count = len(stamps)
+    return b"".join(
+        (
+            struct.pack(f"<{count}q", *[-1 if s is None else s for s in stamps]),
+            struct.pack(f"<{count}i", *[-1 if k is None else len(k) for k in keys]),
+            struct.pack(f"<{count}i", *[-1 if o is None else len(o) for o in origins]),
+            b"".join([k for k in keys if k]),
+            b"".join([o for o in origins if o]),
+        )
+    )
+
+
 def encode(stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: Sequence[bytes | None], values: Sequence[bytes]) -> bytes:
     """One batch of events (parallel sequences: timestamp in ms or None, key, origin, encoded value)."""
     count = len(values)
@@ -68,29 +116,48 @@ def encode(stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: 
     )
 
 
-def decode(data: bytes) -> tuple[list[int | None], list[bytes | None], list[bytes | None], list[bytes]]:
-    """A batch's events as parallel lists: timestamps (ms or None), keys, origins and values; EventDecodeError when it is not one."""
+def decode(data: bytes, columns: Columns | None = None) -> tuple[list[int | None], list[bytes | None], list[bytes | None], list]:
+    """A batch's events as parallel lists: timestamps (ms or None), keys, origins and values (version 1: each event's
+    encoded bytes; version 2: its row, read by `columns`); EventDecodeError when it is not one."""
+    stamps, keys, origins, count, value_lengths, pos = _header(data)
+    if value_lengths is not None:
+        values, pos = _cut(data, pos, value_lengths)
+        if pos != len(data):
+            raise EventDecodeError(f"corrupt batch of events: {len(data) - pos} bytes more or less than its {count} events hold")
+        return stamps, keys, origins, values
+    if columns is None:
+        raise EventDecodeError("a batch of events by column, read without its topic's attributes: read it with the topic's binary codec")
+    try:
+        return stamps, keys, origins, columns.decode_columns(data, pos, count)
+    except EventDecodeError as exc:
+        raise EventDecodeError(f"corrupt batch of events: {exc}") from None
+
+
+def _header(data: bytes) -> tuple[list[int | None], list[bytes | None], list[bytes | None], int, Sequence[int] | None, int]:
+    """A batch's times, keys and origins, its count, its values' lengths (version 1; None: by column) and where the rest begins."""
     try:
         magic, version, count = _HEAD.unpack_from(data, 0)
         if magic != MAGIC:
             raise EventDecodeError("not a batch of events (wrong codec on this topic?)")
-        if version != VERSION:
-            raise EventDecodeError(f"a batch of wire version {version}, which this version of sp-dagster cannot read (it reads {VERSION}): upgrade this worker")
+        if version not in (VERSION, COLUMNS):
+            raise EventDecodeError(
+                f"a batch of wire version {version}, which this version of sp-dagster cannot read (it reads {VERSION} and {COLUMNS}): upgrade this worker"
+            )
         pos = _HEAD.size
         stamps = list(struct.unpack_from(f"<{count}q", data, pos))
         pos += 8 * count
         key_lengths = struct.unpack_from(f"<{count}i", data, pos)
         origin_lengths = struct.unpack_from(f"<{count}i", data, pos + 4 * count)
-        value_lengths = struct.unpack_from(f"<{count}I", data, pos + 8 * count)
-        pos += 12 * count
+        pos += 8 * count
+        value_lengths = None
+        if version == VERSION:
+            value_lengths = struct.unpack_from(f"<{count}I", data, pos)
+            pos += 4 * count
     except struct.error as exc:
         raise EventDecodeError(f"truncated batch of events: {exc}") from None
     keys, pos = _cut(data, pos, key_lengths)
     origins, pos = _cut(data, pos, origin_lengths)
-    values, pos = _cut(data, pos, value_lengths)
-    if pos != len(data):
-        raise EventDecodeError(f"corrupt batch of events: {len(data) - pos} bytes more or less than its {count} events hold")
-    return [None if s < 0 else s for s in stamps] if -1 in stamps else stamps, keys, origins, values  # type: ignore[return-value]
+    return [None if s < 0 else s for s in stamps] if -1 in stamps else stamps, keys, origins, count, value_lengths, pos  # type: ignore[return-value]
 
 
 def _cut(data: bytes, pos: int, lengths: Sequence[int]) -> tuple[list, int]:
@@ -116,4 +183,4 @@ def _cut(data: bytes, pos: int, lengths: Sequence[int]) -> tuple[list, int]:
 
 def origins(data: bytes) -> list[bytes]:
     """The origins a batch's events carry (for reading back what was published)."""
-    return [o for o in decode(data)[2] if o is not None]
+    return [o for o in _header(data)[2] if o is not None]

@@ -94,6 +94,9 @@ class Codec:
         self.attributes = schema_of(attributes)
         self.names = tuple(a.name for a in self.attributes)
 
+    def __reduce__(self):
+        return (type(self), (self.attributes,))  # made again where it is unpickled (a Spark task): its struct packers cannot be pickled
+
     def encode(self, row: Sequence[Any]) -> bytes:
         """The message bytes of one row."""
         raise NotImplementedError
@@ -317,7 +320,8 @@ class BinaryCodec(Codec):
 
     def decode(self, data):
         if data and data[0] == batches.MAGIC:  # a batch of events (inter-group topics): every one of them
-            return [row for value in batches.decode(data)[3] for row in self.decode(value)]
+            values = batches.decode(data, self)[3]
+            return values if not values or type(values[0]) is tuple else [row for value in values for row in self.decode(value)]
         if not data or data[0] != self.MAGIC:
             raise EventDecodeError("not a binary-encoded event (wrong codec on this topic?)")
         if self._readers is not None and data.startswith(self._plain_head):
@@ -348,6 +352,90 @@ class BinaryCodec(Codec):
         if pos != len(data):
             raise EventDecodeError(f"binary event has {len(data) - pos} unexpected trailing bytes")
         return [tuple(values)]
+
+    def encode_columns(self, rows: Sequence[Sequence[Any]]) -> bytes:
+        """Rows as columns (a version-2 batch's values, `batches.py`): per attribute a flag byte (1: a null bitmap
+        follows), then its non-null values: fixed-width ones packed together, strings and objects as u32 lengths + UTF-8."""
+        if not rows:
+            return b""
+        if set(map(len, rows)) != {len(self.attributes)}:
+            for row in rows:
+                self._check_width(row)
+        parts: list[bytes] = []
+        for (packer, kind), column in zip(self._packers, zip(*rows)):
+            if None in column:
+                flags = bytearray(self._bitmap_bytes(len(column)))
+                for index, value in enumerate(column):
+                    if value is None:
+                        flags[index >> 3] |= 1 << (index & 7)
+                parts += (b"\x01", bytes(flags))
+                column = tuple(v for v in column if v is not None)
+            else:
+                parts.append(b"\x00")
+            if packer is not None:
+                parts.append(struct.pack(f"<{len(column)}{packer.format[1:]}", *column))
+                continue
+            if kind == "object":
+                texts = [json.dumps(v, default=str) for v in column]
+            else:
+                texts = column if set(map(type, column)) <= {str} else [v if type(v) is str else str(v) for v in column]
+            joined = "".join(texts)
+            blob = joined.encode("utf-8")
+            lengths = map(len, texts) if len(blob) == len(joined) else [len(t.encode("utf-8")) for t in texts]
+            parts += (struct.pack(f"<{len(texts)}I", *lengths), blob)
+        return b"".join(parts)
+
+    def decode_columns(self, data: bytes, pos: int, count: int) -> list[tuple]:
+        """The rows of `count` events written by encode_columns from `pos` to the end of `data`."""
+        columns: list = []
+        try:
+            for packer, kind in self._packers:
+                flag = data[pos]
+                pos += 1
+                nulls = None
+                if flag == 1:
+                    end = pos + self._bitmap_bytes(count)
+                    bitmap = data[pos:end]
+                    pos = end
+                    nulls = [bool(bitmap[i >> 3] & (1 << (i & 7))) for i in range(count)]
+                elif flag != 0:
+                    raise EventDecodeError(f"unknown column flag {flag}")
+                present = count - sum(nulls) if nulls else count
+                if packer is not None:
+                    values = struct.unpack_from(f"<{present}{packer.format[1:]}", data, pos)
+                    pos += present * packer.size
+                else:
+                    values, pos = self._texts(data, pos, present, kind)
+                if nulls:
+                    taken = iter(values)
+                    values = [None if null else next(taken) for null in nulls]
+                columns.append(values)
+        except (struct.error, IndexError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise EventDecodeError(f"truncated or corrupt columns: {exc}") from None
+        if pos != len(data):
+            raise EventDecodeError(f"{len(data) - pos} unexpected trailing bytes after the columns")
+        return list(zip(*columns))
+
+    @staticmethod
+    def _texts(data: bytes, pos: int, present: int, kind: str) -> tuple[list, int]:
+        """A string (or object) column's values from `pos` on, and where they end."""
+        lengths = struct.unpack_from(f"<{present}I", data, pos)
+        pos += 4 * present
+        end = pos + sum(lengths)
+        if end > len(data):
+            raise struct.error("truncated strings")
+        blob = data[pos:end]
+        text = blob.decode("utf-8")
+        ends = list(itertools.accumulate(lengths, initial=0))
+        if len(text) == len(blob):  # ASCII: a character per byte, cut the text itself
+            values = [text[a:b] for a, b in zip(ends, ends[1:])]
+        else:
+            values = [blob[a:b].decode("utf-8") for a, b in zip(ends, ends[1:])]
+        return ([json.loads(v) for v in values] if kind == "object" else values), end
+
+    @staticmethod
+    def _bitmap_bytes(count: int) -> int:
+        return (count + 7) // 8
 
 
 class RawCodec(Codec):

@@ -70,10 +70,11 @@ MAPS = {
     "binary": (("wire",), ("wire",)),  # between execution groups
 }
 #: The wire formats of `@map(type='binary')` (inter-group topics) that plans record as its `wire`: one
-#: event per message (what a map without `wire` means: planned before batches), or event batches
-#: (`messaging/batches.py`). A worker refuses a format it does not know instead of misreading it.
-EVENT_WIRE, BATCH_WIRE = "event/1", "batch/1"
-WIRE_FORMATS = (EVENT_WIRE, BATCH_WIRE)
+#: event per message (what a map without `wire` means: planned before batches), event batches of encoded
+#: events, or event batches by column (`messaging/batches.py`; what plans record now). A worker refuses a
+#: format it does not know instead of misreading it.
+EVENT_WIRE, BATCH_WIRE, COLUMN_WIRE = "event/1", "batch/1", "batch/2"
+WIRE_FORMATS = (EVENT_WIRE, BATCH_WIRE, COLUMN_WIRE)
 LOG_PRIORITIES = ("INFO", "DEBUG", "WARN", "ERROR", "FATAL", "TRACE", "OFF")
 HTTP_METHODS = ("POST", "PUT", "GET", "DELETE", "PATCH")
 _TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")

@@ -6,7 +6,7 @@ import json
 
 from sp_dagster.siddhi import SiddhiQLError
 from sp_dagster.siddhi.secrets import mask_secrets
-from sp_dagster.siddhi.transports import BATCH_WIRE
+from sp_dagster.siddhi.transports import COLUMN_WIRE
 from sp_dagster.topology.model import FIELD_GROUPING, INTERNAL, ExecutionGroup, Topology
 from sp_dagster.wording import counted
 
@@ -17,7 +17,7 @@ def to_dict(topology: Topology) -> dict:
         "app": topology.app,
         "groups": [_group(group) for group in topology.groups],
         "topics": [
-            {"name": topic.name, "partitions": topic.partitions, **({"wire": BATCH_WIRE} if topic.role == INTERNAL else {})} for topic in topology.topics
+            {"name": topic.name, "partitions": topic.partitions, **({"wire": COLUMN_WIRE} if topic.role == INTERNAL else {})} for topic in topology.topics
         ],
     }
 

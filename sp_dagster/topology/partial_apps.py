@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from sp_dagster.siddhi import ast
 from sp_dagster.siddhi.render import render
-from sp_dagster.siddhi.transports import BATCH_WIRE, INSTANCE_SHARE, default_receiver_url
+from sp_dagster.siddhi.transports import COLUMN_WIRE, INSTANCE_SHARE, default_receiver_url
 from sp_dagster.topology.analysis import AGGREGATION, FUNCTION, TABLE, TRIGGER, WINDOW, Catalog, is_persisted
 from sp_dagster.topology.errors import TopologyError
 from sp_dagster.topology.flows import Flows, is_cluster_kafka
@@ -264,7 +264,7 @@ def _element(key: str, value: str) -> ast.AnnotationElement:
 
 def _map(kind: str = MAPPING) -> ast.Annotation:
     if kind == MAPPING:  # the topic's wire format, recorded with the plan (a worker refuses one it does not know)
-        return ast.Annotation("map", (_element("type", kind), _element("wire", BATCH_WIRE)))
+        return ast.Annotation("map", (_element("type", kind), _element("wire", COLUMN_WIRE)))
     return ast.Annotation("map", (_element("type", kind),))
 
 

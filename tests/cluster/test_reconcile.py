@@ -368,15 +368,15 @@ def test_instances_go_only_to_workers_that_read_their_wire_format(plane):
     from tests.fixtures.trades import APP
 
     old = register_node(plane, "w-old")
-    heartbeat(plane, "w-old", old, metrics={"wire_formats": ["event/1"]})  # a worker of a version before batches
+    heartbeat(plane, "w-old", old, metrics={"wire_formats": ["event/1", "batch/1"]})  # a worker of a version before batches by column
     leader = Elector(plane, "sp", "m1", lease_ms=30_000).tick()
     specs = instance_specs(load_app(text=APP).topology)
-    assert [s.extra.get("wire_formats") for s in specs] == [["batch/1"]] * len(specs)  # both groups meet at one inter-group topic
+    assert [s.extra.get("wire_formats") for s in specs] == [["batch/2"]] * len(specs)  # both groups meet at one inter-group topic
     record_deployment(plane, "Trades", content_hash="h", source="s", plan={}, instances=specs)
     run(plane, leader)
     assert set(placement(plane).values()) == {None}
     assert "which none of the 1 node alive reads: upgrade the workers" in get_deployment(plane, "Trades").waiting_reason
     new = register_node(plane, "w-new")
-    heartbeat(plane, "w-new", new, metrics={"wire_formats": ["event/1", "batch/1"]})
+    heartbeat(plane, "w-new", new, metrics={"wire_formats": ["event/1", "batch/1", "batch/2"]})
     run(plane, leader)
     assert set(placement(plane).values()) == {"w-new"}

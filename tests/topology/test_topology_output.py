@@ -55,8 +55,8 @@ def test_json_follows_the_contract():
         "LargeTradeStream": [{"strategy": "field_grouping", "partition_key": "symbol", "topic": "StockAlerts.LargeTradeStream.symbol", "partitions": 2}]
     }
     assert data["topics"] == [
-        {"name": "StockAlerts.AveragePriceStream", "partitions": 1, "wire": "batch/1"},
-        {"name": "StockAlerts.LargeTradeStream.symbol", "partitions": 2, "wire": "batch/1"},
+        {"name": "StockAlerts.AveragePriceStream", "partitions": 1, "wire": "batch/2"},
+        {"name": "StockAlerts.LargeTradeStream.symbol", "partitions": 2, "wire": "batch/2"},
         {"name": "StockAlerts.PriceAlerts", "partitions": 1},
         {"name": "StockAlerts.TradeStream", "partitions": 2},
     ]

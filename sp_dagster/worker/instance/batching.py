@@ -3,20 +3,23 @@
 An instance publishes what one turn produced for a partition of an inter-group topic as one
 message (`messaging/batches.py`), and its reader hands the engine each event of a batch as the
 message it once was: its own timestamp, key and origin, and its place in the batch (`index`).
-Single-event messages (`sp-dagster produce`, an app planned before batches) read as before. The
-plan records each topic's wire format on its map (`wire`); an app planned before batches has
-none, so its instances go on publishing one event per message, which workers of that time read.
+The plan records each topic's wire format on its map (`wire`). By column (COLUMN_WIRE, what
+plans record now), the runtime publishes rows, `pack` writes them column by column, and
+`expand` gives each event's row as its message's value: no event is encoded or decoded on its
+own. Batches of encoded events (BATCH_WIRE) and single-event messages (an app planned before
+batches, which goes on publishing one event per message) read as before.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging import batches
+from sp_dagster.messaging.codecs import BinaryCodec
 from sp_dagster.messaging.maps import MapSpec
-from sp_dagster.siddhi.transports import BATCH_WIRE, EVENT_WIRE
+from sp_dagster.siddhi.transports import BATCH_WIRE, COLUMN_WIRE, EVENT_WIRE
 from sp_dagster.worker.instance.plan import InstancePlan
 from sp_dagster.worker.instance.runtime import Message
 
@@ -28,14 +31,21 @@ log = logging.getLogger(__name__)
 BATCHED_MAP = "binary"
 
 
-def batched_inputs(plan: InstancePlan) -> frozenset[str]:
-    """The input topics whose messages may be batches (those between execution groups)."""
-    return frozenset(i.topic for i in plan.inputs if i.codec == BATCHED_MAP)
+def batched_inputs(plan: InstancePlan) -> dict[str, BinaryCodec]:
+    """The input topics whose messages may be batches (those between execution groups), with the codec that reads their events."""
+    return {i.topic: BinaryCodec(i.attributes) for i in plan.inputs if i.codec == BATCHED_MAP}
 
 
-def batched_outputs(plan: InstancePlan) -> frozenset[str]:
-    """The output topics the instance publishes batches to (those between execution groups whose plan says so)."""
-    return frozenset(t for o in plan.outputs if o.codec == BATCHED_MAP and wire_of(o.mapping) == BATCH_WIRE for t in (o.topic, *o.topics) if t)
+def batched_outputs(plan: InstancePlan) -> dict[str, BinaryCodec | None]:
+    """The output topics the instance publishes batches to (those between execution groups whose plan says so), with
+    the codec that writes their columns (None: batches of events the runtime encoded, BATCH_WIRE)."""
+    return {
+        t: BinaryCodec(o.attributes) if o.by_column else None
+        for o in plan.outputs
+        if o.codec == BATCHED_MAP and wire_of(o.mapping) in (BATCH_WIRE, COLUMN_WIRE)
+        for t in (o.topic, *o.topics)
+        if t
+    }
 
 
 def wire_of(mapping: MapSpec | None) -> str:
@@ -43,16 +53,17 @@ def wire_of(mapping: MapSpec | None) -> str:
     return (mapping.option("wire") if mapping is not None else None) or EVENT_WIRE
 
 
-def expand(topic: str, raws: Iterable[Sequence]) -> list[Message]:
-    """Messages from raw (partition, offset, timestamp, key, value, origin) ones of an inter-group topic,
-    each batch cut into its events; a batch that cannot be read stays whole (the engine rejects it, with the reason logged)."""
+def expand(topic: str, raws: Iterable[Sequence], codec: BinaryCodec) -> list[Message]:
+    """Messages from raw (partition, offset, timestamp, key, value, origin) ones of an inter-group topic, each batch
+    cut into its events (by column: each event's row as its value, read by `codec`); a batch that cannot be read
+    stays whole (the engine rejects it, with the reason logged)."""
     out: list[Message] = []
     for partition, offset, stamp, key, value, origin in raws:
         if origin is not None or not batches.is_batch(value):
             out.append(Message(topic, partition, offset, stamp, key, value, origin))
             continue
         try:
-            stamps, keys, origins, values = batches.decode(value)
+            stamps, keys, origins, values = batches.decode(value, codec)
         except EventDecodeError as exc:
             log.error("%s[%d]@%d: %s", topic, partition, offset, exc)
             out.append(Message(topic, partition, offset, stamp, key, value, origin))
@@ -61,8 +72,9 @@ def expand(topic: str, raws: Iterable[Sequence]) -> list[Message]:
     return out
 
 
-def pack(messages: list[Message], topics: frozenset[str], max_bytes: int = batches.MAX_BYTES) -> list[Message]:
-    """`messages` with those to `topics` packed into one batch per partition (more when larger than `max_bytes`), in their order."""
+def pack(messages: list[Message], topics: Mapping[str, BinaryCodec | None], max_bytes: int = batches.MAX_BYTES) -> list[Message]:
+    """`messages` with those to `topics` packed into one batch per partition (more when larger than `max_bytes`), in their
+    order: by column where `topics` gives a codec (their values are rows), else of the encoded values."""
     if not topics:
         return messages
     kept: list[Message] = []
@@ -74,5 +86,9 @@ def pack(messages: list[Message], topics: frozenset[str], max_bytes: int = batch
             kept.append(message)
     for (topic, partition), group in groups.items():
         _t, _p, _o, stamps, keys, values, origins, _i = zip(*group)
-        kept += [Message(topic, partition, -1, stamp, None, body) for stamp, body in batches.encode_all(stamps, keys, origins, values, max_bytes)]
+        columns = topics[topic]
+        made = (
+            batches.encode_rows(stamps, keys, origins, values, columns, max_bytes) if columns else batches.encode_all(stamps, keys, origins, values, max_bytes)
+        )
+        kept += [Message(topic, partition, -1, stamp, None, body) for stamp, body in made]
     return kept

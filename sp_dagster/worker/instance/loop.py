@@ -351,7 +351,7 @@ class InstanceLoop:
     def _read(self, topic: str, reader: Reader, wait: float) -> list[Message]:
         waited = reader.waited_s
         if topic in self._batched_in:  # a batch holds up to a turn of the writer's: take fewer at once
-            messages = expand(topic, reader.poll_raw(max(1, self.settings.max_events // BATCHES_PER_EVENTS), wait, ORIGIN_HEADER))
+            messages = expand(topic, reader.poll_raw(max(1, self.settings.max_events // BATCHES_PER_EVENTS), wait, ORIGIN_HEADER), self._batched_in[topic])
         else:
             messages = [Message(topic, *raw) for raw in reader.poll_raw(self.settings.max_events, wait, ORIGIN_HEADER)]
         self.stats.window_waited_s += reader.waited_s - waited

@@ -18,7 +18,7 @@ from sp_dagster.errors import SpDagsterError
 from sp_dagster.messaging.codecs import Attribute
 from sp_dagster.messaging.maps import MapSpec, spec_of
 from sp_dagster.siddhi import SiddhiQLError, ast, parse
-from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, INSTANCE_SHARE, basic_auth_enabled, check_transports, http_headers
+from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, COLUMN_WIRE, INSTANCE_SHARE, basic_auth_enabled, check_transports, http_headers
 
 SUPPORTED_SINKS = ("kafka", "nats", "http", "log")
 #: siddhi-io-nats's defaults for a nats @source/@sink that names no server or cluster id.
@@ -88,6 +88,11 @@ class OutputTopic:
     key: str | None = None  # the message key, a {{attr}} template
     properties: tuple[tuple[str, str], ...] = ()  # optional.configuration of the producer
     nats: NatsEndpoint | None = None  # a user nats @sink: its topics are destinations on this NATS
+
+    @property
+    def by_column(self) -> bool:
+        """True when its events go out as rows, for batches by column (an inter-group topic planned with COLUMN_WIRE)."""
+        return self.codec == "binary" and self.mapping is not None and self.mapping.option("wire") == COLUMN_WIRE
 
 
 @dataclass(frozen=True)

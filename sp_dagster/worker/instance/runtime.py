@@ -201,16 +201,17 @@ class InstanceRuntime:
                 # The common case (an inter-group topic, a user topic spread by a strategy): a lean loop.
                 if not count:
                     count = self.partitions_of(output.topic) if self.partitions_of else 1
-                encode, place, topic = codec.encode, strategy.place, output.topic
+                place, topic = strategy.place, output.topic
+                encode = None if output.by_column else codec.encode  # by column: `pack` writes the rows as they are
                 for data, stamp, origin in zip(rows, stamps, origins):
-                    value = encode(data)
+                    value = encode(data) if encode else data
                     key, chosen = place(data, count)
                     for partition in chosen:
                         append(_new(Message, (topic, partition, -1, stamp, key, value, origin, -1)))
                 self.rows_out += len(self._out) - before
                 return
             for data, stamp, origin in zip(rows, stamps, origins):
-                value = codec.encode(data)
+                value = data if output.by_column else codec.encode(data)
                 if output.topics:
                     key = message_key(output.key, names, data)
                     places = [(output.topics[i], output.partition if output.partition is not None else -1) for i in choose(data)]
@@ -361,7 +362,9 @@ class InstanceRuntime:
                 name = named[place] = self._origin_key(topic, partition, key)
             origin = (name, sequence) if stateless else (name, (offset,) if index < 0 else (offset, index))
             stream, codec = inputs[topic]
-            if rows is None:
+            if type(value) is tuple:  # an event of a batch by column: its row as it was read
+                rows = [value]
+            elif rows is None:
                 try:
                     rows = codec.decode(value)
                 except EventDecodeError as exc:

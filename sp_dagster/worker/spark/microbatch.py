@@ -25,12 +25,13 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
+from sp_dagster.messaging.codecs import BinaryCodec
 from sp_dagster.siddhi.secrets import resolved_properties
 from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.instance.connections import share_of
@@ -77,7 +78,10 @@ class QuerySettings:
     handover: Handover = field(default_factory=Handover)  # a rescaled instance's first start: where it reads from, what state it takes
 
 
-def _messages(columns, batched: frozenset[str] = frozenset(), *, indexed: bool = False) -> list[Message]:
+_NONE_BATCHED: Mapping[str, BinaryCodec] = {}
+
+
+def _messages(columns, batched: Mapping[str, BinaryCodec] = _NONE_BATCHED, *, indexed: bool = False) -> list[Message]:
     """Messages from the raw columns, in RAW_COLUMNS order (topic, partition, offset, timestamp, key, value, origin,
     then the index in its batch when `indexed`: cut by `_exploded`), the batches of `batched` topics cut into their events."""
     if indexed:
@@ -87,7 +91,7 @@ def _messages(columns, batched: frozenset[str] = frozenset(), *, indexed: bool =
         return messages
     out: list[Message] = []
     for m in messages:
-        out += expand(m.topic, [m[1:7]]) if m.topic in batched else [m]
+        out += expand(m.topic, [m[1:7]], batched[m.topic]) if m.topic in batched else [m]
     return out
 
 
@@ -95,13 +99,16 @@ def _stamp(value) -> int | None:
     return None if value is None or value != value else int(value)
 
 
-def _exploded(batched: frozenset[str]):
-    """A mapInArrow function cutting the batches of `batched` topics into their events (rows of EXPLODED_DDL),
-    so that a keyed instance's events are grouped by their own keys."""
+def _exploded(batched: Mapping[str, BinaryCodec]):
+    """A mapInArrow function cutting the batches of `batched` topics into their events (rows of EXPLODED_DDL, each
+    event's value encoded on its own), so that a keyed instance's events are grouped by their own keys."""
 
     def run(frames: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for frame in frames:
-            messages = _messages([column.to_pylist() for column in frame.columns], batched)
+            messages = [
+                m if type(m.value) is not tuple else m._replace(value=batched[m.topic].encode(m.value))
+                for m in _messages([column.to_pylist() for column in frame.columns], batched)
+            ]
             yield pa.RecordBatch.from_arrays(
                 [pa.array(column, type=kind) for column, kind in zip(zip(*messages), EXPLODED_SCHEMA.types)]
                 if messages
