@@ -17,8 +17,8 @@ from sp_dagster.deploy.steps import record, state_changes
 from sp_dagster.messaging import batches, codec_for
 from sp_dagster.siddhi.transports import BATCH_WIRE, COLUMN_WIRE, WIRE_FORMATS
 from sp_dagster.topology.output import to_dict
-from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack, wire_of
-from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance
+from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
+from sp_dagster.worker.instance.plan import InstancePlanError, plan_instance, wire_of
 from sp_dagster.worker.instance.runtime import InstanceRuntime, Message
 from tests.fixtures.trades import APP, trades
 

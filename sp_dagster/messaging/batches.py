@@ -85,14 +85,15 @@ def encode_rows(
     return first + encode_rows(stamps[half:], keys[half:], origins[half:], rows[half:], columns, max_bytes)
 
 
-def _frame(stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: Sequence[bytes | None]) -> bytes:
-    """The times, key and origin lengths, keys and origins of a version-2 batch's events."""
+def _frame(stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: Sequence[bytes | None], value_lengths: Sequence[int] | None = None) -> bytes:
+    """A batch's times, key and origin lengths (and value lengths: version 1), then its keys and origins."""
     count = len(stamps)
     return b"".join(
         (
             struct.pack(f"<{count}q", *[-1 if s is None else s for s in stamps]),
             struct.pack(f"<{count}i", *[-1 if k is None else len(k) for k in keys]),
             struct.pack(f"<{count}i", *[-1 if o is None else len(o) for o in origins]),
+            struct.pack(f"<{count}I", *value_lengths) if value_lengths is not None else b"",
             b"".join([k for k in keys if k]),
             b"".join([o for o in origins if o]),
         )
@@ -101,19 +102,7 @@ def _frame(stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: 
 
 def encode(stamps: Sequence[int | None], keys: Sequence[bytes | None], origins: Sequence[bytes | None], values: Sequence[bytes]) -> bytes:
     """One batch of events (parallel sequences: timestamp in ms or None, key, origin, encoded value)."""
-    count = len(values)
-    return b"".join(
-        (
-            _HEAD.pack(MAGIC, VERSION, count),
-            struct.pack(f"<{count}q", *[-1 if s is None else s for s in stamps]),
-            struct.pack(f"<{count}i", *[-1 if k is None else len(k) for k in keys]),
-            struct.pack(f"<{count}i", *[-1 if o is None else len(o) for o in origins]),
-            struct.pack(f"<{count}I", *map(len, values)),
-            b"".join([k for k in keys if k]),
-            b"".join([o for o in origins if o]),
-            b"".join(values),
-        )
-    )
+    return b"".join((_HEAD.pack(MAGIC, VERSION, len(values)), _frame(stamps, keys, origins, [len(v) for v in values]), *values))
 
 
 def decode(data: bytes, columns: Columns | None = None) -> tuple[list[int | None], list[bytes | None], list[bytes | None], list]:

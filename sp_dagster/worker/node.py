@@ -383,10 +383,9 @@ class Worker:
                 self._discard_prepared(instance_id)
         ready = {i for i in coming if not self._launch_ahead(i, coming[i])}  # nothing to launch ahead: ready as it is
         ready |= set(coming) & set(self.prepared)
-        if ready - self.ready:
-            self.ready = ready
+        grew, self.ready = bool(ready - self.ready), ready
+        if grew:
             self.beat()
-        self.ready = ready
 
     def _launch_ahead(self, instance_id: str, definition) -> bool:
         """Launch the held task of an instance coming here; False when there is nothing to launch (or no room for it)."""

@@ -18,9 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from sp_dagster.errors import EventDecodeError
 from sp_dagster.messaging import batches
 from sp_dagster.messaging.codecs import BinaryCodec
-from sp_dagster.messaging.maps import MapSpec
-from sp_dagster.siddhi.transports import BATCH_WIRE, COLUMN_WIRE, EVENT_WIRE
-from sp_dagster.worker.instance.plan import InstancePlan
+from sp_dagster.siddhi.transports import BATCH_WIRE, COLUMN_WIRE
+from sp_dagster.worker.instance.plan import InstancePlan, wire_of
 from sp_dagster.worker.instance.runtime import Message
 
 _new = tuple.__new__  # makes a Message without its __new__'s keyword handling: one per event
@@ -46,11 +45,6 @@ def batched_outputs(plan: InstancePlan) -> dict[str, BinaryCodec | None]:
         for t in (o.topic, *o.topics)
         if t
     }
-
-
-def wire_of(mapping: MapSpec | None) -> str:
-    """The wire format a binary map records (one event per message when it records none)."""
-    return (mapping.option("wire") if mapping is not None else None) or EVENT_WIRE
 
 
 def expand(topic: str, raws: Iterable[Sequence], codec: BinaryCodec) -> list[Message]:

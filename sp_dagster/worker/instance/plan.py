@@ -18,7 +18,7 @@ from sp_dagster.errors import SpDagsterError
 from sp_dagster.messaging.codecs import Attribute
 from sp_dagster.messaging.maps import MapSpec, spec_of
 from sp_dagster.siddhi import SiddhiQLError, ast, parse
-from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, COLUMN_WIRE, INSTANCE_SHARE, basic_auth_enabled, check_transports, http_headers
+from sp_dagster.siddhi.transports import BOOTSTRAP_PLACEHOLDER, COLUMN_WIRE, EVENT_WIRE, INSTANCE_SHARE, basic_auth_enabled, check_transports, http_headers
 
 SUPPORTED_SINKS = ("kafka", "nats", "http", "log")
 #: siddhi-io-nats's defaults for a nats @source/@sink that names no server or cluster id.
@@ -65,6 +65,11 @@ class InputTopic:
     start: int | None = None  # a nats @source's subscription.sequence: where to read from without a checkpoint
 
 
+def wire_of(mapping: MapSpec | None) -> str:
+    """The wire format a binary map records (one event per message when it records none)."""
+    return (mapping.option("wire") if mapping is not None else None) or EVENT_WIRE
+
+
 @dataclass(frozen=True)
 class OutputTopic:
     """Events of `stream` are published to `topic` over `partitions` partitions with `strategy`.
@@ -92,7 +97,7 @@ class OutputTopic:
     @property
     def by_column(self) -> bool:
         """True when its events go out as rows, for batches by column (an inter-group topic planned with COLUMN_WIRE)."""
-        return self.codec == "binary" and self.mapping is not None and self.mapping.option("wire") == COLUMN_WIRE
+        return self.codec == "binary" and wire_of(self.mapping) == COLUMN_WIRE
 
 
 @dataclass(frozen=True)
