@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
 
+from tests.fixtures.jvm import submit_args
+
 pytest_plugins = ["tests.fixtures.databases"]
+
+# Every Spark driver a test starts, in this process or a worker process it runs, starts cheaper (tests/fixtures/jvm.py).
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args())
 
 # A test that asks for one of these runs against a real server or Spark, as does one marked with one of the
 # markers (modules that start servers of their own, or reach one through request.getfixturevalue): the integration tier.
