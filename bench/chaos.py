@@ -4,8 +4,8 @@ Run: python bench/chaos.py [--minutes N] [--rate EVENTS_PER_S] [--seed S] [--fau
 Prints one JSON line per fault (its kind, target, longest output gap after it) and one with
 the totals (events in, outputs, expected, lost, duplicated, exact per key). Without
 --bootstrap it starts an embedded broker of its own. The faults cycle through --faults
-(default worker-kill, worker-pause (SIGSTOP past the heartbeat window), leader-kill), one
-every 8-15 s, for about N minutes (sp_dagster.embedded.chaos). broker-pause and broker-restart
+(default worker-kill, worker-pause (SIGSTOP past the heartbeat window), leader-kill), each
+2-6 s after every key's outputs flow again, for about N minutes (sp_dagster.embedded.chaos). broker-pause and broker-restart
 need the broker this bench starts (no --bootstrap); for broker-restart it keeps its data in an
 S3 server of its own (sp_dagster.embedded.s3); db-outage starts a PostgreSQL server of
 its own for the cluster, as the chaos tests do.
@@ -27,7 +27,7 @@ from sp_dagster.embedded.s3 import EmbeddedS3
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "tests" / "worker" / "apps" / "trades.siddhi"
-SECONDS_PER_FAULT = 20  # the settle time before it, and the fault itself, on average
+SECONDS_PER_FAULT = 15  # the recovery from the one before, the settle time and the fault itself, on average
 
 
 def main() -> None:

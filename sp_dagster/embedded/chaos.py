@@ -4,7 +4,8 @@
     report = run.run(faults=["worker-kill", "worker-pause", "leader-kill"], seed=1)
 
 A producer sends keyed trades at a steady rate, a read_committed consumer collects the app's
-outputs with their arrival times, and at random moments one fault after another strikes:
+outputs with their arrival times, and one fault after another strikes, each at a random moment
+once every key's outputs flow again after the one before:
 
 - `worker-kill`   SIGKILL a worker that runs instances, start it again a few seconds later;
 - `worker-pause`  SIGSTOP a worker past its heartbeat window (its instances move), then SIGCONT;
@@ -47,6 +48,7 @@ DURABLE_FAULTS = ("broker-restart",)  # a broker whose data outlives its process
 BROKER_DOWN_S = 5.0  # how long a restarted broker stays away
 SYMBOLS = [f"SYM{i:02d}" for i in range(20)]
 OUTPUT = [("symbol", "string"), ("avgPrice", "double"), ("total", "long")]
+FLOW_WAIT_S = 120.0  # the longest wait for every key's outputs after a fault before the next strikes anyway
 STALLED_S = 60.0  # no new output for this long after the stream stopped: the rest is not coming (longer than any recovery)
 KEYED_GROUP = "@dist(execGroup = 'average', parallel = '{}'"  # how the app's keyed group begins, rescaled by `rescale-*` and `scale-*`
 
@@ -305,8 +307,9 @@ class ChaosRun:
 
     # -- the run -----------------------------------------------------------------------------
 
-    def run(self, faults=FAULTS, *, seed: int = 1, settle_s: tuple[float, float] = (8.0, 15.0), drain_timeout: float = 240.0) -> Report:
-        """Deploy, stream, strike each fault at a random moment, stop the stream, wait for every output; the report."""
+    def run(self, faults=FAULTS, *, seed: int = 1, settle_s: tuple[float, float] = (2.0, 6.0), drain_timeout: float = 240.0) -> Report:
+        """Deploy, stream, strike each fault at a random moment once every key's outputs flow (`settle_s` later), stop
+        the stream once they flow again after the last, wait for every output; the report."""
         rng = random.Random(seed)
         self._consumed = threading.Event()
         self.cluster.start()
@@ -318,10 +321,13 @@ class ChaosRun:
             ]
             for thread in self._threads:
                 thread.start()
-            struck = []
+            struck, mark = [], 0
             for kind in faults:
+                self._await_flow(mark)
                 time.sleep(rng.uniform(*settle_s))
                 struck.append(self._strike(kind, rng))
+                mark = len(self.got)
+            self._await_flow(mark)
             time.sleep(settle_s[1])
             self._stop.set()
             self._threads[0].join(60)
@@ -357,6 +363,13 @@ class ChaosRun:
             self.cluster.stop()
             self.transport.close()
         return self._report(expected, struck)
+
+    def _await_flow(self, mark: int, timeout_s: float = FLOW_WAIT_S) -> None:
+        """Wait until every symbol has an output among those the reader got after the first `mark`: the whole
+        pipeline, every partition of both groups, moves (again). After `timeout_s` the run goes on (its verdict tells)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and len({row[0] for row, _at in self.got[mark:]}) < len(SYMBOLS):
+            time.sleep(0.25)
 
     def _status(self) -> str:
         from sp_dagster.cluster.status import cluster_status, render_status
