@@ -27,6 +27,7 @@ from tests.hosts.netns import available
 pytestmark = [pytest.mark.slow, pytest.mark.hosts, pytest.mark.skipif(available() is not None, reason=str(available()))]
 
 FENCE_WINDOW_S = 2.0 * 4  # WORKER_CONF: heartbeatInterval 2000 ms x heartbeatMaxRetry 4
+CUT_S = 25.0  # how long a worker stays cut off: well past the fence window and its instances' start elsewhere
 TASK_STOPPED = re.compile(r"^(\S+ \S+) .*\[(\S+)\] .*lease on this instance ran out")  # an instance's own loop
 STOPPED = re.compile(r"^(\S+ \S+) .*: stopped (\S+)$")  # an instance a worker stopped
 STARTED = re.compile(r"^(\S+ \S+) .*: started (\S+) ")  # an instance started by a worker
@@ -103,7 +104,7 @@ def worker_log(cluster: Cluster, name: str) -> str:
     return (cluster.hosts[name].home / "worker.log").read_text(errors="replace")
 
 
-def cut_off(cluster: Cluster, seen: dict, cut, heal, seconds: float = 25) -> Callable[[], None]:
+def cut_off(cluster: Cluster, seen: dict, cut, heal, seconds: float = CUT_S) -> Callable[[], None]:
     """A fault for stream_with_fault(): note what worker-2 runs, `cut()`, wait, `heal()`."""
 
     def fault() -> None:
@@ -134,7 +135,7 @@ def test_a_worker_cut_off_mid_stream_stops_in_time_and_nothing_is_lost_or_repeat
     )
     # Back on the bridge, worker-2 registers again and takes its share back by graceful moves: worker-1
     # stops each instance with a last checkpoint, then worker-2 starts it. The gap is its keys' silence.
-    healed = seen["at"] + 25
+    healed = seen["at"] + CUT_S
     back = lambda: log_times(worker_log(cluster, "w2"), STARTED, healed)  # noqa: E731
     wait_until(lambda: len(back()) >= len(seen["ran"]), timeout=120, what="worker-2 to take back its share")
     let_go = log_times(worker_log(cluster, "w1"), STOPPED, healed)
@@ -212,7 +213,7 @@ def test_the_leader_manager_cut_off_another_leads_and_no_instance_moves(cluster)
         )
         seen["took_over_s"] = round(time.time() - seen["at"], 2)
         seen["terms"] = (before["node"], before["term"], after["node"], after["term"])
-        time.sleep(20)
+        time.sleep(2 * FENCE_WINDOW_S)  # twice as long as a worker wrongly fenced would take to stop its instances
         cluster.network.heal(host)
 
     counts, _, _ = stream_with_fault(cluster, cut_the_leader)

@@ -88,7 +88,7 @@ def test_instances_run_on_the_executor_host_with_exact_outputs(spark_cluster):
         return next(((n.get("metrics") or {}).get("slots") for n in nodes if n["node"] == "worker-1"), None)
 
     started = time.monotonic()
-    counts, _, _ = stream_with_fault(cluster, lambda: None)
+    counts, _, _ = stream_with_fault(cluster, lambda: None, events=3_000)  # no fault: 10 s of trades through every instance
     # Only executors run tasks on a standalone master, and the one Spark worker is on the executor host.
     assert slots() == CORES, f"worker-1 reports {slots()} task slot(s); the executor host granted {CORES}\n{cluster.logs()}"
     executor_logs = "".join(p.read_text(errors="replace") for p in (cluster.hosts["exec"].home / "work").glob("app-*/*/stderr"))
