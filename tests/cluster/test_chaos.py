@@ -46,7 +46,7 @@ LEASE_S = 0.6
 
 
 def chaos_seconds() -> float:
-    """How long the chaos lasts: 30 s (about 30 faults and 10 terms), or SP_CHAOS_SECONDS for a longer soak."""
+    """How long the chaos lasts: 30 s (26-28 faults and 16-21 terms here), or SP_CHAOS_SECONDS for a longer soak."""
     return float(os.environ.get("SP_CHAOS_SECONDS", 30))
 
 
