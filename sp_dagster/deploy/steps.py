@@ -263,12 +263,19 @@ def deployment_state(plane, app: str) -> DeploymentState:
 
 
 def wait_until_running(
-    plane, app: str, timeout: float = 120.0, *, progress: Callable[[DeploymentState], None] | None = None, poll: float = 0.5
+    plane,
+    app: str,
+    timeout: float = 120.0,
+    *,
+    progress: Callable[[DeploymentState], None] | None = None,
+    poll: float = 0.5,
+    check: Callable[[], None] | None = None,
 ) -> DeploymentState:
     """Poll until every instance reports running; DeployError saying what does not run when time is up.
 
-    `plane` is a ControlPlane, or anything with a `deployment_state(app)` (Dagster's resource, through the manager API)."""
-    return _wait(plane, app, timeout, progress, poll, DeploymentState.not_running, "not running")
+    `plane` is a ControlPlane, or anything with a `deployment_state(app)` (Dagster's resource, through the manager API);
+    `check`, called at every poll, may raise DeployError to stop waiting early."""
+    return _wait(plane, app, timeout, progress, poll, DeploymentState.not_running, "not running", check)
 
 
 def wait_until_placed(
@@ -280,7 +287,7 @@ def wait_until_placed(
     return _wait(plane, app, timeout, progress, poll, lambda state: tuple(i for i in state.instances if not i.node), "not placed")
 
 
-def _wait(plane, app, timeout, progress, poll, pending, what) -> DeploymentState:
+def _wait(plane, app, timeout, progress, poll, pending, what, check=None) -> DeploymentState:
     """Poll until some instances exist and none is pending; DeployError on a failed instance or at the deadline."""
     read = getattr(plane, "deployment_state", None) or (lambda name: deployment_state(plane, name))
     deadline, last = time.monotonic() + timeout, None
@@ -295,6 +302,8 @@ def _wait(plane, app, timeout, progress, poll, pending, what) -> DeploymentState
         if failed or time.monotonic() > deadline:
             why = "failed" if failed else f"{what} after {timeout:.0f}s"
             raise DeployError(f"{app}: {counted(len(pending(state)), 'instance')} {why}:\n{state.describe()}")
+        if check:
+            check()
         time.sleep(poll)
 
 
@@ -315,9 +324,9 @@ class DeployResult:
         return lines + ([self.state.describe()] if self.state is not None else [])
 
 
-def deploy(app: str | Path | LoadedApp, config, *, wait: bool = True, timeout: float = 120.0, progress=None, fresh: bool = False) -> DeployResult:
+def deploy(app: str | Path | LoadedApp, config, *, wait: bool = True, timeout: float = 120.0, progress=None, fresh: bool = False, check=None) -> DeployResult:
     """Parse (unless `app` is loaded already), plan, create topics, record, and (optionally) wait until
-    every instance runs; `fresh`: see deploy.rescale (example: the package's docstring)."""
+    every instance runs; `fresh`, `check`: see deploy.rescale and wait_until_running (example: the package's docstring)."""
     from sp_dagster.cluster.db import ControlPlane
     from sp_dagster.messaging import transport_for
 
@@ -332,7 +341,7 @@ def deploy(app: str | Path | LoadedApp, config, *, wait: bool = True, timeout: f
         finally:
             transport.close()
         result = record(plane, loaded, topology, fresh=fresh, timeout=timeout)
-        state = wait_until_running(plane, topology.app, timeout, progress=progress) if wait else deployment_state(plane, topology.app)
+        state = wait_until_running(plane, topology.app, timeout, progress=progress, check=check) if wait else deployment_state(plane, topology.app)
     finally:
         plane.close()
     return DeployResult(topology.app, topics, result.changed, state, changes)

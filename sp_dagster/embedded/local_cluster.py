@@ -175,9 +175,19 @@ class LocalCluster:
         from sp_dagster.deploy import DeployError, deploy
 
         try:
-            return deploy(path, self.config(), timeout=timeout)
+            return deploy(path, self.config(), timeout=timeout, check=self._check_alive)
         except DeployError as error:
             raise DeployError(f"{error}\n{self.logs()}") from error
+
+    def _check_alive(self) -> None:
+        """DeployError at once when every manager or every worker has exited: nothing could run the app."""
+        from sp_dagster.deploy import DeployError
+
+        for role, names in (("manager", self.manager_ids), ("worker", self.worker_ids)):
+            started = [self.processes[n] for n in names if n in self.processes]
+            if started and all(p.poll() is not None for p in started):
+                codes = ", ".join(f"{n} exited {self.processes[n].returncode}" for n in names if n in self.processes)
+                raise DeployError(f"every {role} process has exited ({codes}): see their logs below")
 
     def cli(self, *args: str, timeout: float = 300.0) -> str:
         """Run one `sp-dagster` command against this cluster (its manager configuration) as a user would; its output.

@@ -26,7 +26,7 @@ from sp_dagster.messaging.codecs import Codec
 from sp_dagster.messaging.errors import MessageTooLarge
 from sp_dagster.messaging.profiles import BrokerProfile, profile_for
 from sp_dagster.messaging.skips import WRITER_HEADER, SkipGuard, WriterStamps, parse_stamp
-from sp_dagster.messaging.transport import EARLIEST, Batch, Event, Reader, Reject, TopicInfo, Transport
+from sp_dagster.messaging.transport import EARLIEST, Batch, Event, GroupOffsets, Reader, Reject, TopicInfo, Transport
 from sp_dagster.messaging.transport import RawPublisher as RawPublisherBase
 from sp_dagster.messaging.transport import TransactionalPublisher as TransactionalPublisherBase
 from sp_dagster.wording import counted
@@ -42,7 +42,7 @@ _OFFSETS_TIMEOUT_S = 10.0  # at most this for sending a transaction's offsets (t
 _STUCK_GRACE_S = 5.0  # a call still running this long past its own timeout counts as stuck
 _SHORTEST_WAIT_S = 0.5  # what a call may still wait once its owner's lease ran out
 _LEASE_LOOK_S = 0.25  # how often a bounded call looks at its owner's lease
-_ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
+_ABANDONED: list[Producer | Consumer] = []  # clients stuck in a call or left with requests in flight: kept alive, as destroying one could block too
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
 
@@ -285,6 +285,9 @@ class KafkaTransport(Transport):
     def transactional_publisher(self, transactional_id: str, group_id: str, abandoned_after_s: float | None = None) -> TransactionalPublisher:
         return TransactionalPublisher(self, transactional_id, group_id, self.timeout, abandoned_after_s)
 
+    def group_offsets(self, group_id: str) -> KafkaGroupOffsets:
+        return KafkaGroupOffsets(self, group_id)
+
     def reader(self, topic: str, assignments: Mapping[int, int], codec: Codec) -> KafkaReader:
         return KafkaReader(self, topic, self.resolve(topic, assignments), codec)
 
@@ -367,6 +370,10 @@ class RawPublisher(RawPublisherBase):
         """Serve delivery reports that arrived, without waiting."""
         self.producer.poll(0)
 
+    def leave(self) -> None:
+        self.producer.purge()
+        _ABANDONED.append(self.producer)  # not destroyed: that could wait on an unreachable broker
+
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued message's acknowledgement; raise on any failure."""
         remaining = self.producer.flush(timeout)
@@ -418,7 +425,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
             self.producer.init_transactions(timeout)
         except KafkaException as exc:
             raise self.transport.unreachable(exc, f"starting transactions as '{transactional_id}'") from None
-        self._group = Consumer(transport._reader_config(**{"group.id": group_id}))
+        self._offsets = KafkaGroupOffsets(transport, group_id)
         log.info("transactions as '%s'%s", transactional_id, f" (writer {self.stamps.token})" if self.stamps else "")
 
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
@@ -449,7 +456,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         try:
             if offsets:
                 positions = [TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(offsets.items())]
-                metadata_of_group = self._group.consumer_group_metadata()
+                metadata_of_group = self._offsets.consumer.consumer_group_metadata()
 
                 def send() -> None:
                     wait = self._wait(min(self.timeout, _OFFSETS_TIMEOUT_S))
@@ -537,14 +544,7 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
 
     def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str]]:
         """(offset, metadata) committed by earlier transactions, per (topic, partition) that has one."""
-        wanted = [TopicPartition(t, p) for t, p in partitions]
-        if not wanted:
-            return {}
-        try:
-            found = self._group.committed(wanted, timeout=self.timeout)
-        except KafkaException as exc:
-            raise self.transport.unreachable(exc, "reading committed offsets") from None
-        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in found if tp.offset >= 0}
+        return self._offsets.committed(partitions)
 
     def marks(self, topics: Iterable[str]) -> dict[tuple[str, int], int]:
         """Where each partition of `topics` ends as the broker lists it (at or before its real end):
@@ -618,7 +618,39 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
             except KafkaException as exc:
                 log.debug("aborting on close: %s", exc)
             self._open = False
-        self._group.close()
+        self._offsets.close()
+
+
+class KafkaGroupOffsets(GroupOffsets):
+    """A group's committed offsets, written by a consumer that never joins it (as a transaction's are)."""
+
+    def __init__(self, transport: KafkaTransport, group_id: str):
+        self.transport = transport
+        self.consumer = Consumer(transport._reader_config(**{"group.id": group_id}))
+
+    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+        if not offsets:
+            return
+        try:
+            self.consumer.commit(offsets=[TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(offsets.items())], asynchronous=True)
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, "committing offsets") from None
+
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str]]:
+        wanted = [TopicPartition(t, p) for t, p in partitions]
+        if not wanted:
+            return {}
+        try:
+            found = self.consumer.committed(wanted, timeout=self.transport.timeout)
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, "reading committed offsets") from None
+        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in found if tp.offset >= 0}
+
+    def close(self, wait: bool = True) -> None:
+        if wait:
+            self.consumer.close()  # waits for the commits in flight
+        else:
+            _ABANDONED.append(self.consumer)  # its close could wait on an unreachable broker for minutes
 
 
 class KafkaReader(Reader):

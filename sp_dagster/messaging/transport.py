@@ -93,9 +93,31 @@ class RawPublisher(ABC):
     def serve(self) -> None:  # noqa: B027  (optional hook: a no-op unless the client has reports to serve)
         """Let the client handle what it received (delivery reports) without waiting; a no-op by default."""
 
+    def leave(self) -> None:
+        """Release the client without waiting for what is queued, or ending an open transaction: this owner's claim
+        has ended (its successor publishes that again, or resolves the transaction), and the broker may be out of
+        reach; close() by default."""
+        self.close()
+
     def close(self) -> None:
         """Flush and release the client."""
         self.flush()
+
+
+class GroupOffsets(ABC):
+    """Input offsets (with metadata) kept for a group outside any transaction, read back by the next owner."""
+
+    @abstractmethod
+    def commit(self, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+        """Record the offsets (next to read, per (topic, partition)) without waiting for the broker's answer."""
+
+    @abstractmethod
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str]]:
+        """(offset, metadata) committed for the group, per (topic, partition) that has one."""
+
+    @abstractmethod
+    def close(self, wait: bool = True) -> None:
+        """Release the client once the commits sent have been answered (`wait` False: at once, leaving them)."""
 
 
 class TransactionalPublisher(RawPublisher):
@@ -118,11 +140,6 @@ class TransactionalPublisher(RawPublisher):
     @abstractmethod
     def headers_since(self, marks: Mapping[tuple[str, int], int], header: str) -> dict[tuple[str, int], list[bytes]]:
         """The `header` value of every message a committed-only reader sees from `marks` to the end, per (topic, partition)."""
-
-    def leave(self) -> None:
-        """Release the client, leaving an open transaction to the next owner: this owner's claim has ended, and an
-        abort sent now could reach the broker after its successor took over (close() by default)."""
-        self.close()
 
 
 class RowPublisher(Publisher):
@@ -265,6 +282,11 @@ class Transport(ABC):
         offsets atomically, and whose committed(partitions) reads them back; None when the layer has
         no transactions (workers then deliver at-least-once, replays dropped by origin). The layer
         aborts a transaction left open `abandoned_after_s` (where it can; else its own default)."""
+        return None
+
+    def group_offsets(self, group_id: str) -> GroupOffsets | None:
+        """Offsets kept for `group_id` outside transactions (the same store a transactional publisher of
+        that group commits to); None when the layer keeps none."""
         return None
 
     @abstractmethod

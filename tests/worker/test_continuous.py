@@ -8,6 +8,7 @@ driver's control line.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import signal
 import time
 import uuid
@@ -24,6 +25,7 @@ from sp_dagster.worker.instance.plan import plan_instance
 from tests.fixtures.clock import BATCHES, CLOCK_APP, GONE
 from tests.fixtures.loops import Running, by_symbol, checkpoints_now, deploy_topics, first_half_through, publish_trades, read_outputs, running_app
 from tests.fixtures.trades import APP, reference, trades
+from tests.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.broker]
 
@@ -84,11 +86,16 @@ def test_without_transactions_a_restore_from_an_older_checkpoint_replays_with_th
 def test_with_transactions_a_crash_and_a_restore_from_an_older_checkpoint_publish_every_output_exactly_once(kafka):
     name, topology, plans, running = running_app(kafka, "Exactly", interval=3600)
     early = checkpoints_now(running)
-    assert all(r.loop.delivery == "exactly-once" for r in running.values())
+    filters, averages = [n for n in plans if "-filter-" in n], [n for n in plans if "-average-" in n]
+    # The average group writes the app's final topic: transactions. The filter group only feeds it: offsets
+    # committed without them (the next group drops by origin what a successor publishes again).
+    assert {running[n].loop.delivery for n in averages} == {"exactly-once"}
+    assert {running[n].loop.delivery for n in filters} == {"exactly-once by origin"}
     rows, stamps = trades(4000, seed=13)
     half = first_half_through(kafka, name, topology, rows, stamps, running)
     # Every instance crashes (no last checkpoint) and comes back from the checkpoint taken before
-    # any event: each replays its input, and publishes nothing its predecessor committed.
+    # any event: the averages replay their input without publishing what their predecessors
+    # committed; the filters start where theirs committed.
     for n in plans:
         running[n].stop(save=False)
     running = {n: Running(kafka, plans[n], checkpoint=early[n]) for n in plans}
@@ -96,12 +103,48 @@ def test_with_transactions_a_crash_and_a_restore_from_an_older_checkpoint_publis
     everything = reference(rows, stamps)
     total = sum(map(len, everything.values()))
     got = read_outputs(kafka, f"{name}.Averages", total + 1, timeout=20)
-    replayed = sum(r.loop.stats.replayed for r in running.values())
+    replayed = sum(running[n].loop.stats.replayed for n in averages)
+    republished = sum(running[n].loop.runtime.duplicates for n in averages)
     for r in running.values():
         r.stop()
-    assert replayed >= half  # the filter group replayed its input (and the average group its own)
+    assert replayed >= sum(1 for r in rows[:half] if r[2] >= 10)  # every event the filters passed before
+    assert republished == 0  # the filters' last owners committed all they read before they stopped
     assert len(got) == total and by_symbol(r for r, _ in got) == dict(everything)
     assert len({origin for _, origin in got}) == total
+
+
+@pytest.mark.slow
+def test_a_successor_of_an_instance_that_only_feeds_other_groups_starts_at_its_committed_offsets(kafka):
+    """A stateless instance feeding other groups commits its offsets after each flush, without a transaction.
+    Its successor starts there; what it publishes again (turns whose commit was lost) the next group drops."""
+    name, topology, plans, running = running_app(kafka, "Feed", interval=3600)
+    early = checkpoints_now(running)
+    filters, averages = [n for n in plans if "-filter-" in n], [n for n in plans if "-average-" in n]
+    rows, stamps = trades(4000, seed=29)
+    half = first_half_through(kafka, name, topology, rows, stamps, running)
+    for n in filters:  # what they read is committed; from now on their commits are lost (as a crash loses those in flight)
+        loop = running[n].loop
+        assert loop.exactly_once is None and loop.feed is not None
+        committed = lambda loop=loop: {p: o for p, (o, _meta) in loop.feed.offsets.committed(list(loop.positions)).items()}  # noqa: E731
+        wait_until(lambda loop=loop, committed=committed: committed() == loop.positions, 30, what="the filters' offsets committed")
+        loop.feed.commit = lambda positions, now: None
+    quarter = half + half // 2
+    publish_trades(kafka, topology, rows[half:quarter], stamps[half:quarter])
+    first = reference(rows[:quarter], stamps[:quarter])
+    assert len(read_outputs(kafka, f"{name}.Averages", sum(map(len, first.values())))) == sum(map(len, first.values()))
+    for n in filters:
+        running[n].stop(save=False)
+        running[n] = Running(kafka, plans[n], checkpoint=early[n])  # a checkpoint from before any event
+    publish_trades(kafka, topology, rows[quarter:], stamps[quarter:])
+    everything = reference(rows, stamps)
+    total = sum(map(len, everything.values()))
+    got = read_outputs(kafka, f"{name}.Averages", total + 1, timeout=20)
+    dropped = sum(running[n].loop.runtime.duplicates for n in averages)
+    for r in running.values():
+        r.stop()
+    # Started at the committed offsets, not at the checkpoint's: exactly the second quarter came again, and was dropped.
+    assert dropped == sum(1 for r in rows[half:quarter] if r[2] >= 10)
+    assert len(got) == total and by_symbol(r for r, _ in got) == dict(everything)
 
 
 class Killed(Exception):
@@ -179,14 +222,16 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
     name = f"Zombie{uuid.uuid4().hex[:8]}"
     topology = deploy_topics(kafka, APP.replace("Trades", name))
     instance = topology.group("filter").instances[0]
+    # Taken as stateful, so that it runs transactions (a stateless one feeding other groups needs none: see above).
+    stateful = dataclasses.replace(plan_instance(instance.name, instance.siddhi), stateless=False)
     rows, stamps = trades(1000, seed=2)
-    old = Running(kafka, plan_instance(instance.name, instance.siddhi))
+    old = Running(kafka, stateful)
     publish_trades(kafka, topology, rows[:500], stamps[:500])
     deadline = time.monotonic() + 60
     while not old.loop.stats.rows_in_total and time.monotonic() < deadline:
         time.sleep(0.05)
     assert old.loop.stats.rows_in_total, "the first owner read nothing"
-    new = Running(kafka, plan_instance(instance.name, instance.siddhi))
+    new = Running(kafka, stateful)
     while not (new.loop.delivery == "exactly-once" and new.loop.stats.replayed and not new.loop.exactly_once.replay_until) and time.monotonic() < deadline + 60:
         time.sleep(0.05)  # the new owner took over: it replayed what the old one had committed
     publish_trades(kafka, topology, rows[500:], stamps[500:])

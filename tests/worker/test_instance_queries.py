@@ -366,3 +366,30 @@ def test_a_stateless_instance_that_forgets_publishes_a_batch_again_alike():
     assert runtime.process(messages) == []  # seen: dropped
     runtime.forget()
     assert runtime.process(messages) == first and len({m.partition for m in first}) == 2
+
+
+def test_only_a_stateless_instance_whose_outputs_all_go_to_other_groups_runs_without_transactions():
+    three = """@App:name('Feeds')
+define stream In (symbol string, price double);
+@sink(type = 'kafka', topic = 'Feeds.Seen', bootstrap.servers = 'localhost:9092', @map(type = 'json'))
+define stream Seen (symbol string, price double);
+
+@info(name = 'big') @dist(execGroup = 'filter', parallel = '2')
+from In[price > 10] select symbol, price insert into Big;
+
+@info(name = 'seen') @dist(execGroup = 'filter', parallel = '2')
+from In[price > 100] select symbol, price insert into Seen;
+
+@info(name = 'pass') @dist(execGroup = 'relay', parallel = '1')
+from Big select symbol, price insert into Relayed;
+
+@info(name = 'avg') @dist(execGroup = 'average', parallel = '1')
+from Relayed#window.length(3) select symbol, avg(price) as price insert into Averages;
+"""
+    feeds = {}
+    for text in (APP, three):
+        for instance in plan(parse(text)).partial_apps:
+            feeds[instance.name] = plan_instance(instance.name, instance.siddhi).feeds_groups_only
+    assert feeds["Trades-filter-1"] and feeds["Feeds-relay-1"]  # stateless, every output to a group
+    assert not feeds["Trades-average-1"] and not feeds["Feeds-average-1"]  # state (and the app's final topics)
+    assert not feeds["Feeds-filter-1"]  # one output is a user sink: its turns stay transactions

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sp_dagster.messaging.transport import RawPublisher, TransactionalPublisher, Transport
+from sp_dagster.messaging.transport import RawPublisher, Transport
 from sp_dagster.siddhi.secrets import resolved_properties
 from sp_dagster.worker.instance.plan import InstancePlan
 
@@ -102,14 +102,15 @@ class Connections:
         """Every publisher made so far."""
         return list(self._publishers.values())
 
-    def close(self, leave: TransactionalPublisher | None = None) -> list[Exception]:
-        """Close every publisher (but `leave`, whose open transaction its next owner resolves: left instead)
-        and every client of another endpoint; the errors met, for the log (closing after a broker outage)."""
+    def close(self, leave: bool = False) -> list[Exception]:
+        """Close every publisher (`leave`: the claim ended, so each is left instead: what it holds its next owner
+        publishes again or resolves) and every client of another endpoint; the errors met, for the log (closing
+        after a broker outage)."""
         errors: list[Exception] = []
         for publisher in self._publishers.values():
             try:
-                if leave is not None and publisher is leave:
-                    leave.leave()
+                if leave:
+                    publisher.leave()
                 else:
                     publisher.close()
             except Exception as exc:  # noqa: BLE001 - closing after a broker outage

@@ -6,7 +6,9 @@ of its last turn, the incarnations it read. The loop then runs the inputs up to 
 without publishing (`split_replay`, `replay_done`). Where the broker lets a dead owner's open
 transaction through (tansu), it also finds those outputs and drops them when they are computed
 again (leaked_outputs.py). Each turn ends with `commit`; each checkpoint records where the
-outputs end (`mark_outputs`).
+outputs end (`mark_outputs`). A stateless instance that only feeds other groups needs no
+transaction: `FeedOffsets` commits its offsets after each flush, and the next group drops by
+origin what a successor publishes again.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from sp_dagster.errors import MessagingError
-from sp_dagster.messaging.transport import TransactionalPublisher, Transport
+from sp_dagster.messaging.transport import GroupOffsets, TransactionalPublisher, Transport
 from sp_dagster.wording import counted
 from sp_dagster.worker.instance.checkpoints import incarnation_digest
 from sp_dagster.worker.instance.leaked_outputs import LeakedOutputs, own_prefixes
@@ -25,6 +27,61 @@ from sp_dagster.worker.instance.runtime import ORIGIN_HEADER, Message
 log = logging.getLogger(__name__)
 
 Place = tuple[str, int]  # (topic, partition)
+
+
+def committed_ahead(committed: Mapping[Place, tuple[int, str]], positions: Mapping[Place, int], stamp: str) -> tuple[dict[Place, int], int | None]:
+    """The committed offsets past `positions` (those stamped with other incarnations of the topics say
+    nothing about these), and the latest wall clock a commit recorded (None if none did)."""
+    ahead: dict[Place, int] = {}
+    clock_seen: int | None = None
+    for place, (offset, metadata) in committed.items():
+        clock, _, committed_stamp = metadata.partition(":")
+        if committed_stamp and committed_stamp != stamp:
+            continue
+        if offset > positions.get(place, 0):
+            ahead[place] = offset
+        if clock.isdigit():
+            clock_seen = max(clock_seen or 0, int(clock))
+    return ahead, clock_seen
+
+
+class FeedOffsets:
+    """The input offsets of an instance whose outputs only feed other execution groups, committed after each
+    turn's flush without a transaction: a successor starts there, and what it publishes again (at most the
+    turns whose commit had not reached the broker) the next group drops by origin, so the app's outputs stay
+    exactly-once for one round trip less per turn and none of a transaction's broker work."""
+
+    def __init__(self, name: str, offsets: GroupOffsets, topics: set[str], stamp: str):
+        self.name = name
+        self.offsets = offsets
+        self.topics = topics
+        self.stamp = stamp
+
+    @classmethod
+    def start(cls, plan: InstancePlan, transport: Transport, incarnations: Mapping[str, str], inputs: list[Place]) -> FeedOffsets | None:
+        """Offsets kept for `plan` over `inputs` (this cluster's), or None where the layer keeps none."""
+        offsets = transport.group_offsets(f"sp-dagster.{plan.name}")  # the group its transactions would commit to
+        if offsets is None:
+            return None
+        topics = {topic for topic, _p in inputs}
+        return cls(plan.name, offsets, topics, incarnation_digest({t: i for t, i in incarnations.items() if t in topics}))
+
+    def take_over(self, inputs: list[Place], positions: Mapping[Place, int]) -> dict[Place, int]:
+        """Where to start reading `inputs` past `positions`: what the last owner committed (without state
+        there is nothing to rebuild by running the inputs before it)."""
+        ahead, _clock = committed_ahead(self.offsets.committed(inputs), positions, self.stamp)
+        if ahead:
+            log.info("%s: starting at the offsets its last owner committed: %s", self.name, ahead)
+        return ahead
+
+    def commit(self, positions: Mapping[Place, int], now: int) -> None:
+        """Record the input offsets of a turn whose outputs the broker acknowledged."""
+        self.offsets.commit({place: o for place, o in positions.items() if place[0] in self.topics}, f"{now}:{self.stamp}")
+
+    def close(self, wait: bool = True) -> None:
+        """Release the client once the commits sent have been answered (`wait` False: at once, as an owner
+        whose claim ended does: the broker may be out of reach, and its successor starts where it can)."""
+        self.offsets.close(wait)
 
 
 class ExactlyOnce:
@@ -66,18 +123,10 @@ class ExactlyOnce:
     def take_over(self, inputs: list[Place], positions: Mapping[Place, int], *, fresh: bool) -> dict[Place, int]:
         """Read what the last owner committed for `inputs`: past `positions`, it is replayed without
         publishing, or (`fresh`: the state it built was dropped) returned as where to start instead."""
-        start: dict[Place, int] = {}
-        for place, (offset, metadata) in self.publisher.committed(inputs).items():
-            clock, _, stamp = metadata.partition(":")
-            if stamp and stamp != self.stamp:
-                continue  # committed while reading other incarnations of these topics: says nothing about these
-            if offset > positions.get(place, 0):
-                if fresh:
-                    start[place] = offset
-                else:
-                    self.replay_until[place] = offset
-            if clock.isdigit():
-                self.replay_clock = max(self.replay_clock or 0, int(clock))
+        ahead, self.replay_clock = committed_ahead(self.publisher.committed(inputs), positions, self.stamp)
+        start = ahead if fresh else {}
+        if not fresh:
+            self.replay_until.update(ahead)
         if self.replay_until:
             log.info("%s: replaying %s without publishing: their outputs were committed before", self.name, self.replay_until)
         return start

@@ -37,7 +37,7 @@ from sp_dagster.wording import counted
 from sp_dagster.worker.instance.batching import batched_inputs, batched_outputs, expand, pack
 from sp_dagster.worker.instance.checkpoints import Checkpoint, resume, topic_incarnations
 from sp_dagster.worker.instance.connections import Connections
-from sp_dagster.worker.instance.exactly_once import ExactlyOnce
+from sp_dagster.worker.instance.exactly_once import ExactlyOnce, FeedOffsets
 from sp_dagster.worker.instance.plan import InstancePlan
 from sp_dagster.worker.instance.runtime import ORIGIN_HEADER, InstanceRuntime, Message
 from sp_dagster.worker.instance.sinks import HttpSinks
@@ -138,6 +138,7 @@ class InstanceLoop:
         self._fresh = False  # start empty at the committed offsets (see _resume)
         self.readers: list[tuple[str, Reader]] = []
         self.exactly_once: ExactlyOnce | None = None  # transactions, when asked for and the layer has them
+        self.feed: FeedOffsets | None = None  # or, feeding other groups only, offsets committed without them
         self._claim_ended = False  # stopping because another owner takes over: its open transaction is left to that owner
         self._marks: dict[tuple[str, int], int] = {}  # where the outputs ended: kept in checkpoints (leaked_outputs.py)
         self._batched_in, self._batched_out = batched_inputs(plan), batched_outputs(plan)
@@ -174,7 +175,10 @@ class InstanceLoop:
         read = [(source, self.connections.partitions_read(source)) for source in self.plan.inputs]  # (input, the partitions this instance reads of it)
         if self.settings.transactions:
             cluster_inputs = [(s.topic, p) for s, partitions in read if not s.bootstrap and not s.nats for p in partitions]
-            self._start_transactions(cluster_inputs, [(s.topic, p) for s, partitions in read for p in partitions])
+            if self.plan.feeds_groups_only:
+                self._keep_offsets(cluster_inputs)
+            else:
+                self._start_transactions(cluster_inputs, [(s.topic, p) for s, partitions in read for p in partitions])
         for source, partitions in read:
             transport = self.connections.of_source(source)
             first = EARLIEST if source.start is None else source.start
@@ -197,10 +201,21 @@ class InstanceLoop:
         runtime = self.runtime
         eo.find_leaked(self.transport, self._marks, inputs, read, runtime.group, self.plan.stateless, runtime.clock_origin, _now_ms())
 
+    def _keep_offsets(self, inputs: list[tuple[str, int]]) -> None:
+        """Commit the offsets of `inputs` (this cluster's) after each turn, without transactions; start past
+        the checkpoint's where the last owner committed further."""
+        self.feed = FeedOffsets.start(self.plan, self.transport, self.incarnations, inputs)
+        if self.feed is not None:
+            self.positions.update(self.feed.take_over(inputs, self.positions))
+
     @property
     def delivery(self) -> str:
-        """exactly-once (transactions) or at-least-once (origins let the next group drop replays)."""
-        return "exactly-once" if self.exactly_once is not None else "at-least-once"
+        """exactly-once (transactions), exactly-once by origin (no transactions needed: the next group drops
+        replays, and a successor starts at the committed offsets) or at-least-once (origins let the next
+        group drop replays; a successor starts at the checkpoint)."""
+        if self.exactly_once is not None:
+            return "exactly-once"
+        return "exactly-once by origin" if self.feed is not None else "at-least-once"
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -288,7 +303,7 @@ class InstanceLoop:
             return 0
         engine_done = time.perf_counter()
         self._advance_positions(messages)
-        produced = self._publish(out, now)
+        produced = self._publish(out, now, read=bool(messages))
         if messages:
             done, phases = time.perf_counter(), self.stats.window_phases
             phases[0] += max(0.0, processed - polled - (self.stats.window_waited_s - waited))  # waits are timed on another clock
@@ -357,9 +372,9 @@ class InstanceLoop:
         self.stats.window_waited_s += reader.waited_s - waited
         return messages
 
-    def _publish(self, out: list[Message], now: int) -> float:
-        """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed;
-        returns when (perf_counter) producing ended and the wait began."""
+    def _publish(self, out: list[Message], now: int, *, read: bool) -> float:
+        """Produce the outputs and wait for them: in one transaction with the input offsets, or flushed (then
+        the offsets committed, when the turn `read` some); returns when (perf_counter) producing ended and the wait began."""
         if self.exactly_once is not None:
             out = self.exactly_once.drop_leaked(out)
         if self.http_sinks is not None:
@@ -380,6 +395,8 @@ class InstanceLoop:
                 publisher.flush(max(1.0, min(self.settings.flush_timeout_s, self.control.lease_left())))
         if self.exactly_once is not None:
             self.exactly_once.commit(self.positions, now, self.control.lease_ok)
+        elif self.feed is not None and read:
+            self.feed.commit(self.positions, now)
         return produced
 
     def _checkpoint(self) -> None:
@@ -442,8 +459,10 @@ class InstanceLoop:
             except Exception as exc:  # closing after a broker outage
                 log.debug("%s: closing a reader: %s", self.plan.name, exc)
         self.readers = []
-        for exc in self.connections.close(leave=self.exactly_once.publisher if self._claim_ended and self.exactly_once else None):
+        for exc in self.connections.close(leave=self._claim_ended):
             log.debug("%s: closing a publisher: %s", self.plan.name, exc)
+        if self.feed is not None:
+            self.feed.close(wait=not self._claim_ended)
         if self.http_sinks is not None:
             self.http_sinks.close()
         self.runtime.close()

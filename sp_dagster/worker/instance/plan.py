@@ -166,6 +166,17 @@ class InstancePlan:
     http_outputs: tuple[HttpOutput, ...] = ()
     logs: tuple[LogOutput, ...] = ()
 
+    @property
+    def feeds_groups_only(self) -> bool:
+        """True when it keeps no state and every output goes, in batches by column, to other execution groups
+        of its cluster, which drop by origin what it publishes again: its turns need no transaction."""
+        return (
+            self.stateless
+            and bool(self.outputs)
+            and not self.http_outputs
+            and all(o.by_column and not o.bootstrap and not o.nats and not o.topics for o in self.outputs)
+        )
+
 
 def _attributes(definition: ast.StreamDefinition) -> tuple[Attribute, ...]:
     return tuple(Attribute(a.name, a.type) for a in definition.attributes)
