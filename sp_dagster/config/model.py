@@ -324,7 +324,9 @@ class SparkConfig:
         "exactlyOnce",
         True,
         doc="continuous mode on Kafka: publish each turn's outputs with its input offsets in one transaction "
-        "(exactly-once); false: at-least-once, replays dropped by origin between groups (fewer round trips per turn)",
+        "(exactly-once; a stateless instance that only feeds other groups commits its offsets after a flush instead, "
+        "the next group dropping replays by origin); false: at-least-once, replays dropped by origin between groups "
+        "(fewer round trips per turn)",
     )
     task_slots: int | None = setting(
         "taskSlots",

@@ -42,7 +42,7 @@ _OFFSETS_TIMEOUT_S = 10.0  # at most this for sending a transaction's offsets (t
 _STUCK_GRACE_S = 5.0  # a call still running this long past its own timeout counts as stuck
 _SHORTEST_WAIT_S = 0.5  # what a call may still wait once its owner's lease ran out
 _LEASE_LOOK_S = 0.25  # how often a bounded call looks at its owner's lease
-_ABANDONED: list[Producer | Consumer] = []  # clients stuck in a call or left with requests in flight: kept alive, as destroying one could block too
+_ABANDONED: list[Producer] = []  # producers stuck in a call: kept alive, as destroying one mid-call could block too
 _CANNOT_GROW = {KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION, KafkaError.INVALID_REQUEST}
 _MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
 
@@ -371,8 +371,7 @@ class RawPublisher(RawPublisherBase):
         self.producer.poll(0)
 
     def leave(self) -> None:
-        self.producer.purge()
-        _ABANDONED.append(self.producer)  # not destroyed: that could wait on an unreachable broker
+        self.producer.purge()  # then its release waits for nothing, broker or not
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued message's acknowledgement; raise on any failure."""
@@ -649,8 +648,8 @@ class KafkaGroupOffsets(GroupOffsets):
     def close(self, wait: bool = True) -> None:
         if wait:
             self.consumer.close()  # waits for the commits in flight
-        else:
-            _ABANDONED.append(self.consumer)  # its close could wait on an unreachable broker for minutes
+        else:  # the same on a thread of its own: it may wait for an unreachable broker
+            threading.Thread(target=self.consumer.close, name="kafka-offsets-close", daemon=True).start()
 
 
 class KafkaReader(Reader):

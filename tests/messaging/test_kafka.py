@@ -261,3 +261,45 @@ def test_a_publisher_closed_after_its_owners_lease_ended_leaves_its_transaction_
     ends, with_open = transport.end_offsets(topic_name), transport.end_offsets_with_open_transactions(topic_name)
     assert with_open[0] > ends[0]  # the second one's transaction is still open: its successor resolves it
     transport.close()
+
+
+def test_group_offsets_are_committed_without_waiting_and_read_back_by_the_next_owner(kafka, topic_name):
+    kafka.ensure_topic(topic_name, 2)
+    group = f"offsets-{topic_name}"
+    first = kafka.group_offsets(group)
+    assert first.committed([(topic_name, 0), (topic_name, 1)]) == {}
+    for n in range(1, 50):  # one per turn, none waited for
+        first.commit({(topic_name, 0): n, (topic_name, 1): 2 * n}, f"{n}:stamp")
+    first.close()  # waits for those in flight
+    second = kafka.group_offsets(group)
+    try:
+        assert {place: offset for place, (offset, _meta) in second.committed([(topic_name, 0), (topic_name, 1)]).items()} == {
+            (topic_name, 0): 49,
+            (topic_name, 1): 98,
+        }
+    finally:
+        second.close()
+
+
+def test_an_owner_whose_claim_ended_lets_go_of_its_clients_at_once_with_the_broker_out_of_reach(tmp_path, topic_name):
+    import signal
+
+    from sp_dagster.embedded import EmbeddedBroker
+
+    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as own:
+        transport = KafkaTransport(own.bootstrap_servers, timeout=15)
+        transport.ensure_topic(topic_name, 1)
+        publisher, offsets = transport.raw_publisher(), transport.group_offsets(f"left-{topic_name}")
+        assert own.process is not None
+        own.process.send_signal(signal.SIGSTOP)  # every request hangs, as across a cut network
+        try:
+            publisher.produce_all([(topic_name, b"queued", None, 0, None, None)])
+            offsets.commit({(topic_name, 0): 1})
+            started = time.monotonic()
+            publisher.leave()
+            offsets.close(wait=False)
+            took = time.monotonic() - started
+        finally:
+            own.process.send_signal(signal.SIGCONT)
+            transport.close()
+    assert took < 1.0, f"letting go took {took:.1f} s"
