@@ -373,6 +373,13 @@ class RawPublisher(RawPublisherBase):
     def leave(self) -> None:
         self.producer.purge()  # then its release waits for nothing, broker or not
 
+    def prepare(self, topics: Iterable[str]) -> None:
+        try:
+            for topic in topics:
+                self.producer.list_topics(topic, timeout=self.transport.timeout)
+        except KafkaException as exc:
+            raise self.transport.unreachable(exc, "connecting a publisher") from None
+
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued message's acknowledgement; raise on any failure."""
         remaining = self.producer.flush(timeout)

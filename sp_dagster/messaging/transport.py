@@ -93,6 +93,9 @@ class RawPublisher(ABC):
     def serve(self) -> None:  # noqa: B027  (optional hook: a no-op unless the client has reports to serve)
         """Let the client handle what it received (delivery reports) without waiting; a no-op by default."""
 
+    def prepare(self, topics: Iterable[str]) -> None:  # noqa: B027  (optional hook: a client that connects on its first send)
+        """Connect and learn the topics' layout now, so the first turn that publishes to them does not wait for it."""
+
     def leave(self) -> None:
         """Release the client without waiting for what is queued, or ending an open transaction: this owner's claim
         has ended (its successor publishes that again, or resolves the transaction), and the broker may be out of

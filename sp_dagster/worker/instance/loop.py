@@ -207,6 +207,8 @@ class InstanceLoop:
         self.feed = FeedOffsets.start(self.plan, self.transport, self.incarnations, inputs)
         if self.feed is not None:
             self.positions.update(self.feed.take_over(inputs, self.positions))
+            topics = [o.topic for o in self.plan.outputs]
+            self.connections.publisher(topics[0]).prepare(topics)  # as a transactional publisher starts: ready before the first turn
 
     @property
     def delivery(self) -> str:
