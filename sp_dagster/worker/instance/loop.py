@@ -188,6 +188,9 @@ class InstanceLoop:
             if output.nats is not None:  # a missing topic is made, as NATS Streaming makes a channel on first use
                 for topic in {output.topic, *output.topics}:
                     self.connections.of(None, nats=output.nats).ensure_topic(topic, 1)
+        own = [t for o in self.plan.outputs if not o.bootstrap and not o.nats for t in (o.topic, *o.topics) if t]
+        if own:  # connected, with the topics' layout, before the first turn: a burst right after a start does not wait for it
+            self.connections.publisher(own[0]).prepare(own)
 
     def _start_transactions(self, inputs: list[tuple[str, int]], read: list[tuple[str, int]]) -> None:
         """Publish in transactions with the offsets of `inputs` (this cluster's (topic, partition)s read,
@@ -207,8 +210,6 @@ class InstanceLoop:
         self.feed = FeedOffsets.start(self.plan, self.transport, self.incarnations, inputs)
         if self.feed is not None:
             self.positions.update(self.feed.take_over(inputs, self.positions))
-            topics = [o.topic for o in self.plan.outputs]
-            self.connections.publisher(topics[0]).prepare(topics)  # as a transactional publisher starts: ready before the first turn
 
     @property
     def delivery(self) -> str:
