@@ -14,7 +14,8 @@ stop with save) the loop hands the control a *checkpoint*: the engine snapshot t
 input offsets it covers, taken after the outputs of those inputs were acknowledged. Restored, a
 checkpoint resumes the engine and re-reads from its offsets; what the instance publishes again
 carries the same origins, so the next group drops it (`InstanceRuntime`); with transactions, what its
-predecessor committed is run again without publishing (`exactly_once.py`). A checkpoint whose
+predecessor committed is run again without publishing, and a stateless instance that only feeds other
+groups starts at the offsets its predecessor committed (`exactly_once.py`). A checkpoint whose
 offsets belong to other incarnations of the topics, or whose state does not fit the partial
 app, is not resumed silently (`checkpoints.py`).
 
