@@ -45,6 +45,16 @@ def committed_ahead(committed: Mapping[Place, tuple[int, str]], positions: Mappi
     return ahead, clock_seen
 
 
+def _stamped_topics(inputs: list[Place], incarnations: Mapping[str, str]) -> tuple[set[str], str]:
+    """(the topics of `inputs`, the digest of their incarnations stamped on every offset commit)."""
+    topics = {topic for topic, _p in inputs}
+    return topics, incarnation_digest({t: i for t, i in incarnations.items() if t in topics})
+
+
+def _of_topics(positions: Mapping[Place, int], topics: set[str]) -> dict[Place, int]:
+    return {place: o for place, o in positions.items() if place[0] in topics}
+
+
 class FeedOffsets:
     """The input offsets of an instance whose outputs only feed other execution groups, committed after each
     turn's flush without a transaction: a successor starts there, and what it publishes again (at most the
@@ -63,8 +73,7 @@ class FeedOffsets:
         offsets = transport.group_offsets(f"sp-dagster.{plan.name}")  # the group its transactions would commit to
         if offsets is None:
             return None
-        topics = {topic for topic, _p in inputs}
-        return cls(plan.name, offsets, topics, incarnation_digest({t: i for t, i in incarnations.items() if t in topics}))
+        return cls(plan.name, offsets, *_stamped_topics(inputs, incarnations))
 
     def take_over(self, inputs: list[Place], positions: Mapping[Place, int]) -> dict[Place, int]:
         """Where to start reading `inputs` past `positions`: what the last owner committed (without state
@@ -76,7 +85,7 @@ class FeedOffsets:
 
     def commit(self, positions: Mapping[Place, int], now: int) -> None:
         """Record the input offsets of a turn whose outputs the broker acknowledged."""
-        self.offsets.commit({place: o for place, o in positions.items() if place[0] in self.topics}, f"{now}:{self.stamp}")
+        self.offsets.commit(_of_topics(positions, self.topics), f"{now}:{self.stamp}")
 
     def close(self, wait: bool = True) -> None:
         """Release the client once the commits sent have been answered (`wait` False: at once, as an owner
@@ -92,7 +101,7 @@ class ExactlyOnce:
         self.publisher = publisher
         self.topics = topics  # inputs whose offsets the transactions commit (this cluster's)
         self.stamp = stamp  # the incarnations of those inputs, stamped on every commit
-        self.outputs = sorted({t for o in plan.outputs if not o.bootstrap and not o.nats for t in (o.topic, *o.topics) if t})
+        self.outputs = plan.cluster_output_topics
         self.replay_until: dict[Place, int] = {}  # inputs whose outputs up to here are already published
         self.replay_clock: int | None = None  # the wall clock of the last committed turn
         self.leaked: LeakedOutputs | None = None
@@ -117,8 +126,7 @@ class ExactlyOnce:
         if publisher is None:
             return None
         publisher.time_left = lease_left
-        topics = {topic for topic, _p in inputs}
-        return cls(plan, publisher, topics, incarnation_digest({t: i for t, i in incarnations.items() if t in topics}))
+        return cls(plan, publisher, *_stamped_topics(inputs, incarnations))
 
     def take_over(self, inputs: list[Place], positions: Mapping[Place, int], *, fresh: bool) -> dict[Place, int]:
         """Read what the last owner committed for `inputs`: past `positions`, it is replayed without
@@ -174,8 +182,7 @@ class ExactlyOnce:
 
     def commit(self, positions: Mapping[Place, int], now: int, lease_ok: Callable[[], bool]) -> None:
         """End the turn's transaction with its input offsets (and its wall clock, for the next owner's replay)."""
-        offsets = {place: o for place, o in positions.items() if place[0] in self.topics}
-        self.publisher.commit(offsets, f"{now}:{self.stamp}", retry_while=lease_ok)
+        self.publisher.commit(_of_topics(positions, self.topics), f"{now}:{self.stamp}", retry_while=lease_ok)
 
     def mark_outputs(self, positions: Mapping[Place, int], clock: int | None) -> dict[Place, int] | None:
         """Where the outputs end now (between turns: nothing is open), or None while outputs a dead

@@ -189,7 +189,7 @@ class InstanceLoop:
             if output.nats is not None:  # a missing topic is made, as NATS Streaming makes a channel on first use
                 for topic in {output.topic, *output.topics}:
                     self.connections.of(None, nats=output.nats).ensure_topic(topic, 1)
-        own = [t for o in self.plan.outputs if not o.bootstrap and not o.nats for t in (o.topic, *o.topics) if t]
+        own = self.plan.cluster_output_topics
         if own:  # connected, with the topics' layout, before the first turn: a burst right after a start does not wait for it
             self.connections.publisher(own[0]).prepare(own)
 

@@ -167,6 +167,11 @@ class InstancePlan:
     logs: tuple[LogOutput, ...] = ()
 
     @property
+    def cluster_output_topics(self) -> list[str]:
+        """The topics it publishes to on its own cluster (not another's, not NATS), sorted."""
+        return sorted({t for o in self.outputs if not o.bootstrap and not o.nats for t in (o.topic, *o.topics) if t})
+
+    @property
     def feeds_groups_only(self) -> bool:
         """True when it keeps no state and every output goes, in batches by column, to other execution groups
         of its cluster, which drop by origin what it publishes again: its turns need no transaction."""
