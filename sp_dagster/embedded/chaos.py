@@ -362,7 +362,7 @@ class ChaosRun:
         finally:
             self.cluster.stop()
             self.transport.close()
-        return self._report(expected, struck)
+        return self.verdict(expected, struck)
 
     def _await_flow(self, mark: int, timeout_s: float = FLOW_WAIT_S) -> None:
         """Wait until every symbol has an output among those the reader got after the first `mark`: the whole
@@ -404,7 +404,8 @@ class ChaosRun:
         """Why the output topic (`any_topic`: any of the app's) is held, when the broker is to blame (`wedge_evidence`); None otherwise."""
         return wedge_evidence(self.held, None if any_topic else self.output_topic, self.cluster.grep(WRITER_LINE), self.final_status)
 
-    def _report(self, expected: list[tuple], struck: list[Fault]) -> Report:
+    def verdict(self, expected: list[tuple], struck: list[Fault]) -> Report:
+        """What the final read holds against `expected` (lost, duplicated, seen live only), with the faults `struck`."""
         rows = self.final
         wanted, have = collections.Counter(expected), collections.Counter(rows)
         seen_live = collections.Counter(row for row, _at in self.got)

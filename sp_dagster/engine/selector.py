@@ -75,7 +75,7 @@ class Selector(Processor):
         self.offset = _count(selector.offset, "offset")
         self.contains_aggregator = bool(self.aggregation.aggregators)
         self.rows = [e.row for e in self.executors]
-        self._build = compile_row(self.executors, self.aggregation)
+        self.build_row = compile_row(self.executors, self.aggregation)  # an event's output row, in one compiled call
         arrows = [e.arrow for e in self.executors]
         vectorized = all(v is not None for v in arrows)
         #: the executors' vector functions (read only when accepts_arrow, which needs every one)
@@ -126,7 +126,7 @@ class Selector(Processor):
         return self._row(event, key)
 
     def _row(self, event: StreamEvent, key) -> StreamEvent:
-        return StreamEvent(event.timestamp, event.data, event.type, self._build(event), key)
+        return StreamEvent(event.timestamp, event.data, event.type, self.build_row(event), key)
 
     def _select(self, chunk) -> list | None:
         """The output of one chunk (bound in _choose)."""
@@ -252,7 +252,7 @@ class Selector(Processor):
         if winner is None or not ((self.offset is None or self.offset == 0) and (self.limit is None or self.limit > 0)):
             return None
         event, aggregation.values = winner
-        return [StreamEvent(event.timestamp, event.data, event.type, self._build(event), None)]
+        return [StreamEvent(event.timestamp, event.data, event.type, self.build_row(event), None)]
 
     def _batch_last(self, chunk):
         """Batch mode without having: aggregate every event, build rows only for the winners
@@ -280,7 +280,7 @@ class Selector(Processor):
             aggregation.key, aggregation.values = key, values
         if not winners:
             return None
-        build = self._build
+        build = self.build_row
         out = []
         for key, (event, values) in winners.items():
             aggregation.values = values

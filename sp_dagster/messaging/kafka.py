@@ -434,6 +434,11 @@ class TransactionalPublisher(RawPublisher, TransactionalPublisherBase):
         self._offsets = KafkaGroupOffsets(transport, group_id)
         log.info("transactions as '%s'%s", transactional_id, f" (writer {self.stamps.token})" if self.stamps else "")
 
+    @property
+    def in_transaction(self) -> bool:
+        """True from a turn's first message until its commit."""
+        return self._open
+
     def produce(self, topic: str, value: bytes, key: bytes | None, partition: int, timestamp: int | None, headers: list | None = None) -> None:
         """Queue one message in the open transaction (opening one if needed)."""
         self._begin()

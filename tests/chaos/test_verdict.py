@@ -67,7 +67,7 @@ def test_outputs_seen_live_but_gone_from_the_fresh_read_are_reported_with_where_
     run.rows, run.final, run.final_offsets = [("e",)] * 3, [kept, ("S4", 4.0, 4)], {0, 2}
     run.got = [(kept, 1.0), (gone, 2.0), (replaced, 3.0)]
     run.got_at = {kept: (0, "w1:1"), gone: (1, "w1:2"), replaced: (2, "w2:1")}
-    report = run._report([kept, gone, replaced], [])
+    report = run.verdict([kept, gone, replaced], [])
     assert (report.lost, report.live_only) == (2, 2)
     assert report.live_only_seen == [
         {"row": ["S2", 2.0, 2], "offset": 1, "writer": "w1:2", "offset_in_final": False},  # skipped at the fresh read (aborted, or gone)

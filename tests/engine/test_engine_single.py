@@ -72,7 +72,7 @@ def test_compiled_rows_equal_evaluating_each_executor():
     for _ in range(200):
         event = StreamEvent(1, (str(rng.integers(0, 3)), float(rng.random() * 10), int(rng.integers(0, 100))))
         selector.aggregation.apply(event, event.data[0])
-        assert selector._build(event) == tuple(executor.row(event) for executor in selector.executors)
+        assert selector.build_row(event) == tuple(executor.row(event) for executor in selector.executors)
     runtime.shutdown()
 
 

@@ -117,10 +117,10 @@ def committed_and_visible(transport: KafkaTransport, topic_name: str) -> tuple[i
     """The offset group-<topic> committed on partition 0, and what a read_committed reader sees there."""
     from confluent_kafka import Consumer, TopicPartition
 
-    group = Consumer(transport._reader_config(**{"group.id": f"group-{topic_name}"}))
+    group = Consumer(transport.client_config(**{"group.id": f"group-{topic_name}"}))
     committed = group.committed([TopicPartition(topic_name, 0)], timeout=10)[0].offset
     group.close()
-    reader = Consumer(transport._reader_config(**{"group.id": f"read-{topic_name}", "isolation.level": "read_committed"}))
+    reader = Consumer(transport.client_config(**{"group.id": f"read-{topic_name}", "isolation.level": "read_committed", "enable.auto.commit": False}))
     reader.assign([TopicPartition(topic_name, 0, 0)])
     values, deadline = [], time.monotonic() + 5
     while time.monotonic() < deadline:
