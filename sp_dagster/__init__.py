@@ -1,17 +1,7 @@
 """sp-dagster: distributed SiddhiQL streaming apps on Kafka and Spark, orchestrated by Dagster.
-
-The public API (each name imported on first use, so `import sp_dagster` stays cheap)::
-
-    import sp_dagster
-
-    app = sp_dagster.parse(text)                  # SiddhiQL -> AST (SiddhiQLError with line:column)
-    topology = sp_dagster.plan(app)               # execution groups, topics, partial apps
-    runtime = sp_dagster.AppRuntime(text)         # run the app in process
-    config = sp_dagster.load_config()             # the manager's deployment.yaml (`sp-dagster config where`)
-    sp_dagster.deploy("app.siddhi", config)       # topics, record, wait until every instance runs
-
-Every failure a user can act on is an `SpDagsterError`. Dagster building blocks are in
-`sp_dagster.dagster`.
+The public API is `parse`, `plan`, `AppRuntime`, `load_config`, `deploy` and the error classes
+(every failure a user can act on is an `SpDagsterError`), each imported on first use so
+`import sp_dagster` stays cheap; the Dagster building blocks are in `sp_dagster.dagster`.
 """
 
 from __future__ import annotations

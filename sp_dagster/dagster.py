@@ -1,29 +1,7 @@
 """sp-dagster's Dagster building blocks, to compose into your own `Definitions` the way dagster-dbt's are.
-
-- resources: `ControlPlaneResource`, `MessagingResource` (typed fields the launchpad shows), `spark_resource`
-- assets: `build_partial_app_specs(app)`, `@siddhi_app_assets(app=...)` over `multi_asset` with
-  `deploy_siddhi_app(...)` inside, and `SpDagsterTranslator` (one hook: `get_asset_spec(props)`)
-- automation: `build_deploy_jobs(...)`, `build_rescale_job(...)` and `build_node_jobs(...)` (resource keys of your
-  choice), `build_app_repository_sensor(...)`, `build_autoscaling_sensor(...)`, `build_rebalance_schedule(...)`,
-  `build_health_schedule(...)`
-- everything at once: `build_definitions(...)`, or `SpDagsterComponent` in a defs.yaml
-
-Example (your resource keys, only the assets and the sensor)::
-
-    import dagster as dg
-    from sp_dagster.dagster import (ControlPlaneResource, MessagingResource, build_app_repository_sensor,
-                                    build_deploy_jobs, deploy_siddhi_app, siddhi_app_assets)
-
-    @siddhi_app_assets(app="apps/stock-alerts.siddhi")
-    def stock_alerts(context: dg.AssetExecutionContext, sp_db: ControlPlaneResource, sp_bus: MessagingResource):
-        yield from deploy_siddhi_app(context, sp_db, sp_bus)
-
-    deploy, undeploy, _ = build_deploy_jobs(control_plane_key="sp_db", messaging_key="sp_bus")
-    defs = dg.Definitions(
-        assets=[stock_alerts],
-        sensors=[build_app_repository_sensor("apps", [deploy, undeploy])],
-        resources={"sp_db": ControlPlaneResource(conf="conf"), "sp_bus": MessagingResource(conf="conf")},
-    )
+Resources, the asset decorator and translator, factories for the jobs, sensors and schedules,
+`build_definitions` for all of them, and `SpDagsterComponent` for a defs.yaml; docs/dagster.md
+shows how they fit together, with an example under your own resource keys.
 """
 
 from sp_dagster.orchestration.app_assets import build_partial_app_specs, deploy_siddhi_app, siddhi_app_assets

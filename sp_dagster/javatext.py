@@ -1,5 +1,4 @@
 """Values as Java prints them (String.valueOf): how Siddhi turns values into text.
-
 Shared by the engine (string conversion, partition keys) and the messaging layer (the text a
 partition key is hashed on), so both agree to the character.
 """

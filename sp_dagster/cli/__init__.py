@@ -1,9 +1,7 @@
 """`sp-dagster`: one command-line entry point with a subcommand per task.
-
-The top layer: every subcommand lives in this package, one module per layer it drives
-(`cli/deploy.py` holds `deploy`, `undeploy`, `produce`, `consume`, ...), each exposing
-``register(subparsers)``; shared option helpers are in `cli/options.py`. This file only wires
-them together, so ``--help`` stays fast (heavy imports happen inside the handlers).
+Each module of this package holds the subcommands of one layer it drives (`cli/deploy.py`:
+`deploy`, `undeploy`, `produce`, ...) and exposes ``register(subparsers)``; this file only wires
+them together, and heavy imports wait inside the handlers so ``--help`` stays fast.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Option helpers shared by the `sp-dagster` subcommands: `--conf`, loading a role's configuration, `-` for stdin.
-
-A command's deployment.yaml is the first of (config/locate.py): --conf, $SP_DAGSTER_CONF
-($SP_DAGSTER_WORKER_CONF first for workers), the stack `sp-dagster up` started (recorded in
-$SP_DAGSTER_HOME/up.json), ./conf/, $SP_DAGSTER_HOME/conf/, the packaged defaults; `${SP_*}`
-references inside it read the environment (config/yamlsource.py), so an exported
-SP_KAFKA_BOOTSTRAP still wins over the address a file gives as its default.
-
-Imported when the parser is built, so it stays light: whatever is heavy is imported inside the helpers.
+Imported when the parser is built, so whatever is heavy is imported inside the helpers; which
+deployment.yaml a command reads is config/locate.py's search order.
 """
 
 from __future__ import annotations

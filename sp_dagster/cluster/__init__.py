@@ -1,20 +1,16 @@
 """The control plane: a relational database shared by managers and workers (SQLAlchemy 2).
-
-Leader election with a fencing term, membership and heartbeats, deployments and the
-placement of their instances, state revisions and an event log. SQLite, MySQL/MariaDB and
-PostgreSQL behave the same.
-
-What the other layers call:
-
-- the deploy step: `record_deployment`, `remove_deployment`, `get_deployment`,
-  `list_deployments`, `list_instances` (with `InstanceSpec`, `instance_id_for`), and
-  `request_rebalance`;
-- a worker: `NodeSession` (register, heartbeat, fencing, its assignments, status reports),
-  and `RevisionStore` for its state (in the seeds' persistence table; owner-fenced saves);
-- a manager: `Manager` (the loop behind `sp-dagster manager`);
-- anyone: `ControlPlane` (open a database), `current_leader`, `cluster_status`.
+It holds leader election with a fencing term, membership and heartbeats, deployments and the
+placement of their instances, state revisions and an event log; SQLite, MySQL/MariaDB and
+PostgreSQL behave the same. How it works: docs/concepts/control-plane.md.
 """
 
+# What the other layers call:
+# - the deploy step: record_deployment, remove_deployment, get_deployment, list_deployments, list_instances
+#   (with InstanceSpec, instance_id_for), and request_rebalance;
+# - a worker: NodeSession (register, heartbeat, fencing, its assignments, status reports), and RevisionStore
+#   for its state (in the seeds' persistence table; owner-fenced saves);
+# - a manager: Manager (the loop behind `sp-dagster manager`);
+# - anyone: ControlPlane (open a database), current_leader, cluster_status.
 from sp_dagster.cluster.allocation import (
     Allocation,
     AllocationAlgorithm,

@@ -1,18 +1,7 @@
 """Advised parallelism of one execution group, from a short history of its load (a pure function).
-
-Each sample gives the group's need: its target rate (arrival rate into its input topics, plus its
-backlog over `catchUpSeconds`) over what one instance processes per busy second (the group's
-processed rate over the sum of its instances' busy fractions, that sum floored at BUSY_FLOOR per
-instance so a near-idle group cannot over-estimate its capacity), at `targetUtilization`. Advice
-differs from the running parallelism only when every sample of the last `stabilizationSeconds`
-puts the group's utilisation outside a band of BAND around the target, on the same side; a group
-scales down only while no instance of any of those samples is busy above the band, and not while a
-backlog drains (more than BACKLOG_S of its processing waits): a smaller group would drain it slower,
-and the next window would ask for a second step down. So steady load, whose utilisation stays on one
-side or inside the band, never flaps, and a load that ends is followed by one step down. A scale-up
-is not repeated while the samples kept from before the last one show that it added less than
-EFFECTIVE of the capacity its new instances should have (Flink's scaling-effectiveness detection):
-where instances share a bottleneck (cores, a broker), more of them only add cost.
+The advice differs from the running parallelism only when every sample of the stabilisation window
+puts the group's utilisation outside a band around the target, on the same side, so steady load
+never flaps; the rules are under "Parallelism advice" in docs/operations/scaling.md.
 """
 
 from __future__ import annotations
@@ -58,7 +47,13 @@ class _Need:
 
 
 def _need(sample: LoadSample, settings: AutoscalingConfig, max_parallel: int | None) -> _Need | None:
-    """The instances one sample needs, or None when its capacity cannot be measured."""
+    """The instances one sample needs, or None when its capacity cannot be measured.
+
+    Its target rate (arrival rate into its input topics, plus its backlog over `catchUpSeconds`) over what
+    one instance processes per busy second (the group's processed rate over the sum of its instances' busy
+    fractions, that sum floored at BUSY_FLOOR per instance so a near-idle group cannot over-estimate its
+    capacity), at `targetUtilization`.
+    """
     target = (sample.processed_per_s if sample.arrival_per_s is None else sample.arrival_per_s) + sample.lag / settings.catch_up_seconds
     if target <= 0:
         return _Need(1, 0.0)  # idle: nothing arrives, nothing waits
@@ -70,7 +65,16 @@ def _need(sample: LoadSample, settings: AutoscalingConfig, max_parallel: int | N
 
 
 def advise(history: Sequence[LoadSample], parallel: int, max_parallel: int | None, settings: AutoscalingConfig, now_ms: int) -> Advice:
-    """The advised parallelism within [1, max_parallel] (None: no maximum) of a group running `parallel` instances, from its samples (oldest first)."""
+    """The advised parallelism within [1, max_parallel] (None: no maximum) of a group running `parallel` instances, from its samples (oldest first).
+
+    It differs from `parallel` only when every sample of the last `stabilizationSeconds` puts the group's
+    utilisation outside a band of BAND around the target, on the same side. A group scales down only while no
+    instance of any of those samples is busy above the band, and not while a backlog drains (more than
+    BACKLOG_S of its processing waits): a smaller group would drain it slower, and the next window would ask
+    for a second step down. So steady load never flaps, and a load that ends is followed by one step down. A
+    scale-up is not repeated while the samples kept from before the last one show it was ineffective
+    (`_ineffective_scale_up`).
+    """
     samples = [s for s in history if s.parallel == parallel]  # samples of another parallelism say nothing of this one
     if not samples:
         return Advice(parallel, "no load samples at this parallelism yet")
@@ -115,7 +119,11 @@ def _capacity(samples: Sequence[LoadSample]) -> float | None:
 
 def _ineffective_scale_up(history: Sequence[LoadSample], window: Sequence[LoadSample]) -> str | None:
     """Why scaling up again would not help: the last scale-up (from the parallelism sampled just before
-    the current one, still in the history) added less than EFFECTIVE of the capacity it should have; None otherwise."""
+    the current one, still in the history) added less than EFFECTIVE of the capacity it should have; None otherwise.
+
+    Flink's scaling-effectiveness detection: where instances share a bottleneck (cores, a broker), more of
+    them only add cost.
+    """
     parallel = window[-1].parallel
     earlier = [s for s in history if s.at_ms < window[0].at_ms and s.parallel != parallel]
     if not earlier or earlier[-1].parallel >= parallel:

@@ -1,26 +1,8 @@
 """Placement of partial-app instances on resource nodes: a pluggable, pure algorithm.
-
-An algorithm gets the alive nodes, every instance that should run, where each runs now, and
-`minResourceCount`; it returns a node for each instance it can place and a reason for each
-one it cannot. It never touches the database: the leader applies its answer (and checks it:
-a placement on a node that is not alive or not eligible is refused with a reason).
-
-The default, `BalancedAllocation`:
-
-- keeps every instance where it is while that node is alive and eligible (no churn);
-- receiver (passthrough) instances go only to receiver nodes when any are alive, otherwise
-  to workers; other instances never go to receiver nodes; a receiver whose http source asks
-  for basic auth goes only to a node that has users to accept (`receiver_users` in its metrics);
-- instances of one group are spread over different nodes, then load (instance count) is
-  balanced; two instances of one *receiver* group never share a node (they would bind the
-  same user source), so such an instance may stay unplaced, with the reason;
-- while fewer than `minResourceCount` workers are alive, nothing new is placed (what runs
-  keeps running) and every unplaced instance carries the reason;
-- with `rebalance=True` (a node joined, or someone asked), it moves the fewest instances
-  needed to spread each group and even out the load;
-- a node that says how many instances it can run (`slots` in its heartbeat metrics: a worker
-  in continuous mode, where every instance holds a Spark task slot) gets no more than that;
-- one instance that cannot be placed never affects the others.
+An algorithm gets the alive nodes, the instances, where each runs now and `minResourceCount`, and
+returns a node or a reason for each instance; it never touches the database (the leader applies and
+checks its answer). The default's rules: `BalancedAllocation`, and "Allocation" in
+docs/concepts/control-plane.md.
 """
 
 from __future__ import annotations
@@ -136,7 +118,23 @@ def waiting_reason(workers_alive: int, min_resource_count: int) -> str:
 
 
 class BalancedAllocation(AllocationAlgorithm):
-    """The default: stable, spread per group, balanced by instance count (see the module docstring)."""
+    """The default: stable, spread per group, balanced by instance count.
+
+    - keeps every instance where it is while that node is alive and eligible (no churn);
+    - receiver (passthrough) instances go only to receiver nodes when any are alive, otherwise
+      to workers; other instances never go to receiver nodes; a receiver whose http source asks
+      for basic auth goes only to a node that has users to accept (`receiver_users` in its metrics);
+    - instances of one group are spread over different nodes, then load (instance count) is
+      balanced; two instances of one *receiver* group never share a node (they would bind the
+      same user source), so such an instance may stay unplaced, with the reason;
+    - while fewer than `minResourceCount` workers are alive, nothing new is placed (what runs
+      keeps running) and every unplaced instance carries the reason;
+    - with `rebalance=True` (a node joined, or someone asked), it moves the fewest instances
+      needed to spread each group and even out the load;
+    - a node that says how many instances it can run (`slots` in its heartbeat metrics: a worker
+      in continuous mode, where every instance holds a Spark task slot) gets no more than that;
+    - one instance that cannot be placed never affects the others.
+    """
 
     name = "balanced"
 

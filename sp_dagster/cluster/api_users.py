@@ -1,7 +1,6 @@
 """Users and roles of the manager API: passwords kept only as salted scrypt hashes, HTTP Basic credentials checked in constant time.
-
-Roles rank `viewer` < `deployer` < `admin`: a viewer reads, a deployer also deploys and undeploys,
-an admin also drops state. A refusal is an `ApiRefused` with the HTTP status (401 or 403) and one line.
+Roles rank `viewer` < `deployer` < `admin` (docs/operations/security.md); a refusal is an `ApiRefused`
+with the HTTP status (401 or 403) and one line.
 """
 
 from __future__ import annotations

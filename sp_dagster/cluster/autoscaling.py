@@ -1,11 +1,7 @@
 """Autoscaling decisions: whether a group's advice (cluster.advice) is applied now, kept in the event log.
-
-The advice already holds only after every load sample of the stabilisation window agreed, with
-hysteresis around the target utilisation. On top of it, a rescale of a group is applied when its
-last applied rescale is at least `cooldownSeconds` old and fewer than `maxRescalesPerHour` were
-applied in the hour before. Every decision where the advice differs from the running parallelism
-is recorded (`autoscale` events: applied or not, and why), so the asset and `status` can show it
-and the cooldown reads it back from the control plane, not from the sensor's memory.
+A rescale is applied after `cooldownSeconds` and within `maxRescalesPerHour`; every decision is an
+`autoscale` event, from which the cooldown is read back, so it outlives the sensor's memory (see
+"Autoscaling" in docs/operations/scaling.md).
 """
 
 from __future__ import annotations

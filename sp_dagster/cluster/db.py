@@ -1,17 +1,7 @@
-"""The cluster's databases (the control plane, the persistence database): engines, the
-database's clock, locks and errors.
-
-SQLite (a file shared by processes on one host), MySQL/MariaDB (pymysql) and PostgreSQL
-(psycopg) are configured here so that the rest of the package can write portable SQL:
-
-- every transaction on SQLite starts with ``BEGIN IMMEDIATE`` (one writer at a time, and no
-  lock upgrade that could fail half-way), in WAL mode with a generous busy timeout;
-- MySQL/MariaDB sessions run at READ COMMITTED in UTC, PostgreSQL keeps READ COMMITTED;
-- a session that stalls inside a transaction is ended by the server (PostgreSQL,
-  MariaDB), so a frozen process cannot hold the lease row's lock for ever, and a call over a
-  link gone silent fails on the client's side within seconds (LINK_TIMEOUT_S);
-- ``db_now_ms()`` is the server's clock in milliseconds: every lease and heartbeat
-  timestamp comes from it, never from a host's clock.
+"""The cluster's databases (the control plane, the persistence database): engines, the database's clock, locks and errors.
+SQLite, MySQL/MariaDB and PostgreSQL are set up here so that the rest of the package writes portable
+SQL, and `db_now_ms()` is the server's clock: every lease and heartbeat timestamp comes from it, never
+from a host's (docs/concepts/control-plane.md, "Databases").
 """
 
 from __future__ import annotations
@@ -84,7 +74,16 @@ def _sqlite_path(url: str) -> str | None:
 
 
 def create_control_plane_engine(url: str, pool_size: int | None = None) -> Engine:
-    """An engine for the control plane, tuned per dialect (see the module docstring)."""
+    """An engine for the control plane, tuned per dialect.
+
+    - every transaction on SQLite (a file shared by processes on one host) starts with ``BEGIN IMMEDIATE``
+      (one writer at a time, and no lock upgrade that could fail half-way), in WAL mode with a generous
+      busy timeout;
+    - MySQL/MariaDB (pymysql) sessions run at READ COMMITTED in UTC, PostgreSQL (psycopg) keeps READ COMMITTED;
+    - a session that stalls inside a transaction is ended by the server (PostgreSQL, MariaDB), so a frozen
+      process cannot hold the lease row's lock for ever, and a call over a link gone silent fails on the
+      client's side within seconds (LINK_TIMEOUT_S).
+    """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     kwargs: dict[str, Any] = {"pool_pre_ping": True, "future": True}

@@ -1,19 +1,7 @@
 """Leader election among the managers of one group: a lease row with a fencing term.
-
-The lease row (`sp_leader_lease`, one per group) holds the term, the holder and the expiry,
-all in the database's clock. A manager takes the lease only when it has expired, with one
-conditional UPDATE that also increments the term; the row lock makes concurrent attempts take
-turns, so one term has one holder (`sp_terms` records each, keyed by term, as a second
-guard). The holder renews the lease every heartbeatInterval; after heartbeatInterval x
-heartbeatMaxRetry without a renewal anyone may take it, with the next term.
-
-Nothing here trusts a host's clock. Each process measures only its own durations (monotonic
-time): it stops believing it leads once the lease may have expired, counted from *before* its
-last successful renewal, so it gives up no later than the database would let another take
-over. And every leader action runs in `fenced()`: a transaction that first locks the lease
-row and checks that this process still holds it, in this term, unexpired by the database's
-clock. While that lock is held no election can happen, so a write made there can never carry
-a stale term, however late or paused the process is.
+Nothing here trusts a host's clock: the lease's times are the database's, a process counts only its
+own durations, and every leader write runs in `fenced()`, a transaction that locks the lease row and
+checks the term. How and why: "Leases and terms" in docs/concepts/control-plane.md.
 """
 
 from __future__ import annotations
@@ -119,7 +107,12 @@ def fenced(plane: ControlPlane, leadership: Leadership) -> Iterator[Fence]:
 
 
 class Elector:
-    """One manager's side of the election: call tick() every heartbeatInterval."""
+    """One manager's side of the election: call tick() every heartbeatInterval.
+
+    The holder renews the lease each tick; an expired one is taken with one conditional UPDATE that also
+    increments the term (the row lock makes concurrent attempts take turns, so one term has one holder;
+    `sp_terms`, keyed by term, is a second guard).
+    """
 
     def __init__(
         self,
@@ -162,6 +155,7 @@ class Elector:
         renewed, acquired = self.plane.run(lambda: self._tick_transaction(held, started))
         if renewed:
             assert held is not None  # only a held lease is renewed
+            # Counted from *before* the renewal: this process gives up no later than the database would let another take over.
             self._leadership = replace(held, deadline=started + self.lease_ms / 1000)
             return self._leadership
         if held is not None:

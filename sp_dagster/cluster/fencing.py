@@ -1,20 +1,7 @@
 """The worker's side of membership: register, heartbeat, and know when to stop everything.
-
-A worker holds a `NodeSession` and calls `beat()` every `heartbeat_interval_s`. The session
-says the worker is *fenced* when:
-
-- the control plane refuses its heartbeat (declared dead, superseded by a newer incarnation
-  of the same id, or the node left);
-- it could not renew its heartbeat for heartbeatInterval x heartbeatMaxRetry minus half an
-  interval: it fences itself before the leader can declare it dead and give its instances
-  to another node, so two copies of an instance never run;
-- it has seen no live leader for leaderRetryInterval.
-
-A fenced worker must stop every instance, then call `acknowledge_fence()`; its next `beat()`
-registers it again as a new incarnation, and it takes what it is then given. The worker
-heartbeats at the pace the leader expects (the leader publishes its worker timing with the
-lease), falling back to its own configuration until a leader is known. Only durations on
-this process's monotonic clock are measured here; no host clock is compared with another.
+A worker holds a `NodeSession`, calls `beat()` every `heartbeat_interval_s` and stops every instance
+while it is *fenced*; when that happens is under "Heartbeats and fencing" in
+docs/concepts/control-plane.md. Only this process's monotonic clock is read here.
 """
 
 from __future__ import annotations
@@ -49,7 +36,23 @@ class NodeStatus:
 
 
 class NodeSession:
-    """One resource node's registration and heartbeats, with self-fencing (see the module docstring)."""
+    """One resource node's registration and heartbeats, with self-fencing.
+
+    The session says the worker is *fenced* when:
+
+    - the control plane refuses its heartbeat (declared dead, superseded by a newer incarnation
+      of the same id, or the node left);
+    - it could not renew its heartbeat for heartbeatInterval x heartbeatMaxRetry minus half an
+      interval (`fence_after_s`): it fences itself before the leader can declare it dead and give its
+      instances to another node, so two copies of an instance never run;
+    - it has seen no live leader for leaderRetryInterval.
+
+    A fenced worker must stop every instance, then call `acknowledge_fence()`; its next `beat()`
+    registers it again as a new incarnation, and it takes what it is then given. It heartbeats at the
+    pace the leader publishes with the lease, falling back to its own configuration until a leader is
+    known. Only durations on this process's monotonic clock are measured; no host clock is compared
+    with another.
+    """
 
     def __init__(
         self,

@@ -1,15 +1,7 @@
 """How far advice may scale each execution group of a recorded app: its maximum parallelism today.
-
-A group's declared `@dist(maxParallel)` when it has one; otherwise what a redeploy can do without
-moving keys between the partitions of a running topic or breaking the planner's rules:
-
-- a keyed group (it reads field-grouped topics): the partitions of those topics (more instances
-  would read nothing; more partitions move keys under running consumers);
-- a group that reads round-robin topics: no maximum (None; a redeploy spreads it wider);
-- a group whose every input reaches every instance (broadcast, triggers, its own @source): its
-  parallelism (more instances would not share the load);
-- a group at parallel 1: as it would be planned at parallel 2, or 1 when the planner refuses that
-  (state outside partitions, in-memory tables, ...).
+That is the group's declared `@dist(maxParallel)`, or else what a redeploy can do without moving keys
+between the partitions of a running topic or breaking the planner's rules (`max_parallel`; see
+"Parallelism advice" in docs/operations/scaling.md).
 """
 
 from __future__ import annotations
@@ -25,7 +17,18 @@ from sp_dagster.topology.output import to_dict
 
 
 def max_parallel(app: str, source: str, recorded: dict[str, Any], exec_group: str) -> int | None:
-    """The maximum parallelism of `exec_group` in the recorded plan of `app` (None: no maximum)."""
+    """The maximum parallelism of `exec_group` in the recorded plan of `app` (None: no maximum).
+
+    Its declared `@dist(maxParallel)` when it has one; otherwise:
+
+    - a keyed group (it reads field-grouped topics): the partitions of those topics (more instances
+      would read nothing; more partitions move keys under running consumers);
+    - a group that reads round-robin topics: no maximum (None; a redeploy spreads it wider);
+    - a group whose every input reaches every instance (broadcast, triggers, its own @source): its
+      parallelism (more instances would not share the load);
+    - a group at parallel 1: as it would be planned at parallel 2, or 1 when the planner refuses that
+      (state outside partitions, in-memory tables, ...).
+    """
     group = _group(recorded, app, exec_group)
     if group.get("max_parallelism") is not None:
         return int(group["max_parallelism"])

@@ -1,11 +1,7 @@
 """The manager process: elect a leader, watch membership, reconcile deployments with placements.
-
-Every manager of a group runs the same loop. Each heartbeatInterval (cluster.config
-strategyConfig) it renews or tries to take the lease; the leader, every eventPollingInterval,
-runs one reconcile pass (dead nodes, placement, statuses) and rebalances when a node has
-joined or a rebalance was requested. When the database goes away the loop backs off and
-keeps trying, logging once when it goes and once when it is back; it stops acting as leader
-as soon as its lease may have expired, and every leader write is fenced by the term anyway.
+Every manager of a group runs the same loop (`Manager.run`): it renews or tries to take the lease, and
+the leader runs one reconcile pass at a time; the loop and its timings are under "Leases and terms" in
+docs/concepts/control-plane.md.
 """
 
 from __future__ import annotations
@@ -59,7 +55,14 @@ class Journal:
 
 
 class Manager:
-    """One manager node of a group (see the module docstring); `run(stop)` until stop is set."""
+    """One manager node of a group; `run(stop)` until stop is set.
+
+    Each heartbeatInterval (cluster.config strategyConfig) it renews or tries to take the lease; the
+    leader, every eventPollingInterval, runs one reconcile pass (dead nodes, placement, statuses) and
+    rebalances when a node has joined or a rebalance was requested. When the database goes away the loop
+    backs off and keeps trying, logging once when it goes and once when it is back; it stops acting as
+    leader as soon as its lease may have expired, and every leader write is fenced by the term anyway.
+    """
 
     def __init__(
         self,

@@ -1,10 +1,7 @@
 """Membership of resource nodes (workers and receiver nodes): registration, heartbeats, death.
-
-A node registers under its id; each registration is a new *incarnation* (1, 2, ...), so a node
-restarted with the same id is told apart from the process it replaces, whose heartbeats are
-then refused. The leader declares a node dead when its last heartbeat, in the database's
-clock, is older than heartbeatInterval x heartbeatMaxRetry; a dead node's heartbeats are
-refused too, and it must register again (and is then given work afresh).
+Each registration of a node id is a new *incarnation*, whose heartbeats alone are accepted; the leader
+declares a node dead after heartbeatInterval x heartbeatMaxRetry of silence in the database's clock
+(docs/concepts/control-plane.md, "Heartbeats and fencing").
 """
 
 from __future__ import annotations
@@ -77,7 +74,12 @@ def _metrics_json(metrics: dict[str, Any] | None) -> str | None:
 
 
 def register_node(plane: ControlPlane, node_id: str, *, receiver: bool = False, address: str = "", metrics: dict[str, Any] | None = None) -> int:
-    """Register (or re-register) a node as alive; returns its new incarnation number."""
+    """Register (or re-register) a node as alive; returns its new incarnation number.
+
+    Incarnations count 1, 2, ...: a node restarted with the same id is told apart from the process it
+    replaces, whose heartbeats are then refused. A node declared dead registers again here and is then
+    given work afresh.
+    """
 
     def work() -> int:
         with plane.transaction() as conn:

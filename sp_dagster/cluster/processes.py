@@ -1,5 +1,4 @@
 """Manager nodes as separate OS processes: a deployment.yaml for them, and start/stop/kill.
-
 Used wherever managers are run from Python (tests, benchmarks, a local cluster): each is
 `python -m sp_dagster.cli manager --conf FILE --id ID`, dying with its parent.
 """

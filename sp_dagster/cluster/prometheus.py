@@ -1,8 +1,6 @@
 """The Prometheus endpoint of a manager or worker: `/metrics`, read at each scrape from what the node already knows.
-
-A node hands `serve_metrics` a function returning its samples now; nothing is counted twice.
-The endpoint listens where deployment.yaml's `metrics` section says (127.0.0.1 and a free port
-by default) and its URL goes into the node's heartbeat, so `sp-dagster status` lists it.
+A node hands `serve_metrics` a function returning its samples now, so nothing is counted twice; where the
+endpoint listens is deployment.yaml's `metrics` section (docs/configuration.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """One pass of the leader: declare silent nodes dead, place instances, record why apps wait.
-
-Everything happens in one fenced transaction, so what the pass reads and what it writes
-belong to one moment of one term; it writes only what changed. An instance leaves a live node
-by a graceful move (cluster.store.moves); the instances of a dead node, or of one that cannot reach
-the messaging layer while others can, are placed again at once.
+The whole pass is one fenced transaction (`reconcile`); an instance leaves a live node by a graceful
+move (cluster.store.moves), while a dead node's instances, or those of a node that cannot reach the
+messaging layer while others can, are placed again at once.
 """
 
 from __future__ import annotations
@@ -59,7 +57,11 @@ def reconcile(
     node_max_age_ms: int,
     rebalance: bool = False,
 ) -> ReconcileResult:
-    """Run one leader pass; raises LeadershipLost (writing nothing) if the lease is no longer ours."""
+    """Run one leader pass; raises LeadershipLost (writing nothing) if the lease is no longer ours.
+
+    Everything happens in one fenced transaction, so what the pass reads and what it writes belong to one
+    moment of one term; it writes only what changed.
+    """
     return plane.run(lambda: _pass(plane, leadership, algorithm, min_resource_count, node_max_age_ms, rebalance))
 
 

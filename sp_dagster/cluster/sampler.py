@@ -1,9 +1,6 @@
 """The leader's load sampler: every few seconds, the load of every execution group into `sp_group_load`.
-
-A sample of a group sums what its running instances last reported (rows_per_s, busy, lag) and reads
-its input topics' end offsets; the arrival rate is their growth since the group's previous sample.
-The leader's pass only starts a sample (`tick`); the sample runs in a thread of its own, so a slow
-broker never holds up placement or the lease.
+The leader's pass only starts a sample (`LoadSampler.tick`); the sample runs in a thread of its own, so
+a slow broker never holds up placement or the lease.
 """
 
 from __future__ import annotations
@@ -38,7 +35,11 @@ def _number(metrics: dict, name: str) -> float | None:
 
 
 class LoadSampler:
-    """Samples every group's load every `every_s` seconds, keeping `keep_s` seconds of it (see the module docstring)."""
+    """Samples every group's load every `every_s` seconds, keeping `keep_s` seconds of it.
+
+    A sample of a group sums what its running instances last reported (rows_per_s, busy, lag) and reads
+    its input topics' end offsets; the arrival rate is their growth since the group's previous sample.
+    """
 
     def __init__(self, plane: ControlPlane, topic_ends: TopicEnds | None, *, keep_s: float, every_s: float = SAMPLE_EVERY_S):
         self.plane = plane

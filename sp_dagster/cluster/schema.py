@@ -1,15 +1,7 @@
 """The control-plane schema and its versioned migrations.
-
-`sp_schema_version` holds the version the database is at. `migrate()` applies, in order, every
-migration the database lacks, under a lock, so several processes starting together upgrade
-it once; an older database is upgraded in place, never dropped. A database newer than this
-code is refused.
-
-All timestamps are BIGINT milliseconds taken from the database's clock (`db_now_ms()`).
-
-Adding a migration: append a function to MIGRATIONS. When a later migration alters a table
-that an earlier one creates, first copy that table's earlier shape into the earlier migration,
-so a fresh database and an upgraded one end up identical.
+`sp_schema_version` holds the version the database is at; `migrate()` applies, in order and under a
+lock, every migration the database lacks, upgrading an older database in place and refusing a newer
+one (docs/concepts/control-plane.md, "Databases").
 """
 
 from __future__ import annotations
@@ -43,6 +35,7 @@ from sp_dagster.wording import counted
 
 log = logging.getLogger(__name__)
 
+# All timestamps are BIGINT milliseconds taken from the database's clock (`db_now_ms()`).
 metadata = MetaData()
 
 ID = 255  # ids are VARCHAR(255): indexable under MySQL's key-length limit with utf8mb4
@@ -258,7 +251,9 @@ def _move_state_revisions(conn: Connection) -> None:
         state_revisions.drop(conn)
 
 
-# MIGRATIONS[i] takes a database from version i to version i + 1.
+# MIGRATIONS[i] takes a database from version i to version i + 1. Adding a migration: append a function.
+# When a later migration alters a table that an earlier one creates, first copy that table's earlier shape
+# into the earlier migration, so a fresh database and an upgraded one end up identical.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create(leader_lease, terms, managers, nodes, events),
     _create(deployments, instances, assignments, state_revisions),

@@ -1,5 +1,4 @@
 """Bind located YAML values to typed, frozen dataclasses, with one-line errors.
-
 A field's YAML key, documentation and constraints sit in its metadata (see `setting`), so
 the classes in `model.py` are the single description of every configuration key.
 """

@@ -1,12 +1,6 @@
 """Where a command's deployment.yaml comes from: --conf, $SP_DAGSTER_CONF, the stack `up` started, ./conf, $SP_DAGSTER_HOME/conf, the packaged defaults.
-
-A value given by `--conf` or an environment variable may name a deployment.yaml or a conf
-directory (holding `manager/deployment.yaml` and `worker/deployment.yaml`). Workers read
-$SP_DAGSTER_WORKER_CONF before $SP_DAGSTER_CONF. While `sp-dagster up` runs, its record
-($SP_DAGSTER_HOME/up.json) names the confs it wrote for its stack (its broker's address, its
-apps folder), so `deploy`, `consume` and the rest reach that stack; `down` removes the record.
-The packaged defaults are the repository's `conf/` (copied into the wheel as
-`sp_dagster/_defaults/conf`), so an installed sp-dagster runs from any directory.
+A value of --conf or of a variable names a deployment.yaml or a conf directory; workers read
+$SP_DAGSTER_WORKER_CONF first (docs/configuration.md has the whole order).
 """
 
 from __future__ import annotations
@@ -37,7 +31,10 @@ class ConfLocation:
 
 
 def defaults_root() -> Path:
-    """The packaged defaults (`conf/`, `apps/`): inside the wheel, else the source tree this package runs from."""
+    """The packaged defaults (`conf/`, `apps/`): inside the wheel, else the source tree this package runs from.
+
+    The wheel holds copies of the repository's `conf/` and sample app under `sp_dagster/_defaults`, so an installed
+    sp-dagster runs from any directory."""
     packaged = Path(__file__).resolve().parents[1] / "_defaults"
     return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2]
 
@@ -56,7 +53,10 @@ def stack_record() -> Path:
 
 
 def stack_conf(role: str) -> Path | None:
-    """The `role`'s deployment.yaml of the stack `up` recorded, or None (no record, or one naming no such file)."""
+    """The `role`'s deployment.yaml of the stack `up` recorded, or None (no record, or one naming no such file).
+
+    While `sp-dagster up` runs, its record names the confs it wrote for its stack (its broker's address, its apps
+    folder), so `deploy`, `consume` and the rest reach that stack; `down` removes the record."""
     try:
         facts = json.loads(stack_record().read_text(encoding="utf-8")).get("facts")
         path = Path(facts["conf"][role])

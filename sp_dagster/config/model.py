@@ -1,5 +1,4 @@
 """The typed configuration of a manager or worker node, in the shape of WSO2 SP's deployment.yaml.
-
 Each field names its YAML key; defaults are WSO2's own (see docs/configuration.md).
 """
 

@@ -1,8 +1,6 @@
 """The deploy path: parse, plan, create topics, record, wait; and undeploy.
-
 The package is callable as `deploy` itself, so the public `sp_dagster.deploy(...)` and this
-package share one name::
-
+package share one name:
     >>> import sp_dagster
     >>> config = sp_dagster.load_config()                              # doctest: +SKIP
     >>> result = sp_dagster.deploy("apps/stock-alerts.siddhi", config)   # doctest: +SKIP

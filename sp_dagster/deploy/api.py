@@ -1,12 +1,7 @@
 """The manager API: JSON over HTTPS on `httpsInterface`, behind the users and roles of deployment.config.api.
-
-The leader answers; any other manager answers 307 with the leader's address (the same path), so a
-client may name any manager. Routes (viewer reads, deployer deploys and undeploys, admin drops state):
-`GET /api/apps`, `GET /api/apps/NAME` (plan and SiddhiQL, secrets masked), `GET /api/status`,
-`POST /api/apps?wait=S&fresh=1` (SiddhiQL in the body), `POST /api/apps/NAME/scale?group=G&parallel=N`,
-`DELETE /api/apps/NAME?deleteTopics=1&dropState=1`, `GET /api/advice`, `POST /api/rebalance` and
-`POST /api/autoscaling` (decide and record each group's rescale; the caller runs the applied ones).
-Every change is recorded in the control plane's event log with its user (cluster.store.events).
+The leader answers and any other manager answers 307 with the leader's address (the same path); every
+change is recorded in the control plane's event log with its user (cluster.store.events). Routes, roles
+and errors: docs/operations/security.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 """The client side of the manager API (deploy.api): JSON requests with HTTP Basic credentials, following a manager's 307 to the leader.
-
 What the CLI uses when a manager URL is configured, so an operator's machine needs no database
 credentials. Every refusal is an `ApiError` carrying the manager's one line.
 """

@@ -1,35 +1,7 @@
 """Parallelism changes on redeploy: what they do to state, moving per-key state, and which are refused.
-
-A stateless group hands its read positions over: its old instances stop with a last checkpoint,
-and each new one starts its partitions where their old owner stopped (no event read twice or
-skipped, whichever instance a partition moves to). A keyed group (`partition with (key of S)`, fed by field
-grouping from other groups of the app) whose state is all per key moves each key's state to the
-instance that owns the key under the new layout, in three recorded steps:
-
-1. *hold the upstream*: every instance that publishes to the group's keyed topics is held (its
-   worker stops it after a last checkpoint, and does not start it); the deploy waits until no
-   worker runs any of them, so nothing is published to those topics any more;
-2. *drain the old instances*: each is held with `drain`: its worker has it read its partitions
-   to their end (what the upstream published under the old layout: the partition of a key
-   depends on the partition count), checkpoint, and stop; the deploy waits until none runs;
-3. *release*: the new layout is recorded with nothing held; each new instance of the group is
-   marked `rescaled` (from which old instances, since when): its worker builds its start
-   checkpoint from the old instances' last ones, keeping the keys it now owns (the engine's
-   per-key partition state) and the offsets they reached. The upstream resumes under the new
-   layout. No key is processed by two instances at once: the old ones stop before any new
-   one starts; no event is lost or seen twice: the new ones start where the old ones ended.
-
-When the keyed topics keep their partition count (the group's `maxParallel` left room), no key
-changes partition: steps 1 and 2 become one, the old instances held (each stops after a last
-checkpoint, no drain) while the upstream keeps publishing, and each new instance starts its
-partitions from where their old owner stopped.
-
-Other stateful groups whose parallelism changes (round-robin state has no owner; state outside
-partition blocks; a keyed topic users publish to) are refused with a clear message unless the
-deploy asks for a fresh start (`deploy --fresh`): every instance of the group then starts empty
-(its earlier checkpoints and revisions are set aside by the instances, not deleted).
-Moving state needs a persistence store the workers share (database, or a shared file location);
-in micro-batch mode the workers move offsets and keyed state between Spark checkpoints (worker/spark/handover.py).
+A stateless group hands its read positions over, a keyed group whose state is all per key moves it key
+by key (`move_state`), and other stateful groups are refused unless `deploy --fresh`; see "Rescaling a
+group" in docs/operations/scaling.md.
 """
 
 from __future__ import annotations
@@ -43,8 +15,8 @@ from sp_dagster.deploy.errors import DeployError
 from sp_dagster.topology.topics import partition_numbers
 
 FRESH_SINCE = "fresh_since"  # instance extra: checkpoints saved before this time (ms) are not resumed
-KEPT_EXTRAS = (FRESH_SINCE, RESCALED)
-SETTLE_S = 2.0  # a pause longer than a worker's poll between start and report (deploy.rescale step 1)  # what an instance keeps from its previous spec when its group does not rescale now
+KEPT_EXTRAS = (FRESH_SINCE, RESCALED)  # what an instance keeps from its previous spec when its group does not rescale now
+SETTLE_S = 2.0  # a pause longer than a worker's poll between start and report (move_state, step 1)
 
 
 @dataclass(frozen=True)
@@ -190,9 +162,26 @@ def state_specs(specs: list, found: list[Rescale], previous: dict[str, dict], *,
 
 
 def move_state(plane, topology, specs: list, found: list[Rescale], record_specs, timeout: float = 120.0) -> list[Rescale]:
-    """Steps 1 and 2 of moving keyed state (module docstring): hold the upstream of every group whose state
-    moves, then drain and stop its old instances; `record_specs(specs)` records a set of instances. Returns
-    the groups whose state moves (step 3 is the deploy's own record, with `state_specs(..., since=now)`)."""
+    """Steps 1 and 2 of moving keyed state: hold the upstream of every group whose state moves, then drain
+    and stop its old instances; `record_specs(specs)` records a set of instances. Returns the groups whose
+    state moves (step 3 is the deploy's own record, with `state_specs(..., since=now)`).
+
+    1. *hold the upstream*: every instance that publishes to the group's keyed topics is held (its
+       worker stops it after a last checkpoint, and does not start it); wait until no worker runs any
+       of them, so nothing is published to those topics any more;
+    2. *drain the old instances*: each is held with `drain`: its worker has it read its partitions
+       to their end (what the upstream published under the old layout: the partition of a key
+       depends on the partition count), checkpoint, and stop; wait until none runs;
+    3. *release*: the new layout is recorded with nothing held; each new instance of the group is
+       marked `rescaled` (from which old instances, since when): its worker builds its start
+       checkpoint from the old instances' last ones, keeping the keys it now owns and the offsets
+       they reached. No key is processed by two instances at once: the old ones stop before any new
+       one starts; no event is lost or seen twice: the new ones start where the old ones ended.
+
+    When every such group is stateless or its keyed topics keep their partition count (maxParallel left
+    room), steps 1 and 2 become one: the old instances are held (each stops after a last checkpoint, no
+    drain) while the upstream keeps publishing. A stateless group is never drained, nor its upstream held.
+    """
     import dataclasses
 
     from sp_dagster.cluster.store.deployments import InstanceSpec, list_instances

@@ -1,9 +1,7 @@
 """`sp-dagster scale APP GROUP N`: the deployed app's text with one execution group at a new parallelism.
-
-The new text is the deployed one with `parallel='N'` written into every `@dist` of the group (added
-where a `@dist` names the group without it), so the user's text, comments included, is kept. It is
-then deployed as any new version is (deploy.steps), which moves keyed state (deploy.rescale). Within
-the group's `maxParallel` no topic changes; beyond it the scale is refused with what to do.
+`parallel='N'` is written into every `@dist` of the group (added where a `@dist` names the group without
+it), keeping the rest of the text as written, and the result is deployed as any new version is
+(deploy.steps), which moves keyed state (deploy.rescale).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Dropping an undeployed app's state (`sp-dagster undeploy --drop-state`).
-
-Once the deployment is removed, its workers stop its instances, each with a last checkpoint.
-The state is dropped only after every live worker has said (in its heartbeat's `running`
-list) that it no longer runs any of them, so no last checkpoint lands after the drop. Then the
-drop is recorded in the control plane (cluster.store.drops): the app's next deployment starts
-each instance empty at its committed offsets, whichever machine this runs on and whatever
-revisions or checkpoints it cannot reach. What it can reach goes too: the instances' revisions
-in the persistence table, and their checkpoint directories under the file store's location and
-under `$SP_DAGSTER_HOME/worker-*/` (the workers' local ones, when they share this machine).
+The state is dropped only once no live worker runs the app's instances, so no last checkpoint lands
+after the drop; the drop is then recorded in the control plane (cluster.store.drops), and what this
+machine reaches is deleted (docs/concepts/delivery.md, "State across change").
 """
 
 from __future__ import annotations
@@ -38,7 +32,8 @@ def wait_until_released(plane, instance_ids: list[str], timeout: float, poll: fl
 
 
 def checkpoint_directories(config, instance_ids: list[str]) -> list[Path]:
-    """Every checkpoint directory of these instances this machine holds."""
+    """Every checkpoint directory of these instances this machine holds: under the file store's location and
+    under `$SP_DAGSTER_HOME/worker-*/` (the workers' local ones, when they share this machine)."""
     from sp_dagster.config.yamlsource import default_home
 
     roots = [Path(default_home()).expanduser()]
@@ -52,7 +47,14 @@ def checkpoint_directories(config, instance_ids: list[str]) -> list[Path]:
 
 
 def drop_state(plane, config, instance_ids: list[str], timeout: float = 120.0) -> str:
-    """Drop the state of removed instances once no worker runs them; says what went."""
+    """Drop the state of removed instances once no worker runs them; says what went.
+
+    Once the deployment is removed, its workers stop its instances, each with a last checkpoint; this waits
+    until every live worker has said (in its heartbeat's `running` list) that it no longer runs any of them.
+    The recorded drop makes the app's next deployment start each instance empty at its committed offsets,
+    whichever machine this runs on and whatever revisions or checkpoints it cannot reach; what it can reach
+    goes too: the instances' revisions in the persistence table and their checkpoint directories.
+    """
     from sp_dagster.cluster.store.drops import record_drops
     from sp_dagster.cluster.store.revisions import RevisionStore
 

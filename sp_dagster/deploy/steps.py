@@ -1,7 +1,5 @@
 """The deploy path, one function per step; the CLI and the Dagster ops call the same ones.
-
-load_app -> plan_app -> create_topics -> record -> wait_until_running      (deploy)
-undeploy                                                                   (remove)
+Deploy is load_app -> plan_app -> create_topics -> record -> wait_until_running; undeploy removes.
 """
 
 from __future__ import annotations

@@ -1,31 +1,7 @@
 """A chaos run: a steady stream through a two-group stateful app on a local cluster while processes fail.
-
-    run = ChaosRun(home, bootstrap, app_text)   # 2 managers, 2 workers (LocalCluster)
-    report = run.run(faults=["worker-kill", "worker-pause", "leader-kill"], seed=1)
-
-A producer sends keyed trades at a steady rate, a read_committed consumer collects the app's
-outputs with their arrival times, and one fault after another strikes, each at a random moment
-once every key's outputs flow again after the one before:
-
-- `worker-kill`   SIGKILL a worker that runs instances, start it again a few seconds later;
-- `worker-pause`  SIGSTOP a worker past its heartbeat window (its instances move), then SIGCONT;
-- `leader-kill`   SIGKILL the leader manager (another takes over), start it again;
-- `rescale-up`, `rescale-down`: redeploy with the keyed group's parallelism one higher (lower):
-  its per-key state moves to the new layout (deploy.rescale);
-- `scale-up`, `scale-down`: the same through `sp-dagster scale APP average N` (deploy.scaling);
-- `broker-pause`   SIGSTOP the broker for `outage_s` (every client's requests hang, transactions
-  time out), then SIGCONT (`broker` is its handle: an EmbeddedBroker);
-- `db-outage`      stop the control plane's database server for `outage_s` (30 s) and start it
-  again (`database` is the server's handle; the cluster runs on it: `database_url`);
-- `broker-restart` SIGKILL the broker, start it again on the same storage 5 s later (it needs
-  durable storage: an EmbeddedS3's broker()).
-
-At the end the output topic is read afresh from its start (read_committed) and every key's outputs
-are compared with the in-process engine's over the same input; `live_missed` counts outputs the
-reader that followed the stream never saw (a broker showing a transaction after readers passed it).
-The report says events in, outputs, lost, duplicated, and per fault the longest time without
-any output from the fault on (the recovery gap). `tests/chaos/` asserts it; `bench/chaos.py`
-prints it as JSON lines.
+`ChaosRun(home, bootstrap, app_text).run(faults=[...], seed=1)` strikes the faults one after another and
+reports events in, outputs, lost and duplicated against the in-process engine, with each fault's longest
+output gap; the fault kinds are under "Fault kinds" in docs/operations/failover.md.
 """
 
 from __future__ import annotations
@@ -108,7 +84,20 @@ def _stream_transport(messaging: str, servers: str, cluster_id: str):
 
 class ChaosRun:
     """A local cluster (2 managers, 2 workers) running one app on `bootstrap` (Kafka's servers, or the NATS server with
-    `messaging="nats"`), and the stream through it."""
+    `messaging="nats"`), and the stream through it.
+
+        run = ChaosRun(home, bootstrap, app_text)   # 2 managers, 2 workers (LocalCluster)
+        report = run.run(faults=["worker-kill", "worker-pause", "leader-kill"], seed=1)
+
+    A producer sends keyed trades at a steady rate, and a read_committed consumer collects the app's
+    outputs with their arrival times. `broker-pause` and `broker-restart` need `broker` (an EmbeddedBroker;
+    for `broker-restart` one on durable storage, an EmbeddedS3's broker()); `db-outage` needs `database`,
+    the handle of the server the cluster runs on (`database_url`); `broker-pause` and `db-outage` last
+    `outage_s`. At the end the output topic is read afresh from its start (read_committed) and every key's
+    outputs are compared with the in-process engine's over the same input; `live_missed` counts outputs the
+    reader that followed the stream never saw (a broker showing a transaction after readers passed it).
+    `tests/chaos/` asserts the report; `bench/chaos.py` prints it as JSON lines.
+    """
 
     def __init__(
         self,

@@ -1,12 +1,6 @@
 """A local cluster of real processes (one manager, N workers) on a given broker or NATS server, for tests and benchmarks.
-
-`mode` is the workers' spark.executionMode (continuous: `slots` task slots each, transactions
-unless `exactly_once` is False). `receivers` adds receiver nodes (`isReceiverNode: true`,
-`receiver-1`, ...) that host the HTTP receivers, accepting `receiver_users` (name -> password).
-
-The processes share a control plane and a persistence table: SQLite files under `home`, or the
-database at `database` (a SQLAlchemy URL, e.g. PostgreSQL) for both; and they run with short
-timings so failover takes seconds.
+The processes share a control plane and a persistence table, SQLite files under `home` or one given
+database, and run with short timings so failover takes seconds (`LocalCluster`).
 """
 
 from __future__ import annotations
@@ -84,7 +78,14 @@ def log_excerpt(lines: list[str], tail: int = 40) -> list[str]:
 
 
 class LocalCluster:
-    """Managers and N worker processes sharing a control plane (SQLite under `home`, or `database`), on Kafka or NATS."""
+    """Managers and N worker processes sharing a control plane (SQLite under `home`, or `database`), on Kafka or NATS.
+
+    `mode` is the workers' spark.executionMode (continuous: `slots` task slots each, transactions
+    unless `exactly_once` is False). `receivers` adds receiver nodes (`isReceiverNode: true`,
+    `receiver-1`, ...) that host the HTTP receivers, accepting `receiver_users` (name -> password).
+    The control plane and the persistence table are SQLite files under `home`, or both in the database
+    at `database` (a SQLAlchemy URL, e.g. PostgreSQL).
+    """
 
     def __init__(
         self,

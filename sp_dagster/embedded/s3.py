@@ -1,20 +1,7 @@
 """An S3 server for the embedded broker's durable storage in tests and benches.
-
-The tansu binary shipped here keeps its data in memory or in S3 (its PostgreSQL and SQLite
-storages are not compiled in). With this server standing in for S3, a broker killed and started
-again on the same storage keeps its topics, messages, committed offsets and transactions, for as
-long as this server runs (it holds the objects in memory: a stand-in for an object store, not a
-durable one).
-
-It serves the part of the S3 API the broker's object-store client uses, with S3's semantics:
-PUT (conditional on `If-Match` / `If-None-Match: *`), GET and HEAD (conditional on
-`If-None-Match` / `If-Match`, ranges), DELETE, ListObjectsV2 (prefix, delimiter, continuation)
-and bucket creation. Requests are not authenticated. moto's S3 server was tried first and
-dropped: under the broker's concurrent writes it answered some PUTs with errors and served stale
-objects to conditional GETs, so the broker's high watermarks fell behind its data.
-
-    with EmbeddedS3() as s3, s3.broker() as broker:
-        ...
+The shipped tansu binary keeps its data in memory or in S3; on this server a broker killed and started
+again keeps its data for as long as the server runs (objects are held in memory). Why not moto: see
+"Broker restart on durable storage" in docs/operations/failover.md.
 """
 
 from __future__ import annotations
@@ -65,7 +52,13 @@ def _error(status: int, code: str, message: str):
 
 
 class ObjectStore:
-    """Buckets of objects in memory, served over HTTP with S3's semantics."""
+    """Buckets of objects in memory, served over HTTP with S3's semantics.
+
+    It serves the part of the S3 API the broker's object-store client uses: PUT (conditional on
+    `If-Match` / `If-None-Match: *`), GET and HEAD (conditional on `If-None-Match` / `If-Match`, ranges),
+    DELETE, ListObjectsV2 (prefix, delimiter, continuation) and bucket creation. Requests are not
+    authenticated.
+    """
 
     def __init__(self):
         self.buckets: dict[str, dict[str, StoredObject]] = {}
@@ -218,7 +211,13 @@ class ObjectStore:
 
 
 class EmbeddedS3(EmbeddedServer):
-    """Our S3 server (ObjectStore) in a process of its own, with one bucket made at start."""
+    """Our S3 server (ObjectStore) in a process of its own, with one bucket made at start.
+
+    A broker that keeps its data there:
+
+        with EmbeddedS3() as s3, s3.broker() as broker:
+            ...
+    """
 
     what = "S3 server"
 

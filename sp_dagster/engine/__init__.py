@@ -1,7 +1,5 @@
 """The engine: runs a Siddhi app's queries with Siddhi's semantics, in process, over Arrow batches.
-
-No Spark, Kafka or Dagster here: workers wrap AppRuntime; tests and `sp-dagster run` use it
-directly.
+No Spark, Kafka or Dagster here: workers wrap AppRuntime; tests and `sp-dagster run` use it directly.
 """
 
 from sp_dagster.engine.errors import EngineError

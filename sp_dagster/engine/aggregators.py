@@ -1,9 +1,7 @@
 """Aggregators (sum, avg, count, ...), found by name, with Siddhi's retraction semantics.
-
 A current event adds its value, an expired event removes it, a RESET event (a batch window
-starting over) clears every group. State is kept per group-by key: the selector sets the
-AggregationContext's key before it evaluates a row. Each state class mirrors Siddhi's own,
-including its quirks, so outputs match value for value.
+starting over) clears every group; each state class mirrors Siddhi's own, quirks included, so
+outputs match value for value.
 """
 
 from __future__ import annotations
@@ -25,10 +23,10 @@ _EXACT = 2**53
 class AggregationContext:
     """The aggregators of one selector instance, the group key and their latest values.
 
-    The selector first applies an event to every aggregator (`apply`), then evaluates the
-    output expressions, whose aggregator calls read the values `apply` left in `values`. So
-    a row can also be built later from values kept aside (batch mode builds only the rows
-    it emits).
+    State is kept per group-by key: `apply` is given the key of the event's group. The selector
+    first applies an event to every aggregator (`apply`), then evaluates the output
+    expressions, whose aggregator calls read the values `apply` left in `values`. So a row can
+    also be built later from values kept aside (batch mode builds only the rows it emits).
     """
 
     def __init__(self, track_future: bool = True):

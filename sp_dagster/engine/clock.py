@@ -1,15 +1,6 @@
-"""The engine's clock and timers: playback (event time) or the wall clock.
-
-Windows and rate limiters ask a Scheduler to notify them at a time. A Scheduler belongs to
-one processor of one query (shared by that query's partition instances, each with its own
-queue), and schedulers fire in the order they were created, which is query order. So when
-time moves, due timers run query by query, each query all of its own before the next, and
-within a query the partition instances with the earliest due time first: Siddhi's rules.
-
-In playback time moves only when an event with a larger timestamp is sent; timers that are
-not yet due never fire. With the wall clock a background thread fires timers when due. A
-driven clock is the wall clock for a host that has no room for that thread (a Spark task):
-the host asks next_due() when to come back and moves time with advance().
+"""The engine's clock and timers: playback (event time), the wall clock, or a wall clock a host drives.
+Windows and rate limiters ask a Scheduler to notify them at a time; schedulers fire in the order
+they were created, which is query order, as Siddhi's rules have it.
 """
 
 from __future__ import annotations
@@ -100,7 +91,11 @@ class PlaybackClock(ManualClock):
 
 
 class DrivenClock(ManualClock):
-    """The wall clock moved by a host: starts at the system time; advance() fires every due timer."""
+    """The wall clock moved by a host: starts at the system time; advance() fires every due timer.
+
+    For a host that has no room for WallClock's thread (a Spark task): it asks next_due() when to
+    come back and moves time with advance().
+    """
 
     def __init__(self, start: int | None = None) -> None:
         super().__init__(int(time.time() * 1000) if start is None else start)
@@ -164,7 +159,13 @@ class WallClock(Clock):
 
 
 class Scheduler:
-    """Timers of one processor of one query: one FIFO queue per partition instance."""
+    """Timers of one processor of one query: one FIFO queue per partition instance.
+
+    The query's partition instances share it, each with its own queue. Schedulers fire in the
+    order they were created (query order), so when time moves, due timers run query by query,
+    each query all of its own before the next, and within a query the partition instances with
+    the earliest due time first: Siddhi's rules.
+    """
 
     def __init__(self, clock: Clock, name: str = "") -> None:
         self.clock = clock

@@ -1,15 +1,6 @@
 """Replay conformance cases (app, inputs, Siddhi's recorded output) and compare.
-
-A case file is JSON lines; see ../shared/conformance/README.md. For each case: build the
-runtime, attach the observer the case names (`query:<name>` or `stream:<name>`), send the
-inputs in order, then compare the delivered events with the expected ones by Java type:
-Float as 32-bit, Double exactly or within 1e-9 relative, integers, strings and booleans
-exactly, null only with null; as multisets where the case says the order is undefined.
-
-The aggregation cases (../shared/conformance/aggregation/README.md) add on-demand retrievals
-run between inputs (`ondemand`, each compared like the events), apps that must not build
-(`expected.app_error`), Siddhi properties (`siddhi_config`: shardId, partitionById,
-aggTimeZone) and several runtimes sharing one store (`runtimes`).
+A case file is JSON lines (../shared/conformance/README.md); delivered events are compared with the
+expected ones by Java type (same_value), as multisets where the case says the order is undefined.
 """
 
 from __future__ import annotations
@@ -31,7 +22,13 @@ from sp_dagster.siddhi import SiddhiQLError
 
 @dataclass
 class Case:
-    """One conformance case."""
+    """One conformance case.
+
+    The aggregation cases (../shared/conformance/aggregation/README.md) add on-demand retrievals
+    run between inputs (`ondemand`), apps that must not build (`expected.app_error`), Siddhi
+    properties (`siddhi_config`: shardId, partitionById, aggTimeZone) and several runtimes
+    sharing one store (`runtimes`).
+    """
 
     id: str
     category: str
@@ -242,7 +239,11 @@ def column_types(rows: list[list], kinds: list[str]) -> list[str] | None:
 
 
 def same_value(actual: Any, expected: Any, java_type: str | None) -> bool:
-    """Compare one value as the conformance rules say (by the expected Java type)."""
+    """Compare one value as the conformance rules say (by the expected Java type).
+
+    Float as 32-bit, Double exactly or within 1e-9 relative, integers, strings and booleans
+    exactly, null only with null.
+    """
     if expected is None or actual is None:
         return expected is None and actual is None
     if isinstance(expected, bool) or isinstance(actual, bool):

@@ -1,10 +1,6 @@
 """Events and chunks: what flows between processors.
-
-A chunk is a list of StreamEvents, processed in order as one unit (Siddhi's
-ComplexEventChunk). Besides current events a chunk may hold expired events (leaving a
-window), RESET events (a batch window clears the aggregates) and TIMER events (a scheduled
-time has come). A chunk of current events may also travel column-wise as an ArrowChunk,
-so stateless queries can filter and project whole batches with pyarrow.compute.
+A chunk is a list of StreamEvents, processed in order as one unit (Siddhi's ComplexEventChunk);
+a chunk of current events may also travel column-wise as an ArrowChunk.
 """
 
 from __future__ import annotations
@@ -13,6 +9,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+#: Event types: CURRENT (arrived), EXPIRED (leaving a window), TIMER (a scheduled time has come),
+#: RESET (a batch window clears the aggregates).
 CURRENT, EXPIRED, TIMER, RESET = 0, 1, 2, 3
 TYPE_NAMES = ("CURRENT", "EXPIRED", "TIMER", "RESET")
 
@@ -65,7 +63,10 @@ class Event:
 
 
 class ArrowChunk:
-    """A chunk of current events held column-wise: a record batch and one timestamp per row."""
+    """A chunk of current events held column-wise: a record batch and one timestamp per row.
+
+    Stateless queries filter and project it whole with pyarrow.compute.
+    """
 
     __slots__ = ("batch", "timestamps", "sends", "_events")
 

@@ -1,10 +1,6 @@
 """What compiled expressions are: an Executor per expression, and the Scopes that resolve attribute names.
-
-The types the expression compiler (expressions.py) produces and the modules it calls into
-(functions.py, aggregators.py) build on; they sit below all of them, so those modules never
-import the compiler. An Executor evaluates one expression: `row(event)` works on one StreamEvent
-and is always there; `arrow(chunk)` evaluates a whole ArrowChunk with pyarrow.compute and is
-there only where the vectorised form is exactly equal to the row form (otherwise None).
+These types sit below the expression compiler (expressions.py) and the modules it calls into
+(functions.py, aggregators.py), so those modules never import the compiler.
 """
 
 from __future__ import annotations
@@ -24,7 +20,12 @@ Vector = Callable[[Any], Any]
 
 
 class Executor:
-    """One compiled expression: its Siddhi type, a row function and maybe a vector function."""
+    """One compiled expression: its Siddhi type, a row function and maybe a vector function.
+
+    `row(event)` works on one StreamEvent and is always there; `arrow(chunk)` evaluates a whole
+    ArrowChunk with pyarrow.compute and is there only where the vectorised form is exactly equal
+    to the row form (otherwise None, and the query runs row by row).
+    """
 
     __slots__ = ("type", "row", "arrow", "constant", "value", "aggregators", "reads")
 

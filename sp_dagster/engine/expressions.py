@@ -1,12 +1,7 @@
-"""Compile SiddhiQL expressions into executors with Java's semantics.
-
-Apps reach the compiler validated by sp_dagster.siddhi (names and types are right), so the
-compiler only decides how to compute, with the parser's type rules. An Executor evaluates one
-expression. `row(event)` works on one StreamEvent and is always
-there; `arrow(chunk)` evaluates a whole ArrowChunk with pyarrow.compute and is there only
-where the vectorised form is exactly equal to the row form (otherwise None, and the query
-runs row by row). Names are resolved by a Scope, so the same compiler serves plain
-streams, selectors (output attributes) and, later, joins and patterns.
+"""Compile SiddhiQL expressions into executors (executor.py) with Java's semantics.
+Apps reach the compiler validated by sp_dagster.siddhi (names and types are right), so it only
+decides how to compute, with the parser's type rules; names are resolved by a Scope, so one
+compiler serves streams, selectors, joins and patterns.
 """
 
 from __future__ import annotations

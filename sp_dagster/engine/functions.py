@@ -1,9 +1,7 @@
 """Built-in functions, found by name: Siddhi's core functions plus common math: and str: ones.
-
-Each entry compiles a call from its argument executors into an Executor. What a function
-accepts and returns is the parser's table (sp_dagster.siddhi.functions); validation has
-checked the arguments by then, so entries here only implement. Aggregators (sum, count, ...) are not here: they keep
-state and live in aggregators.py; the compiler (expressions.compile_call) hands them to the scope's aggregation context.
+Each entry compiles a call from its argument executors into an Executor. What a function accepts
+and returns is the parser's table (sp_dagster.siddhi.functions), checked by validation, so entries
+here only implement.
 """
 
 from __future__ import annotations
@@ -21,6 +19,8 @@ from sp_dagster.engine.values import INT_MAX, INT_MIN, f32, java_class, java_flo
 from sp_dagster.siddhi import ast
 
 Compiler = Callable[[ast.FunctionCall, list, "str | None", Scope], Executor]
+#: Aggregators (sum, count, ...) are not here: they keep state and live in aggregators.py, and the
+#: compiler (expressions.compile_call) hands them to the scope's aggregation context.
 FUNCTIONS: dict[str, Compiler] = {}
 
 

@@ -1,9 +1,6 @@
 """The iteration order of Java's HashMap/ConcurrentHashMap for String keys.
-
-A few Siddhi windows emit events in the order their hash map iterates (frequent,
-lossyFrequent, session ties). Matching Siddhi means reproducing that order: bucket index
-from String.hashCode spread by (h ^ h >>> 16), over a table that doubles past 3/4 full,
-keys within one bucket in insertion order.
+A few Siddhi windows emit events in the order their hash map iterates (frequent, lossyFrequent,
+session ties); matching Siddhi means reproducing that order (hash_order).
 """
 
 from __future__ import annotations
@@ -28,7 +25,11 @@ def _table_size(count: int) -> int:
 
 
 def hash_order(keys: Iterable[str], capacity: int = 0) -> list[str]:
-    """`keys` (in insertion order) in the order a Java hash map holding them iterates."""
+    """`keys` (in insertion order) in the order a Java hash map holding them iterates.
+
+    The bucket index comes from String.hashCode spread by (h ^ h >>> 16), over a table that
+    doubles past 3/4 full; keys within one bucket stay in insertion order.
+    """
     keys = list(keys)
     size = _table_size(max(len(keys), capacity))
     buckets: dict[int, list[str]] = {}

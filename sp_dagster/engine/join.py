@@ -1,16 +1,7 @@
 """Joins: two inputs (streams behind windows, or tables), matched on arrival, as Siddhi does.
-
-Each stream side runs its own chain (filters, its window, or a zero-length window when it
-has none) ending in a JoinSide. For every event its window emits, the JoinSide looks into
-the other side's window (or table) and hands the joined events of that one event to the
-selector as a chunk (all chunks of one window output go on as one selector call); outer sides emit unmatched events with the other side null, and only
-`unidirectional` sides (or every stream side when there is none) trigger. A joined event's
-data is the left attributes followed by the right ones.
-
-Where the `on` condition requires `L.a == R.b` (a conjunct comparing one attribute of each
-side, of the same type), a side indexes what the other holds by that attribute once per
-chunk, so each event is tested only against the held events with its key (in held order);
-the whole condition is still applied to them.
+Each stream side runs its own chain (filters, its window, or a zero-length window when it has
+none) ending in a JoinSide, which joins every event its window emits with what the other side
+holds.
 """
 
 from __future__ import annotations
@@ -54,7 +45,14 @@ class EmptyWindow(Processor):
 
 
 class JoinSide(Processor):
-    """Matches each event of one side with what the other side holds, and emits the results."""
+    """Matches each event of one side with what the other side holds, and emits the results.
+
+    The joined events of one event go to the selector as a chunk, and all chunks of one window
+    output as one selector call. Where the `on` condition requires `L.a == R.b` (a conjunct
+    comparing one attribute of each side, of the same type: `keys`), the side indexes what the
+    other holds by that attribute once per chunk, so each event is tested only against the held
+    events with its key (in held order); the whole condition is still applied to them.
+    """
 
     next: Selector
     #: the other side's window (held()) or table view (held_for(event)), wired when the query is built

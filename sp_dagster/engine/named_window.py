@@ -1,19 +1,6 @@
 """Named windows (`define window W (...) fn(args) [output all|current|expired events]`).
-
-Mirrors Siddhi's Window: one window instance per app, shared by every query that uses it.
-
-- `insert into W` adds the query's output rows to the window (expired rows come in as
-  current ones, as Siddhi's InsertIntoWindowCallback turns them).
-- What the window emits goes to the junction named W, filtered by the output clause (all
-  events by default): `from W ...` queries, partitions and stream callbacks on W receive
-  its current and expired events there, one chunk per window output.
-- A join probes the window's held events (`held()`, the interface tables share), and a
-  join side reading W is triggered by what W emits. As in Siddhi, filters written on the
-  named-window side of a join are not applied (Siddhi swaps that side's processor chain
-  for a pass-through to the window), and in a self-join of W (`from W as a join W as b`)
-  only the left side is fed, one event at a time (Siddhi's one-slot multi-receiver).
-- The window has its own scheduler, created before any query's, so its timers fire before
-  those of the queries when time moves; snapshot() and restore() cover its events and timers.
+Mirrors Siddhi's Window: one window instance per app, shared by every query that uses it; what it
+emits goes to the junction named W, filtered by the output clause, and joins probe what it holds.
 """
 
 from __future__ import annotations
@@ -28,7 +15,12 @@ from sp_dagster.siddhi import ast
 
 
 class NamedWindow:
-    """One `define window`: its window processor, and the junction its output goes to."""
+    """One `define window`: its window processor, and the junction its output goes to.
+
+    `from W ...` queries, partitions and stream callbacks on W receive its current and expired
+    events at the junction, one chunk per window output. A join probes `held()` (the interface
+    tables share). snapshot() and restore() cover the window's events and timers.
+    """
 
     def __init__(self, definition: ast.WindowDefinition, context):
         self.name = definition.name
@@ -40,6 +32,7 @@ class NamedWindow:
         scope = StreamScope(self.schema, (self.name,), context)
         params = [Param(arg, compile_expression(arg, scope)) for arg in node.args]
         window_class = WINDOWS[node.name]  # support.check_supported has rejected unknown windows
+        # named windows are built before any query: their timers fire before the queries' when time moves
         scheduler = context.clock.scheduler(f"window:{self.name}") if window_class.uses_timers else None
         expired_on = self.output != "current"  # Siddhi: outputExpectsExpiredEvents
         window_context = WindowContext(context.clock, scheduler, expired_on, node, self.schema, findable=True)
@@ -85,7 +78,10 @@ class _Publisher(Processor):
 
 
 class WindowOutput:
-    """A query's `insert into W`: query callbacks first, then the rows go into the window."""
+    """A query's `insert into W`: query callbacks first, then the rows go into the window.
+
+    Expired rows come in as current ones, as Siddhi's InsertIntoWindowCallback turns them.
+    """
 
     def __init__(self, window: NamedWindow, callbacks: list):
         self.window = window
@@ -106,7 +102,12 @@ class WindowOutput:
 
 
 class EventByEvent:
-    """Feeds a named window's output to a join side one event at a time (a window self-join)."""
+    """Feeds a named window's output to a join side one event at a time (a window self-join).
+
+    In `from W as a join W as b` only the left side is fed, as Siddhi's one-slot multi-receiver
+    does; filters on a named-window side of a join are not applied (Siddhi swaps that side's
+    chain for a pass-through to the window).
+    """
 
     def __init__(self, head: Processor):
         self.head = head

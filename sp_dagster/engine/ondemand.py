@@ -1,18 +1,6 @@
 """On-demand queries (Siddhi's `siddhiAppRuntime.query(...)`): run once against an app's tables.
-
-    runtime.query("from StockTable on price > 10 select symbol, sum(volume) as total group by symbol")
-    runtime.query("select 'IBM' as symbol, 75.5f as price insert into StockTable")
-    runtime.query("delete StockTable on StockTable.symbol == 'IBM'")
-    runtime.query("update StockTable set StockTable.price = 80f on StockTable.symbol == 'IBM'")
-    runtime.query("select 'IBM' as symbol, 81f as price update or insert into StockTable "
-                  "set StockTable.price = price on StockTable.symbol == symbol")
-
-A `from` query finds the rows the `on` condition selects (in SQL for a stored table) and runs
-them through the selector as one batch: group by, having, order by, limit and offset work as
-in a query, aggregations cover the rows found. The other forms evaluate their selection once
-(constants only: there is no input event) and change the table as a query's output would;
-they return no events. Errors (unknown table, bad query) are SiddhiQLErrors with line and
-column in the query text.
+A `from` query runs the rows its `on` selects through the selector as one batch; the other forms
+evaluate their selection once (constants only) and change the table as a query's output would.
 """
 
 from __future__ import annotations
@@ -50,7 +38,17 @@ class OnDemandResult:
 
 
 def run_on_demand(runtime, text: str, source: str | None = None) -> OnDemandResult:
-    """Parse, check and run one on-demand query against `runtime` (whose lock the caller holds)."""
+    """Parse, check and run one on-demand query against `runtime` (whose lock the caller holds).
+
+        runtime.query("from StockTable on price > 10 select symbol, sum(volume) as total group by symbol")
+        runtime.query("select 'IBM' as symbol, 75.5f as price insert into StockTable")
+        runtime.query("delete StockTable on StockTable.symbol == 'IBM'")
+        runtime.query("update StockTable set StockTable.price = 80f on StockTable.symbol == 'IBM'")
+        runtime.query("select 'IBM' as symbol, 81f as price update or insert into StockTable "
+                      "set StockTable.price = price on StockTable.symbol == symbol")
+
+    Errors (unknown table, bad query) are SiddhiQLErrors with line and column in the query text.
+    """
     try:
         query = parse_on_demand_query(text, source)
         _, errors = check_on_demand_query(query, runtime.context.analysis)

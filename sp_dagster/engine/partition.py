@@ -1,11 +1,7 @@
 """Partitions: `partition with (key of S, ...) begin ... end`, one instance per key.
-
-Each partition key gets its own instance of the partition's queries, with its own state,
-timers and inner streams (#S). Events of a partitioned stream go to the instance of their
-key (a value partition's key is the value's string form; a range partition's keys are the
-labels of every range the event falls in); streams read inside the partition without a key
-reach every existing instance. A chunk is split into runs of consecutive events with the
-same key, as Siddhi splits it.
+Each key gets its own instance of the partition's queries, with its own state, timers and inner
+streams (#S); PartitionReceiver routes the chunks of a partitioned stream, split into runs of one
+key as Siddhi splits them, to the instances.
 """
 
 from __future__ import annotations
@@ -127,7 +123,11 @@ class PartitionInstance:
 
 
 def _key_executors(key, scope) -> list:
-    """Functions from an event to its partition key (or None) for one key definition."""
+    """Functions from an event to its partition key (or None) for one key definition.
+
+    A value partition's key is the value's string form; a range partition's keys are the labels of
+    every range the event falls in.
+    """
     if isinstance(key, ast.ValuePartition):
         executor = compile_expression(key.expression, scope)
         row, kind = executor.row, executor.type

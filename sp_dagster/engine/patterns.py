@@ -1,28 +1,7 @@
 """Patterns (`->`) and sequences (`,`): partial matches moved along a chain of states.
-
-The state tree is flattened into steps (a stream state, possibly counted `<m:n>`, `+`, `*`,
-`?`, or two stream states joined by `and`/`or`); `every` marks a group of steps that is
-re-armed with a fresh partial match when a partial match leaves it (or expires inside it).
-A partial match holds, per state, the events it has taken; a counted state shares its list
-with the next step from the minimum count on, until that next step matches. In a pattern,
-events that do not match are skipped; in a sequence, a partial match that an event does not
-advance is dropped, an `every` start takes every event, and a step holds one partial match
-(the older one, when a new start lands where an older partial still counts).
-`within` drops partial matches older than the limit (event time) before each event.
-
-Absent states (`not S[filter] for T`, alone or as a side of `and`/`or`) follow Siddhi's
-AbsentStreamPreStateProcessor and AbsentLogicalPreStateProcessor. A partial match placed on
-an absent step is given a deadline (the engine clock then + T) and a timer of the query's
-scheduler; an event of S that passes the filter before the deadline kills it (for `or`,
-only its absent branch), and when the deadline comes (playback: when a later event of the
-app moves the clock past it, before that event is processed; wall clock: the timer
-thread) it moves on with the deadline as its time, or is emitted as a match. `not S and
-e=S2` (no `for`) completes on S2 if no S came first; `not S for T and e=S2` needs both the
-quiet period and S2. An absent first state is armed when the query starts (playback: at 0)
-and, killed, re-arms from the killing event; `every not S for T` fires once per quiet
-period. In a sequence an absent partial lives through one further event of the query (a
-killing one ends it) and is dropped by the next, or by a timer once a newer partial waits
-on the same state (Siddhi's reset before each event).
+compile_states flattens the state tree into steps; PatternProcessor moves partial matches along
+them with Siddhi's rules for `every`, `within`, counted states and absent states (`not S for T`),
+which docs/concepts/engine.md lists.
 """
 
 from __future__ import annotations
@@ -87,7 +66,10 @@ Waits = dict[int, int | str]
 class Partial:
     """Events per state; `start` for within, `time` of the last step taken (None: not begun),
     `waits` (absent state slot -> deadline, DONE or DEAD) on an absent step, and `seen`, the
-    events a sequence partial has lived through on an absent step."""
+    events a sequence partial has lived through on an absent step.
+
+    A counted state shares its list of events with the next step from the minimum count on,
+    until that next step matches."""
 
     __slots__ = ("slots", "start", "time", "waits", "seen")
 
@@ -103,7 +85,11 @@ class Partial:
 
 
 def compile_states(node: ast.StateInput, schemas: dict[str, Schema]):
-    """(steps, every groups, states) of a pattern or sequence."""
+    """(steps, every groups, states) of a pattern or sequence.
+
+    A step is a stream state, possibly counted (`<m:n>`, `+`, `*`, `?`), an absent state, or two
+    states joined by `and`/`or`; an every group is the (first, last) step `every` marks.
+    """
     steps: list[_Step] = []
     groups: list[tuple[int, int]] = []
     states: list[_State] = []
@@ -272,7 +258,11 @@ class PatternProcessor(Processor):
             self._arm(partial, step + 1, into, out)
 
     def _waiting(self, partial: Partial, current: _Step) -> Partial:
-        """A copy of `partial` waiting on an absent step: a deadline (and timer) per timed state."""
+        """A copy of `partial` waiting on an absent step: a deadline (and timer) per timed state.
+
+        The deadline is `now` (the engine clock then) + T, as in Siddhi's
+        AbsentStreamPreStateProcessor and AbsentLogicalPreStateProcessor.
+        """
         waiting = partial.copy()
         waiting.waits = {}
         waiting.seen = 0

@@ -1,8 +1,6 @@
 """The processor interface every step of a query implements, and the stateless processors.
-
-A query is a chain of processors (filters, stream functions, a window, the selector, the
-rate limiter), each passing the chunks it produces to `next`, like Siddhi's core. Stateful
-processors return their state from snapshot() and take it back in restore().
+A query is a chain of processors (filters, stream functions, a window, the selector, the rate
+limiter), each passing the chunks it produces to `next`, like Siddhi's core.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ class Processor:
         self.process(chunk.events())
 
     def snapshot(self):
-        """Plain-data state (None for stateless processors)."""
+        """Plain-data state (None for stateless processors); restore() takes it back."""
         return None
 
     def restore(self, state) -> None:

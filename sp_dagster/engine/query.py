@@ -1,8 +1,7 @@
 """One query at run time: input -> filters/functions/window -> selector -> rate limiter -> output.
-
-QueryRuntime builds the processor chain from the AST (raising SiddhiQLErrors for anything
-wrong or unsupported), subscribes to its input stream and delivers its output to query
-callbacks and the target stream. Partitions build one QueryRuntime per partition key.
+QueryRuntime builds the processor chain from the AST (raising SiddhiQLErrors for anything wrong or
+unsupported), subscribes to its input stream and delivers its output to query callbacks and the
+target stream.
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ class _Head:
 
 
 class QueryRuntime:
-    """A running query: its processor chain and state."""
+    """A running query: its processor chain and state (partitions build one per partition key)."""
 
     def __init__(
         self,

@@ -1,9 +1,6 @@
 """Output rate limiting (`output [all|first|last] every N events | T`, `output snapshot every T`).
-
-One class per Siddhi limiter, with the same rules: event counts include the events of all
-groups unless the limiter is per group; `first every T` starts its period when a row is
-emitted, per group; `all`/`last every T` emit at the end of every period (on the engine clock,
-so playback time drives them too).
+One class per Siddhi limiter, with Siddhi's rules; time-based ones run on the engine clock, so
+playback time drives them too.
 """
 
 from __future__ import annotations
@@ -29,7 +26,11 @@ def _is_row(event) -> bool:
 
 
 class RateLimiter(Processor):
-    """Base: `emit(chunk)` hands a chunk to the query's output (callbacks, target stream)."""
+    """Base: `emit(chunk)` hands a chunk to the query's output (callbacks, target stream).
+
+    Event counts include the events of all groups unless the limiter is per group (the
+    `...GroupBy...` classes).
+    """
 
     def __init__(self, output, value=None, clock: Clock | None = None, scheduler: Scheduler | None = None):
         self.output = output

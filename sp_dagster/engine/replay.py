@@ -1,9 +1,6 @@
 """Replay a file of events through an app and write what its output streams receive.
-
-Input and output lines share one form: {"stream": "S", "data": [...], "timestamp": ms}
-(`data` may also be an object keyed by attribute name on input). The engine knows nothing of
-that form: the caller passes its `EventLines` (the messaging layer's `eventlines` module, whose
-checks of values against attribute types are the ones topics use).
+Input and output lines share one form, `{"stream": "S", "data": [...], "timestamp": ms}`, which the
+caller's EventLines reads and writes.
 """
 
 from __future__ import annotations
@@ -20,7 +17,12 @@ from sp_dagster.siddhi import ast
 
 
 class EventLines(Protocol):
-    """The JSON-lines form of events (sp_dagster.messaging.eventlines)."""
+    """The JSON-lines form of events (sp_dagster.messaging.eventlines).
+
+    The engine knows nothing of that form: the caller passes the messaging layer's `eventlines`
+    module, whose checks of values against attribute types are the ones topics use (`data` may
+    also be an object keyed by attribute name on input).
+    """
 
     def decode_event_line(self, line: str, attributes_of: Callable[[str], Sequence[tuple[str, str]]]) -> tuple[str, tuple, int | None]: ...
 

@@ -1,18 +1,6 @@
 """AppRuntime: a Siddhi app running in process, fed rows or Arrow batches.
-
-    runtime = AppRuntime(text)                     # parse, check, build (SiddhiQLError if wrong)
-    runtime.add_callback("Out", print)             # StreamCallback: fn(events)
-    buffer = runtime.add_buffer("Out")             # buffer.drain() -> (record batch, timestamps)
-    runtime.add_query_callback("q1", fn)           # QueryCallback: fn(timestamp, in, removed)
-    runtime.start()                                # fires `at 'start'` triggers (else the first send does)
-    runtime.send("In", [("IBM", 10.5)], timestamps=[1000])
-    state = runtime.snapshot(); other.restore(state)
-    runtime.shutdown()
-
-With `@app:playback` the clock follows event timestamps; otherwise it is the wall clock and
-a background thread fires time windows and rate limits when they fall due. A host that runs
-the engine where no such thread may emit (a Spark task) passes `clock=DrivenClock()`, asks
-`next_wakeup()` when to come back and calls `advance_time(now)` then.
+Callbacks and buffers take what streams and queries emit; snapshot() and restore() carry its state.
+With `@app:playback` the clock follows event timestamps, otherwise it is the wall clock.
 """
 
 from __future__ import annotations
@@ -83,7 +71,12 @@ class AppRuntime:
         agg_time_zone: str | None = None,
         connections=None,
     ):
-        """Parse, check and build `app`.
+        """Parse, check and build `app` (SiddhiQLError if it is wrong).
+
+        `clock` defaults to event time under `@app:playback`, else the wall clock, whose background
+        thread fires time windows and rate limits when they fall due. A host that runs the engine
+        where no such thread may emit (a Spark task) passes `clock=DrivenClock()`, asks
+        `next_wakeup()` when to come back and calls `advance_time(now)` then.
 
         Incremental aggregations take Siddhi's properties from here: `shard_id` (siddhi.properties.shardId)
         tags the rows this runtime writes, `partition_by_id` (siddhi.properties.partitionById) makes every

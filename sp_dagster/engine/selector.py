@@ -1,10 +1,6 @@
 """The query selector: projection, aggregation, group by, having, order by, limit, offset.
-
-Mirrors Siddhi's QuerySelector. A chunk is processed in batch mode (always, except under a
-snapshot rate limiter): with group by, one output per group (the group's last event, groups
-in first-seen order); with aggregators but no group by, one output per chunk (its last
-event); otherwise every event. Only the event types the output asks for (current, expired)
-are emitted; RESET events reset the aggregators.
+Mirrors Siddhi's QuerySelector, and like it processes a chunk in batch mode (one output per group
+per chunk) except under a snapshot rate limiter.
 """
 
 from __future__ import annotations
@@ -26,7 +22,13 @@ from sp_dagster.siddhi import SiddhiQLError, ast
 
 
 class Selector(Processor):
-    """Turns input events into output rows and hands chunks to the rate limiter."""
+    """Turns input events into output rows and hands chunks to the rate limiter.
+
+    In batch mode, with group by, one output per group (the group's last event, groups in
+    first-seen order); with aggregators but no group by, one output per chunk (its last event);
+    otherwise every event. Only the event types the output asks for (current, expired) are
+    emitted; RESET events reset the aggregators.
+    """
 
     def __init__(
         self,

@@ -1,9 +1,6 @@
 """`output snapshot every T`: at the end of every period, the query's current state.
-
-Siddhi picks one of seven limiters by shape: with a window, the rows still in it (for group
-by, per group), where aggregate columns show their latest values; without a window, the
-last row (per group). A snapshot falls due when any event (or the timer) reaches the end of
-the period, and is emitted before that event is taken in.
+Siddhi picks one of seven limiters by the query's shape (snapshot_limiter): with a window, the rows
+still in it; without one, the last row (per group).
 """
 
 from __future__ import annotations
@@ -14,7 +11,10 @@ from sp_dagster.siddhi import ast
 
 
 class SnapshotLimiter(Periodic):
-    """Base: flush a snapshot whenever an event's time reaches the period end."""
+    """Base: flush a snapshot whenever an event's time (or the timer) reaches the period end.
+
+    The snapshot goes out before that event is taken in.
+    """
 
     def process(self, chunk):
         outs = []
@@ -223,7 +223,11 @@ class GroupAggregates(SnapshotLimiter):
 
 
 def snapshot_limiter(query, period: int, scheduler) -> SnapshotLimiter:
-    """The snapshot limiter Siddhi would choose for `query` (a QueryRuntime being built)."""
+    """The snapshot limiter Siddhi would choose for `query` (a QueryRuntime being built).
+
+    With a window, the rows still in it (per group with group by), aggregate columns at their
+    latest values; without a window, the last row (per group).
+    """
     selector = query.selector
     attributes = query.query.selector.attributes
     positions = [

@@ -1,11 +1,6 @@
 """An app's stateful parts by name, each with a fingerprint of its definition, and which saved parts fit a new app.
-
-A snapshot holds one state per part (`query:<name>`, `partition:<i>`, `table:<name>`, ...).
-A part's fingerprint hashes its definition (annotations aside) and the attributes of every
-stream, table or window it names, so it changes exactly when the part's state may no longer
-fit. When an app changes, the parts whose fingerprint is unchanged keep their state and the
-rest start empty: `carry_over(old, new)` says which, and `AppRuntime.restore(..., partial=True)`
-does it.
+A part's fingerprint changes exactly when its state may no longer fit: `carry_over(old, new)` says
+which parts of a changed app keep their state, and `AppRuntime.restore(..., partial=True)` does it.
 """
 
 from __future__ import annotations
@@ -25,7 +20,11 @@ _ElementT = TypeVar("_ElementT", bound=ast.Annotated)
 
 
 def part_definitions(app: ast.App) -> dict[str, str]:
-    """Each stateful part's name (as AppRuntime names it) and its definition's text."""
+    """Each stateful part's name (as AppRuntime names it) and its definition's text.
+
+    A snapshot holds one state per part: `query:<name>`, `partition:<i>`, `table:<name>`,
+    `aggregation:<name>`, `window:<name>`, `trigger:<name>`.
+    """
     parts: dict[str, str] = {}
     counter = 0
     partitions = 0
@@ -50,7 +49,11 @@ def _bare(definition: _ElementT) -> _ElementT:
 
 
 def fingerprints(app: ast.App, analysis) -> dict[str, str]:
-    """Each stateful part's name and the fingerprint of its definition with the attributes of what it names."""
+    """Each stateful part's name and the fingerprint of its definition with the attributes of what it names.
+
+    The definition is hashed without its annotations, together with the attributes of every
+    stream, table or window it names.
+    """
     result = {}
     for name, text in part_definitions(app).items():
         named = sorted({token for token in _NAME.findall(text)})

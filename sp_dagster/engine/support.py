@@ -1,8 +1,6 @@
 """What the engine cannot run yet, found before anything is built, in the parser's error format.
-
-Script functions, playback tuning, fault streams and the few
-functions and windows the parser knows but the engine does not implement are not planned yet.
-Every such use in an app is reported (all of them at once, with line and column), never
+Script functions, playback tuning, fault streams and the functions and windows the parser knows but
+the engine does not implement are reported, every use at once with line and column, never
 silently ignored.
 """
 

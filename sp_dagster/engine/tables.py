@@ -1,15 +1,6 @@
 """Tables (`define table`): one interface, in memory or in a database, and the queries that use them.
-
-A query writes a table with `insert into T`, `delete T on ...`, `update T set ... on ...` or
-`update or insert into T set ... on ...`; conditions and `set` values see the query's output
-attributes and the table's (qualified by the table's name) side by side, as Siddhi does.
-Joins read a table through `candidates()`; `cond in T` is true when some row satisfies `cond`.
-
-Every table kind implements `Table`: a condition is compiled once by the table
-(`compile_condition`, which an RDBMS table turns into SQL where it can) and then used with the
-data of the other side (`find`, `contains`, `delete`, `update`), so the code here never asks
-which kind of table it has. `InMemoryTable` keeps rows in a list; `@store(type='rdbms', ...)`
-tables live in `sp_dagster.engine.store`.
+Every table kind implements `Table`, so the code here never asks which kind it has: `InMemoryTable`
+keeps rows in a list, and `@store(type='rdbms', ...)` tables live in `sp_dagster.engine.store`.
 """
 
 from __future__ import annotations
@@ -44,7 +35,11 @@ class Assignment:
 class Table:
     """What every table offers the engine. `data` is always the other side's attributes: the
     table's row is spliced into it at the condition's offset to give the joined data the
-    condition and `set` values were compiled against."""
+    condition and `set` values were compiled against.
+
+    A condition is compiled once by the table (`compile_condition`, which an RDBMS table turns
+    into SQL where it can) and then used with the data of the other side (`find`, `contains`,
+    `delete`, `update`); joins read a table through `candidates()`."""
 
     name: str
     schema: Schema
@@ -218,7 +213,11 @@ class TableJoinView:
 
 
 class TableOutput:
-    """A query's output into a table: query callbacks first, then insert/delete/update rows."""
+    """A query's output into a table: query callbacks first, then insert/delete/update rows.
+
+    Conditions and `set` values see the query's output attributes and the table's (qualified by
+    the table's name) side by side, as Siddhi does.
+    """
 
     def __init__(self, output, table: Table, schema: Schema, names: tuple[str, ...], context, callbacks: list):
         self.table = table

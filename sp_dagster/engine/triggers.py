@@ -1,26 +1,7 @@
 """Triggers (`define trigger T at 'start' | at every <time> | at '<cron>'`).
-
-A trigger is a stream `T (triggered_time long)`; each firing sends one event whose
-timestamp and triggered_time are the firing time. As in Siddhi:
-
-- `at 'start'` fires once when the runtime starts (AppRuntime.start(), which the first
-  send() or advance_time() calls when the caller has not), stamped with the clock then:
-  0 in playback before any event has moved it.
-- `at every T` fires every T, the first time T after it starts; a firing that is due late
-  is still delivered, each with its own scheduled time (fixed rate).
-- `at '<cron>'` fires at the times of a Quartz cron expression (seconds first: `sec min hour
-  day-of-month month day-of-week [year]`, exactly one of the two day fields `?`, days of
-  the week 1-7 = SUN-SAT), in the machine's local time zone as Quartz's default.
-
-Periodic and cron triggers run on the engine clock's scheduler: on the wall clock their
-schedule starts with the runtime; in playback, where time before the first event means
-nothing, with the first time event time moves, and they fire as event time advances (Siddhi
-keeps them on the wall clock even in playback, which makes their output depend on how fast
-events are sent; ../shared/conformance/README.md asks for event time here). A firing is
-stamped with its scheduled time, not the moment the timer thread got to it.
-snapshot() holds whether a start trigger has fired and a periodic one's next fire time, so
-a restored runtime neither fires 'start' again nor loses its phase (on the wall clock, the
-periods that passed while no runtime ran are skipped).
+A trigger is a stream `T (triggered_time long)`; each firing sends one event whose timestamp and
+triggered_time are the firing time. Periodic and cron triggers run on the engine clock's scheduler,
+so in playback they fire as event time advances (Siddhi keeps them on the wall clock).
 """
 
 from __future__ import annotations
@@ -75,7 +56,8 @@ class Trigger:
         return self.period is not None or self.cron is not None
 
     def start(self) -> None:
-        """The runtime starts: a start trigger fires (once)."""
+        """The runtime starts: a start trigger fires (once), stamped with the clock now (0 in playback
+        before any event has moved it)."""
         if not self.periodic and not self.fired:
             self.fired = True
             now = self.clock.now()
@@ -98,7 +80,7 @@ class Trigger:
             assert self.timers is not None  # only a periodic trigger is armed, and it has its timer
             self.timers.notify_at(when)
 
-    def _fire(self, when: int) -> None:
+    def _fire(self, when: int) -> None:  # fixed rate: a late firing keeps its scheduled time
         self._arm(self._following(when))
         self.junction.send([StreamEvent(when, (when,))])
 
@@ -167,7 +149,11 @@ _DAY_NUMBER = re.compile(r"(?<![A-Za-z#/])(\d+)")
 
 
 class QuartzCron:
-    """A Quartz cron expression, evaluated with croniter (whose days of the week count from 0)."""
+    """A Quartz cron expression, evaluated with croniter (whose days of the week count from 0).
+
+    Seconds first (`sec min hour day-of-month month day-of-week [year]`), exactly one of the two
+    day fields `?`, days of the week 1-7 = SUN-SAT.
+    """
 
     def __init__(self, text: str):
         self.text = text.strip()
@@ -189,7 +175,7 @@ class QuartzCron:
         fields[3] = "*" if day_of_month == "?" else day_of_month
         fields[5] = "*" if day_of_week == "?" else _day_of_week(day_of_week, self.text)
         self.expression = " ".join(fields)
-        self.zone = tz.tzlocal()
+        self.zone = tz.tzlocal()  # Quartz's default: the machine's local time zone
         self._last: tuple[int, croniter] | None = None
         try:
             croniter(self.expression, datetime.now(self.zone), second_at_beginning=True)

@@ -1,8 +1,6 @@
 """Java value semantics for Siddhi types: 32-bit floats, wrapping integers, Java's toString.
-
-Values travel through the engine as plain Python objects: int (int and long), float (float
-and double; a float-typed value is always exactly representable in 32 bits), str, bool and
-None. The helpers here apply Java's rules where Python's differ.
+Values travel through the engine as plain Python objects: int (int and long), float (float and
+double; a float-typed value is always exactly representable in 32 bits), str, bool and None.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Event batches: the wire format of inter-group topics, many events in one message.
-
-A batch holds, for one topic partition, the events one turn of an instance published there,
-each with its own timestamp, key and origin, in columns: magic 0xB2, a version, u32 count,
-then count i64 timestamps (-1: none), i32 key lengths, i32 origin lengths (-1: none). Version 1
-goes on with u32 value lengths, the keys, the origins and the values, each concatenated; a
-value is one event as `BinaryCodec` encodes it. Version 2 goes on with the keys and origins,
-then the events' values column by column (`BinaryCodec.encode_columns`): no per-event encoding
-either way. All little-endian; a message tells by its first byte whether it is a batch or a
-single event (0xB1: what publishers before batches wrote).
+"""Event batches, the wire format of inter-group topics: the events one turn of an instance published
+to one topic partition, in one message, each with its own timestamp, key and origin. Version 1
+(`batch/1`) holds each value encoded on its own, version 2 (`batch/2`) the values column by column.
+A message's first byte tells a batch (0xB2) from a single event (0xB1).
 """
 
 from __future__ import annotations
@@ -33,6 +27,11 @@ class Columns(Protocol):
     def decode_columns(self, data: bytes, pos: int, count: int) -> list[tuple]: ...
 
 
+# The layout, all little-endian: magic 0xB2, the version, u32 count (_HEAD); then count i64 timestamps
+# (-1: none), i32 key lengths and i32 origin lengths (-1: none). Version 1 goes on with u32 value lengths,
+# the keys, the origins and the values (each event as `BinaryCodec` encodes it), each concatenated;
+# version 2 with the keys and origins, then the values column by column (`BinaryCodec.encode_columns`):
+# no per-event encoding either way. 0xB1 starts a single event instead (what publishers wrote before batches).
 _HEAD = struct.Struct("<BBI")
 #: Largest batch body aimed at (bytes): well below the 1 MB that brokers and clients take by default.
 MAX_BYTES = 256 * 1024

@@ -1,9 +1,6 @@
-"""Events as JSON lines: {"stream": "S", "data": [...], "timestamp": ms}.
-
-The one form events take in files and on the command line (`sp-dagster run`, `produce`,
-`consume`). On input `data` may also be an object keyed by attribute name; values are checked
-against the stream's attribute types. JSON has no infinities or NaN: a float or double that is
-one is written as Siddhi prints it, the text "Infinity", "-Infinity" or "NaN", and read back.
+"""Events as JSON lines, {"stream": "S", "data": [...], "timestamp": ms}: the one form events take in
+files and on the command line (`sp-dagster run`, `produce`, `consume`), checked against the stream's
+attribute types when read.
 """
 
 from __future__ import annotations
@@ -23,7 +20,10 @@ from sp_dagster.messaging.codecs import Attribute, check_value, schema_of
 def decode_event_line(
     line: str, attributes_of: Callable[[str], Sequence[Attribute | tuple[str, str]]], default_stream: str | None = None
 ) -> tuple[str, tuple, int | None]:
-    """(stream, row, timestamp) from one line (attributes as Attributes or (name, type) pairs); EventDecodeError says what does not fit."""
+    """(stream, row, timestamp) from one line (attributes as Attributes or (name, type) pairs); EventDecodeError says what does not fit.
+
+    `data` is a list of values or an object keyed by attribute name; a float or double may be the text
+    "Infinity", "-Infinity" or "NaN", as Siddhi prints it (JSON has none of them), and is read back as one."""
     try:
         item = json.loads(line)
     except json.JSONDecodeError as exc:

@@ -1,8 +1,7 @@
-"""The Kafka messaging layer, on confluent-kafka (librdkafka).
-
-Works with Apache Kafka and with the embedded tansu broker. Tansu lacks CreatePartitions and
-reports a partition's end offset as the start of its last record batch; both have
-workarounds below (recreate a topic that holds no events; confirm end offsets by reading).
+"""The Kafka messaging layer, on confluent-kafka (librdkafka), for Apache Kafka and the embedded tansu
+broker. Tansu lacks CreatePartitions and reports a partition's end offset as the start of its last
+record batch, so `KafkaTransport` recreates a topic that holds no events instead of growing it, and
+confirms end offsets by reading to them.
 """
 
 from __future__ import annotations

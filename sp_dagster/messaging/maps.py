@@ -1,18 +1,7 @@
-"""Siddhi's maps (`@map(type=...)`): message bytes to a stream's rows and back, for user sources and sinks.
-
-    json      {"event": {...}} by default; `enclosing.element` (a JSON path to the events) and
-              `@attributes(a='$.x.y')` JSON paths for other shapes
-    text      Siddhi's text form (`a:"x",\\nb:1`); `regex.X='...'` with `@attributes(a='X[1]')`
-    csv       one event per line (`delimiter`, `header`); `@attributes(a='0')` picks columns
-    keyvalue  `a=x&b=1` (form encoding, as an HTTP form post); `@attributes(a='key')`
-    xml       `<events><event><a>x</a></event></events>`; `enclosing.element` and
-              `@attributes(a='path/@attr')` XPaths as ElementTree reads them
-    binary    the compact form between execution groups (`codecs.BinaryCodec`)
-
-A sink's `@payload("...{{a}}...")` writes each event through a template instead. Whatever a
-message does not give (a missing attribute, a value of the wrong type) raises EventDecodeError
-with the reason, so the event goes to the app's dead-letter topic (or a 400 at an HTTP receiver).
-What each map accepts is checked before deployment by `siddhi.transports`.
+"""Siddhi's maps (`@map(type=...)`): message bytes to a stream's rows and back, for user sources and
+sinks, in json, text, csv, keyvalue, xml or the binary form between execution groups, or through a
+sink's `@payload` template. What a message does not give raises EventDecodeError with the reason,
+which sends the event to the app's dead-letter topic (or a 400 at an HTTP receiver).
 """
 
 from __future__ import annotations
@@ -89,7 +78,10 @@ def _wrong(attribute: Attribute, value: Any):
 
 
 class Mapper(Codec):
-    """A codec configured by a @map: custom mappings and a payload template on top of a default form."""
+    """A codec configured by a @map: custom mappings and a payload template on top of a default form.
+
+    A sink's `@payload("...{{a}}...")` writes each event through the template instead of the default
+    form. What each map accepts is checked before deployment by `siddhi.transports`."""
 
     name = "map"
 
@@ -250,7 +242,7 @@ class TextMapper(Mapper):
 
 
 class CsvMapper(Mapper):
-    """csv: one event per line, values in attribute order (or the columns @attributes name)."""
+    """csv: one event per line (`delimiter`, `header`), values in attribute order (or the columns @attributes name)."""
 
     name = "csv"
 
@@ -297,7 +289,7 @@ class KeyValueMapper(Mapper):
 
 
 class XmlMapper(Mapper):
-    """xml: `<events><event><a>x</a></event></events>`, or XPaths (`enclosing.element`, `@attributes`)."""
+    """xml: `<events><event><a>x</a></event></events>`, or XPaths as ElementTree reads them (`enclosing.element`, `@attributes`)."""
 
     name = "xml"
 

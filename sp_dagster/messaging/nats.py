@@ -1,14 +1,7 @@
-"""The NATS messaging layer, on JetStream (nats-py).
-
-NATS Streaming (STAN), which WSO2 SP named, is end-of-life; JetStream is its successor. A
-topic is one JetStream stream named `<clusterId>_<topic>` ('.' written '~'), with one subject
-per partition, `<clusterId>.<topic>.<p>`, so two clusters sharing a server never collide. An
-event's offset is its stream sequence number: it grows within a partition (not densely: the
-partitions of a topic share one sequence), a position is the last read sequence + 1, and
-reading from offset N yields the partition's first event at or after N. The message key, the
-event timestamp and the headers travel as NATS headers. nats-py is asyncio: each transport
-runs its client on a private event loop in a daemon thread, so the synchronous interface
-works from any thread (workers, Spark Python workers, the CLI).
+"""The NATS messaging layer, on JetStream (nats-py), NATS Streaming's successor: a topic is one JetStream
+stream with one subject per partition, an event's offset is its stream sequence number, and the message
+key, event timestamp and headers travel as NATS headers. Names, offsets and batching are described in
+docs/messaging.md.
 """
 
 from __future__ import annotations
@@ -104,7 +97,10 @@ def server_url(server: str) -> str:
 
 
 class _EventLoop:
-    """A private asyncio event loop running in a daemon thread."""
+    """A private asyncio event loop running in a daemon thread.
+
+    nats-py is asyncio: each transport runs its client on one of these, so the synchronous interface
+    works from any thread (workers, Spark Python workers, the CLI)."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()

@@ -1,14 +1,7 @@
-"""Broker profiles: what the Kafka layer does around a broker's known departures from Kafka's ordering.
-
-The embedded broker (tansu 0.6) stores the record batches of concurrent producers out of order and
-lets an open transaction's messages through to a new owner of its transactional id. Two
-workarounds cover that: readers read again what a fetch stepped over, guided by the writer stamps
-every publisher adds (`skips.py`), and a new owner of an instance reads its outputs back for what
-its predecessor's open transaction let through (`worker/instance/leaked_outputs.py`). Apache Kafka needs
-neither, so they are a profile's, chosen by `deployment.config.brokerProfile`: `tansu`, `kafka`,
-or `auto` (the default: `tansu` when the cluster id the broker reports begins with "tansu").
-Tansu's third departure, a partition wedged by transactions ending at once, has no client-side
-workaround (docs/messaging.md, bench/tansu_wedge.py).
+"""Broker profiles: which workarounds the Kafka layer runs for a broker's known departures from Kafka's
+ordering. `tansu` reads again what a fetch stepped over (`skips.py`) and drops outputs a dead owner's
+open transaction let through (`worker/instance/leaked_outputs.py`), `kafka` does neither;
+`deployment.config.brokerProfile` chooses, `auto` by the broker's cluster id (docs/messaging.md).
 """
 
 from __future__ import annotations
@@ -35,7 +28,7 @@ CHOICES = ("auto", *PROFILES)
 
 
 def profile_for(name: str, cluster_id: str | None) -> BrokerProfile:
-    """The profile `name` selects (`auto`: by the cluster id the broker reports)."""
+    """The profile `name` selects (`auto`: `tansu` when the cluster id the broker reports begins with "tansu", else `kafka`)."""
     if name == "auto":
         return PROFILES["tansu" if (cluster_id or "").lower().startswith("tansu") else "kafka"]
     try:

@@ -1,32 +1,7 @@
-"""Messages a broker's fetch passed over, noticed by the reader and read again.
-
-A broker may show a partition's later record batch before an earlier one is stored, when several
-producers write to the partition at once (tansu 0.6 does: its storage writes batches concurrently
-and a fetch returns whatever is stored from the offset asked). A reader following the partition
-then moves past the earlier batch and never sees it; a reader started afterwards does. Apache
-Kafka never does this (a fetch ends at the high watermark, which moves only over stored batches),
-so here it costs nothing there.
-
-Every message one publisher sends carries, in the `sp-writer` header, the publisher's token and a
-counter that grows by one per message on each partition (`WriterStamps`). A reader remembers, per
-partition, the offsets it stepped over (its *holes*: transaction markers, aborted records, or
-messages a fetch passed over) and the last counter of each writer (`SkipGuard`). It reads the
-holes again from the first one that could hold what is missing, when:
-
-- a writer's counter jumps (the messages between are in a hole, or lost for good: said once);
-- a writer it has not met appears while it has holes (a new owner of an instance, after its
-  predecessor's last messages may have been passed over);
-- a writer has been silent for a while after its last message, with holes behind it (the end of
-  a stream, where no later message would show a jump): after 1 s, and again after 2, 4 and 8 s,
-  since a batch the broker has not stored yet is passed over by a second read too.
-
-Reading again delivers only the messages found in holes; what was delivered before is dropped
-by offset. A second read that finds nothing keeps the holes it covered until they are HOLES_KEPT_S
-old: a dead owner's open transaction shows only once its next owner starts, which can take longer
-than every silent-writer check (a reader handing over forgets them at once: what publishes to it
-has stopped). A
-message found late is still the newest of its writer (a jump is handled before anything after it
-is delivered), so the next group's duplicate check (highest sequence per origin) takes it.
+"""Messages a broker's fetch passed over, noticed by the reader and read again. Every publisher stamps
+its messages with a token and a counter per partition (`WriterStamps`); a reader's `SkipGuard` keeps
+the offsets it stepped over and reads them again when a writer's counter jumps, a writer it has not
+met appears, or a writer falls silent. Only tansu needs it (docs/concepts/delivery.md).
 """
 
 from __future__ import annotations
@@ -43,7 +18,7 @@ log = logging.getLogger(__name__)
 
 WRITER_HEADER = "sp-writer"
 SILENT_S = 1.0  # a writer quiet this long after its last message has its holes read again ...
-SILENT_CHECKS = 4  # ... and again after twice, four and eight times as long
+SILENT_CHECKS = 4  # ... and again after twice, four and eight times as long: a second read passes over a batch not stored yet too
 HOLES_KEPT_S = 60.0  # holes older than this are forgotten unread (what they held is lost)
 
 
@@ -142,9 +117,24 @@ class _Partition:
 class SkipGuard:
     """Per partition of one topic: the holes a reader stepped over and each writer's last counter.
 
+    A hole is an offset range a reader stepped over: transaction markers, aborted records, or messages
+    a fetch passed over (a broker may show a partition's later record batch before an earlier one is
+    stored; Apache Kafka never does, as a fetch ends at the high watermark, which moves only over stored
+    batches). The holes are read again from the first that could hold what is missing when a writer's
+    counter jumps (the messages between are in a hole, or lost for good: said once), when a writer not
+    met before appears while there are holes (a new owner of an instance, after its predecessor's last
+    messages may have been passed over), and when a writer has been silent for SILENT_S, 2, 4 and 8
+    times that with holes behind its last message (the end of a stream, where no jump shows: `due`).
+
     `admit` is asked about every message in the order read and answers True (deliver), False
     (drop: delivered before), or an offset to read the partition again from (drop this message
-    and the rest of the partition's batch: they come again)."""
+    and the rest of the partition's batch: they come again). A second read delivers only what it
+    finds in holes, so a message found late is still the newest of its writer (a jump is handled
+    before anything after it is delivered), and the next group's duplicate check (highest sequence
+    per origin) takes it. Holes a second read found empty are kept until HOLES_KEPT_S old: a dead
+    owner's open transaction shows only once its next owner starts, which can take longer than every
+    silent-writer check. A reader handing over (`read_all_again`) forgets them at once: what publishes
+    to it has stopped."""
 
     def __init__(self, topic: str, clock=time.monotonic):
         self.topic = topic

@@ -1,13 +1,7 @@
 """Incremental aggregations as assets: one per `define aggregation` of a deployed app, observed from its store.
-
-An aggregation's asset sits in its app's group, downstream of the partial app that feeds it
-(the aggregation's own execution group, `<app>/aggregation-<A>`) and upstream of the partial
-apps of other groups that read it (a query joining it, through the shared store). With an
-rdbms `@store`, the health job's `aggregation_store` op reads its tables from the Dagster side
-(`<A>_SECONDS` ... `<A>_YEARS`, with the datasources of the worker's deployment.yaml) and logs
-an observation: rows per granularity, the newest bucket per granularity, rows per shard; its
-check `store_readable` fails (ERROR) when the tables cannot be read. An in-memory aggregation
-lives only inside its instances: its asset has no observation.
+The health job's `aggregation_store` op reads an rdbms `@store`'s tables from the Dagster side and
+logs what they hold; its check `store_readable` fails when they cannot be read. An in-memory
+aggregation lives only inside its instances, so its asset has no observation.
 """
 
 import dataclasses

@@ -1,9 +1,6 @@
 """An app file as Dagster assets, dagster-dbt style: `build_partial_app_specs`, `@siddhi_app_assets` and `deploy_siddhi_app`.
-
-The app is parsed and planned where the definitions load (pure functions, nothing connects);
-its partial apps, aggregations and the topics they publish become the specs of one
-`multi_asset`, whose function deploys the app (materializing = deploying). Entry topics, fed
-from outside, are the multi-asset's upstream deps.
+The app is planned where the definitions load, connecting to nothing; materializing its
+`multi_asset` deploys it.
 """
 
 from __future__ import annotations

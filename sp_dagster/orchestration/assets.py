@@ -1,14 +1,6 @@
-"""Partial apps and topics as assets, rebuilt from the deployments recorded in the control plane.
-
-Every execution group of a deployed app is one asset (its partial app, run as `parallelism`
-instances), grouped per app, with lineage topic -> partial app -> topic; topics are assets
-too, and so is every incremental aggregation (partial app -> aggregation -> the partial apps
-that join it; see `aggregations`). `SpDagsterTranslator` decides keys, groups and metadata (override a method to change
-one). `DeploymentsLoader` is a state-backed definitions loader: the control plane is read
-once, when the code location loads; the snapshot travels with the definitions as
-reconstruction metadata, so a run worker rebuilds exactly the graph the UI shows without
-reading the database again. An unreachable or empty control plane never breaks the code
-location: the `sp_dagster/control_plane` asset then says why the graph is empty.
+"""Partial apps, topics and aggregations as assets, rebuilt from the deployments recorded in the control plane.
+`SpDagsterTranslator` decides keys, groups and metadata; `DeploymentsLoader` reads the control
+plane once, when the code location loads (docs/dagster.md, The asset graph).
 """
 
 from __future__ import annotations

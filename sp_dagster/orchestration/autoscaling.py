@@ -1,10 +1,6 @@
 """The `autoscaling` sensor: applies each execution group's parallelism advice through `rescale` runs.
-
-Off unless `deployment.config.autoscaling.enabled`. Each tick reads the advice (`sp-dagster advise`),
-decides per group whose advice differs from what runs (cluster.autoscaling: cooldown and a cap per
-hour on top of the advice's own stabilisation), records every decision in the control plane, and
-requests one `rescale` run per applied decision. The decisions show on each partial app's
-`parallelism_advice` check and in `sp-dagster advise --json`.
+Off unless `deployment.config.autoscaling.enabled`; cooldown, cap and the record of every
+decision are cluster.autoscaling's (docs/operations/scaling.md, Autoscaling).
 """
 
 from __future__ import annotations

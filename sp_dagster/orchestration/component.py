@@ -1,16 +1,6 @@
 """sp-dagster as a Dagster Component: a `defs.yaml` naming the app repository and the configuration gives what build_definitions gives.
-
-type: sp_dagster.dagster.SpDagsterComponent
-attributes:
-  app_repository: apps          # relative paths: to the defs.yaml's folder
-  conf: conf                    # a conf directory or the manager's deployment.yaml
-  translation:                  # optional: asset attributes per asset, as in DbtProjectComponent
-    group_name: "streaming_{{ app }}"
-    owners: ["team:streaming"]
-
-`translation` sees `kind` (partial_app, topic or aggregation), `app`, `name` (the execution
-group, topic or aggregation) and `spec` (the default spec). The component is registered with
-`dg` (`dg list components` shows it).
+The component is registered with `dg`; its attributes and the names a `translation:` may use are
+in docs/dagster.md (As a Dagster Component).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The sp-dagster code location: `build_definitions()`, and `defs` for `dagster dev -m` / definitions.py.
-
-Configuration comes from the manager's and the worker's deployment.yaml, found by the search
-order of `sp-dagster config where` ($SP_DAGSTER_CONF, $SP_DAGSTER_WORKER_CONF, ./conf/,
-$SP_DAGSTER_HOME/conf/, the packaged defaults). Secrets may come from the environment through EnvVar:
-SP_MGT_DB_URL replaces the control-plane datasource, SP_KAFKA_SASL_USERNAME and
-SP_KAFKA_SASL_PASSWORD authenticate to Kafka. Importing this module connects to nothing; the
-control plane is read when Dagster loads the definitions (see assets.DeploymentsLoader).
+Importing this module connects to nothing: the configuration is found as `sp-dagster config where`
+says, and the control plane is read when Dagster loads the definitions (assets.DeploymentsLoader).
 """
 
 from __future__ import annotations
@@ -29,6 +24,8 @@ from sp_dagster.orchestration.sensors import build_app_repository_sensor
 
 log = logging.getLogger(__name__)
 
+# Resource field -> the variable it reads (an EnvVar, when set): SP_MGT_DB_URL replaces the control-plane
+# datasource, SP_KAFKA_SASL_USERNAME and SP_KAFKA_SASL_PASSWORD authenticate to Kafka.
 SECRETS = {"url": "SP_MGT_DB_URL", "sasl_username": "SP_KAFKA_SASL_USERNAME", "sasl_password": "SP_KAFKA_SASL_PASSWORD"}
 
 

@@ -1,15 +1,7 @@
 """`sp-dagster up` / `down`: the whole system on one machine, started and stopped with one command each.
-
-`up` starts, each as a detached process with its log under $SP_DAGSTER_HOME/logs: the
-embedded broker, a manager, N workers and (unless --no-ui) `dagster dev` with DAGSTER_HOME
-under $SP_DAGSTER_HOME/dagster; the control plane is the SQLite file the shipped confs name.
-Unless --no-demo it deploys the sample app in apps/ through the same deploy path as
-`sp-dagster deploy`, waits until every instance runs, and starts a small event generator.
-What it started is written to $SP_DAGSTER_HOME/up.json as it goes, so `down` stops exactly
-those processes (by pid and start time), in reverse order, even after a failed `up`.
-The processes read copies of the confs that `up` writes under $SP_DAGSTER_HOME/up-conf, naming
-its broker's address, apps folder and UI port; up.json records them (facts.conf), so every other
-command run with the same $SP_DAGSTER_HOME and no --conf reaches this stack (config/locate.py).
+`up` records what it starts in $SP_DAGSTER_HOME/up.json as it goes, so `down` stops exactly
+those processes, even after a failed `up`, and every other command run with the same
+$SP_DAGSTER_HOME and no --conf reaches the stack (config/locate.py).
 """
 
 from __future__ import annotations
@@ -143,7 +135,16 @@ def up(
     receivers: int = 0,
     say=print,
 ) -> Stack:
-    """Bring the system up (see the module docstring); on failure, stop what was started and raise DemoError."""
+    """Bring the system up; on failure, stop what was started and raise DemoError.
+
+    Starts, each as a detached process with its log under $SP_DAGSTER_HOME/logs: the embedded broker, a manager,
+    `workers` workers, `receivers` receiver nodes and (with `ui`) `dagster dev` with DAGSTER_HOME under
+    $SP_DAGSTER_HOME/dagster; the control plane is the SQLite file the shipped confs name. With `demo` it deploys
+    the sample app through the same deploy path as `sp-dagster deploy`, waits until every instance runs, and starts
+    the event generator. The processes read the copies of the confs that `new_stack` writes under
+    $SP_DAGSTER_HOME/up-conf (naming the broker's address, the apps folder and a given `port`); up.json records them
+    (facts.conf).
+    """
     from sp_dagster.config.loader import load_config
     from sp_dagster.config.locate import find_conf
     from sp_dagster.embedded.broker import EmbeddedBroker, free_port, port_open
@@ -406,7 +407,9 @@ def summary(stack: Stack) -> str:
 
 
 def down(*, say=print) -> int:
-    """Stop what `up` started, newest first; returns how many processes were running."""
+    """Stop what `up` started, newest first; returns how many processes were running.
+
+    up.json names each process by pid and start time, so only those processes are signalled."""
     path = _state_path()
     stack = Stack.load(path)
     if stack is None:

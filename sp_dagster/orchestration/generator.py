@@ -1,9 +1,6 @@
 """A small event generator for the demo: random events into the entry streams of a deployed app.
-
-`python -m sp_dagster.orchestration.generator --conf FILE --app NAME [--rate N]` publishes
-about N events a second to every stream the app reads from a topic that none of its partial
-apps publishes, until SIGTERM or Ctrl-C. Values are random but shaped for the sample app:
-a few stock symbols, prices around 100 and volumes around 150.
+Run as `python -m sp_dagster.orchestration.generator --conf FILE --app NAME [--rate N]`; it
+publishes about N events a second until SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ def entry_streams(plan: dict) -> list[str]:
 
 
 def random_value(kind: str, rng: random.Random):
-    """A random value of a Siddhi attribute type."""
+    """A random value of a Siddhi attribute type, shaped for the sample app: a few stock symbols, prices around 100, volumes around 150."""
     kind = kind.lower()
     if kind == "string":
         return rng.choice(SYMBOLS)

@@ -1,10 +1,7 @@
 """The asset-graph sync sensor: the code location reloads when the recorded deployments change.
-
-The asset graph is built from a snapshot of the control plane taken when the code location
-loads. The CLI and the deploy jobs ask the webserver to reload after a change, but a deploy
-through the manager API, another Dagster instance, or the leader moving instances does not;
-this sensor compares what the graph was built from with the control plane now, and asks the
-webserver at `dagster.host`/`dagster.port` to reload when they differ.
+It catches the changes no one asks the webserver to reload for (a deploy through the manager API,
+another Dagster instance, the leader moving instances) by comparing the graph's snapshot with the
+control plane now.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""Health of the partial apps: observations of throughput, lag and worker heartbeats, and two checks.
-
-One check op reads the control plane once per run and, for every partial-app asset, logs an
-`AssetObservation` (per-instance rows in/out, lag, processing latency p50/p99 (the slowest
-instance's at the top level), batch time in micro-batch mode, the worker and its last
-heartbeat, the URLs receivers listen at; events per second since the previous observation) and evaluates:
-
-- `live_worker`: every instance is placed on a worker that is alive and heartbeating
-  (failed, severity ERROR, naming each instance without one and why);
-- `lag_not_growing`: every instance runs (one that does not reads nothing, so its lag is not
-  known but grows) and no instance's lag rose at each of the last `dagster.lagGrowthSamples`
-  observations (failed, severity WARN, with the lag series or the instances not running).
-- `parallelism_advice`: the parallelism the group's load advises (`sp-dagster advise`) is the one
-  it runs at (failed, severity WARN, with the advice, its reason and the load as metadata).
-
-The same op observes the apps' topic assets: end offset per partition, the events they hold, events
-per second since the previous observation, and the lag of the partial apps that read them. A sink
-topic (published to, read by no partial app) also materializes when it holds new events, so its
-freshness policy (`dagster.sinkFreshness`) shows when results stop landing.
-The previous observations come from Dagster's own event log, so the history survives restarts.
+"""Health of the partial apps: observations of throughput, lag and worker heartbeats, and their checks.
+One check op, `partial_app_health`, reads the control plane once per run, observes the
+selected partial apps and their apps' topics, and evaluates `live_worker`, `lag_not_growing` and
+`parallelism_advice`; docs/dagster.md (Health observations and checks) says what each holds.
 """
 
 import time

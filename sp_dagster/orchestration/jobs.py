@@ -1,10 +1,7 @@
 """The jobs: deploy, rescale, undeploy, rebalance, and long-running manager and worker runs.
-
-Deploy, rescale, undeploy and rebalance run their ops in one process (in_process_executor): each step
-is short and the next needs the previous one's result. Manager and worker runs start
-`sp-dagster manager` / `sp-dagster worker` as a child process whose log lines become the run's
-log; terminating the run stops the node with SIGTERM. They are exempt from max-runtime
-monitoring (`dagster/max_runtime: 0`), since a node runs until it is stopped.
+A manager or worker run starts `sp-dagster manager` / `sp-dagster worker` as a child process whose
+log lines become the run's log, runs until it is terminated (SIGTERM), and is exempt from
+max-runtime monitoring.
 """
 
 import functools
@@ -21,6 +18,8 @@ from sp_dagster.orchestration.resources import ControlPlaneResource, load_conf, 
 def build_deploy_jobs(control_plane_key: str = "control_plane", messaging_key: str = "messaging") -> list[dg.JobDefinition]:
     """The deploy, undeploy and rebalance jobs, reading the control plane and the messaging layer under these resource keys."""
     op = _ops(control_plane_key, messaging_key)
+    # Deploy, rescale, undeploy and rebalance run their ops in one process (in_process_executor): each step is
+    # short and the next needs the previous one's result.
 
     @dg.job(name="deploy", executor_def=dg.in_process_executor, description="Deploy one SiddhiQL app: parse, plan, create topics, record, place, run.")
     def deploy_job():

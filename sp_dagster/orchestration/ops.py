@@ -1,11 +1,7 @@
 """The ops of the deploy, undeploy and rebalance jobs; each deploy op calls one deploy-path step.
-
-Through a manager API (the control_plane resource's `manager`), the manager does the steps that
-touch the database and the brokers: `record_deployment` hands it the app, and it checks state,
-creates the topics and records the deployment in one request; the other ops read through it.
-
-Errors a user can act on (a SiddhiQL mistake with its line and column, an unreachable broker,
-an instance that could not be placed) fail the op with their one-line message, no traceback.
+Through a manager API the manager does the steps that touch the database and the brokers
+(`record_deployment` hands it the app); an error a user can act on fails the op with its one-line
+message, no traceback.
 """
 
 import contextlib
@@ -32,7 +28,8 @@ def code_block(text: str) -> dg.MetadataValue:
 
 @contextlib.contextmanager
 def user_errors():
-    """Turn an sp-dagster error into a Dagster Failure carrying its message."""
+    """Turn an sp-dagster error (a SiddhiQL mistake with its line and column, an unreachable broker, an instance that
+    could not be placed) into a Dagster Failure carrying its one-line message, no traceback."""
     try:
         yield
     except SpDagsterError as exc:

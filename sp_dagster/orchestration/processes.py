@@ -1,11 +1,7 @@
 """Processes around the cluster: manager, workers and the Dagster webserver, attached or detached.
-
-- `run_attached` runs a long-running command inside a Dagster run: its output becomes the
-  run's log, and terminating the run stops it with SIGTERM (then SIGKILL).
-- `start_detached` / `stop_detached` start a process that outlives the command that started
-  it (`sp-dagster up`), and stop it later by its pid, checking it is still the same process.
-- `reload_code_location` asks a running webserver to reload the code location, so a new or
-  removed deployment shows in the asset graph.
+`run_attached` runs a node inside a Dagster run, `start_detached` / `stop_detached` a process
+that outlives the command that started it (`sp-dagster up`), and `reload_code_location` makes a
+webserver show a new or removed deployment.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Dagster resources built from conf/: the control plane, the messaging layer and Spark.
-
 Nothing connects when a resource is built: the control plane and the transport open on first
-use inside a run (or a sensor tick) and close when it ends. Secrets go through `EnvVar`
-(`url`, `sasl_password`), or through `${VAR}` inside the deployment.yaml itself.
+use inside a run (or a sensor tick) and close when it ends.
 """
 
 from __future__ import annotations

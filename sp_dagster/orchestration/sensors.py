@@ -1,11 +1,6 @@
 """The app-repository sensor: a new or changed `*.siddhi` file deploys, a deleted one undeploys.
-
-A tick only lists the directory and hashes the files; it never parses an app and never
-talks to the broker or the control plane (parsing happens in the run, so a broken app fails
-its run with the parser's line and column, never the sensor). The cursor remembers each
-file's last hash and the hashes it had before, and counts change events: a run_key is
-`deploy:<file>:<hash>:<event>`, so an unchanged file never redeploys while a file changed
-A -> B -> A deploys A again.
+A tick only lists the directory and hashes the files, so a broken app fails its run, never the
+sensor; the cursor's change events make `run_key`s (see `diff_repository`).
 """
 
 from __future__ import annotations
@@ -54,7 +49,11 @@ class Change:
 
 
 def diff_repository(cursor: str | None, scan: dict[str, str]) -> tuple[list[Change], str]:
-    """The changes between the cursor's view and a scan, and the new cursor."""
+    """The changes between the cursor's view and a scan, and the new cursor.
+
+    The cursor remembers each file's last hash and the hashes it had before, and counts change events: a run_key
+    is `deploy:<file>:<hash>:<event>`, so an unchanged file never redeploys while a file changed A -> B -> A
+    deploys A again."""
     state = json.loads(cursor) if cursor else {}
     files: dict[str, list[str]] = {name: list(hashes) for name, hashes in state.get("files", {}).items()}
     event = int(state.get("event", 0))

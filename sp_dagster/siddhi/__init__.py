@@ -1,14 +1,7 @@
 """SiddhiQL: parse apps into an immutable AST, validate them, infer types, render them back.
-
-    from sp_dagster.siddhi import parse, load_with_analysis, render
-
-    app = parse(text)                    # syntax only; SiddhiQLError on mistakes
-    app, analysis = load_with_analysis(text)  # parse + validate (all errors at once)
-    analysis.attributes("Out")           # any stream, inferred ones included
-    text == render(app)                  # canonical SiddhiQL; parse(render(app)) == app
-
-The node classes live in `sp_dagster.siddhi.ast`; every error is a SiddhiQLError carrying
-line, column, a caret-marked excerpt and one sentence.
+`parse` checks syntax only, `load_with_analysis` also validates and returns the Analysis, and
+`render` writes canonical SiddhiQL (`parse(render(app)) == app`); every error is a SiddhiQLError
+carrying line, column, a caret-marked excerpt and one sentence.
 """
 
 from sp_dagster.siddhi import ast

@@ -1,10 +1,6 @@
 """The semantic pass: resolve every stream and attribute, infer output streams, find mistakes.
-
-`analyze(app)` returns an Analysis: the definitions by name, the streams that queries
-define implicitly (`insert into X` with X undefined) with inferred attribute types, each
-partition's inner streams (`#S`), each query's output attributes and scope, and every
-error found. Queries are resolved in data-flow order, so a query may read a stream that a
-later query defines, as long as the dependencies have no cycle.
+`analyze(app)` returns an Analysis: what each name means, the streams queries define implicitly
+with their inferred types, and every error found.
 """
 
 from __future__ import annotations
@@ -70,7 +66,12 @@ class Analysis:
 
 
 def analyze(app: ast.App) -> Analysis:
-    """Resolve `app`'s names and infer its output streams; errors are in `.errors`."""
+    """Resolve `app`'s names and infer its output streams; errors are in `.errors`.
+
+    The Analysis holds the definitions by name, the streams that queries define implicitly (`insert into X` with X
+    undefined) with inferred attribute types, each partition's inner streams (`#S`), each query's output attributes
+    and scope, and every error found. Queries are resolved in data-flow order, so a query may read a stream that a
+    later query defines, as long as the dependencies have no cycle."""
     analyzer = _Analyzer(app)
     analyzer.run()
     return analyzer.result

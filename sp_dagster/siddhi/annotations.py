@@ -1,5 +1,4 @@
 """Checks of the annotations Siddhi and the distributed deployment understand.
-
 Each known annotation says where it may stand and what its values must look like; an
 unknown annotation is kept as data and never rejected. Names compare case-insensitively.
 """

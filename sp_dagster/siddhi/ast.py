@@ -1,9 +1,6 @@
 """The SiddhiQL syntax tree: immutable, hashable nodes that remember where they came from.
-
-Every node is a frozen dataclass whose children are nodes or tuples of nodes, so two apps
-compare (and hash) equal exactly when they say the same thing. Source positions (``line``,
-``column``, 1-based) are kept on every node for error messages but take no part in equality,
-which is what lets ``parse(render(app)) == app`` hold.
+Two apps compare (and hash) equal exactly when they say the same thing: source positions take
+no part in equality (see `Node`), which is what lets ``parse(render(app)) == app`` hold.
 """
 
 from __future__ import annotations
@@ -42,7 +39,10 @@ def qualified(namespace: str | None, name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """Base of every node: where it starts in the source text (0 when built by code)."""
+    """Base of every node: where it starts in the source text (0 when built by code).
+
+    Every node is a frozen dataclass whose children are nodes or tuples of nodes. Its position (``line``,
+    ``column``, 1-based) is kept for error messages but takes no part in equality."""
 
     line: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared
     column: int = field(default=0, compare=False, repr=False, kw_only=True)  # a position: keyword-only, not compared

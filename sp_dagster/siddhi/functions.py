@@ -1,5 +1,4 @@
 """The functions, aggregators, windows and stream functions SiddhiQL apps may call, by name.
-
 Each entry says how many arguments it takes, what types they must have and what type it
 returns; validation and output-type inference read only this table, so supporting another
 function means adding one entry here (and its implementation in the engine).

@@ -1,8 +1,6 @@
 """Split an app's text into its top-level statements, so each can be re-parsed on its own.
-
-After a syntax error the parser cannot go on, yet users want every mistake at once. The
-statements after the failing one are parsed separately; each chunk is padded with the
-newlines and spaces that preceded it, so positions in its errors are those of the app.
+After a syntax error the parser cannot go on, yet users want every mistake at once: the
+statements after the failing one are parsed separately.
 """
 
 from __future__ import annotations
@@ -47,6 +45,8 @@ def statements(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _chunk(text: str, start: int, end: int) -> Iterator[tuple[int, str]]:
+    """The statement `text[start:end]` padded with the newlines and spaces that preceded it, so positions in its
+    errors are those of the app (nothing for a blank one)."""
     body = text[start:end]
     if not body.strip():
         return

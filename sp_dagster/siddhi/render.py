@@ -1,5 +1,4 @@
 """Render the AST as canonical SiddhiQL: `parse(render(app)) == app` for every parsed app.
-
 Canonical means: app annotations first, one element per paragraph, one clause per line,
 keywords in lower case, the fewest parentheses that keep the tree, names back-quoted only
 where a keyword would otherwise be read.

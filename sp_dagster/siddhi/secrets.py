@@ -1,9 +1,6 @@
 """Secrets in SiddhiQL text: the literal values of secret-bearing annotation options, masked wherever an app is shown.
-
-An option is secret when its key is `password`, ends in `.password` or `password` (as
-`basic.auth.password`, `keystore.password`), or starts with `sasl.` or `ssl.` (Kafka client
-properties). A `${VAR}` placeholder is not a secret and stays as written. What is stored and run
-keeps the real text; only displays (Dagster metadata, `plan`, logs) go through `mask_secrets`.
+What is stored and run keeps the real text; only displays (Dagster metadata, `plan`, logs) go
+through `mask_secrets`. Which options are secret: docs/sources-sinks.md (Secrets in options).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Builds AST nodes from the grammar's rules, as lark's LALR parser reduces them.
-
-The transformer runs inside the parser (no intermediate parse tree), so every callback gets
-the rule's children: lark Tokens (which know their line and column) and the nodes built for
-sub-rules. Positions are copied from the first token of a construct, or from its operator
-for binary operations.
+It runs inside the parser (no intermediate parse tree): each callback gets lark Tokens, which
+know their line and column, and the nodes built for sub-rules; a node takes its position from
+its construct's first token, or from the operator of a binary operation.
 """
 
 from __future__ import annotations

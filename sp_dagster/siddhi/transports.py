@@ -1,11 +1,6 @@
 """The one support check of sources, sinks and maps: what workers and receivers can run.
-
-`sp-dagster validate`, `plan`, `deploy`, the Dagster `load_app` op (all through
-`siddhi.validate.check`) and the worker (`worker.instance.plan.plan_instance`) call
-`check_transports`, so an app a worker would refuse is refused before anything is recorded.
-Each problem is reported at the option (or annotation) that causes it, in one sentence.
-
-The small languages of maps live here too, because both the check and the mappers use them:
+`check_transports` reports each problem at the option (or annotation) that causes it, in one
+sentence. The maps' small languages live here too, as the check and the mappers both use them:
 JSON paths (`$.a.b[0]`), XPaths as ElementTree reads them, and `{{attribute}}` templates.
 """
 
@@ -137,7 +132,11 @@ def fill_template(text: str, value_of: Callable[[str], str]) -> str:
 
 
 def check_transports(app: ast.App, report: Report) -> None:
-    """Report every @source, @sink or @map that workers and receivers cannot run as written."""
+    """Report every @source, @sink or @map that workers and receivers cannot run as written.
+
+    `sp-dagster validate`, `plan`, `deploy`, the Dagster `load_app` op (all through `siddhi.validate.check`) and the
+    worker (`worker.instance.plan.plan_instance`) call it, so an app a worker would refuse is refused before
+    anything is recorded."""
     for definition in app.definitions:
         if not isinstance(definition, ast.StreamDefinition):
             continue

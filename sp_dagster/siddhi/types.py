@@ -1,9 +1,6 @@
 """Siddhi's type rules: the type of every expression, and the type errors in it.
-
-The rules are Siddhi's own: arithmetic takes the wider numeric type (int < long < float <
-double), so `int / int` stays an integer division; comparisons, `and`, `or`, `not`,
-`is null` and `in` are bool; `avg` and `stdDev` are double, `count` and `distinctCount`
-long, `sum` long for integers and double otherwise, `min`/`max` keep their argument's type.
+The rules are Siddhi's own (docs/siddhiql.md, Types): arithmetic takes the wider numeric type,
+so `int / int` stays an integer division.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Validation: every mistake of an app at once, each a SiddhiQLError with line and column.
-
 `read_text`, `check(transports=True)` and the planner make the one support check that
-`sp-dagster validate`, `plan`, `deploy` and the Dagster runs share (`deploy.steps.load_app`)."""
+`sp-dagster validate`, `plan`, `deploy` and the Dagster runs share (`deploy.steps.load_app`).
+"""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def load(text: str, source: str | None = None, *, transports: bool = True) -> as
 
 
 def load_with_analysis(text: str, source: str | None = None, *, transports: bool = False) -> tuple[ast.App, Analysis]:
-    """Parse and validate an app, returning it with its Analysis; raise on any error."""
+    """Parse and validate an app, returning it with its Analysis; raise one SiddhiQLError standing for all its errors."""
     app = parse(text, source)
     analysis, errors = check(app, transports=transports)
     if errors:

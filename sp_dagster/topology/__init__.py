@@ -1,5 +1,4 @@
 """Topology planning: a distributed SiddhiQL app becomes execution groups, topics and partial apps.
-
 Pure functions over the parsed app (sp_dagster.siddhi); nothing here touches Kafka or Spark.
 """
 

@@ -1,5 +1,4 @@
 """Execution groups from `@dist(execGroup=..., parallel=...)`, and one group per aggregation.
-
 An aggregation's group has the parallelism of its `@dist(parallel='N')` (1 by default): N > 1
 plans N active-active instances (shards) fed round robin, which needs a shared `@store`.
 """

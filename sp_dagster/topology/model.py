@@ -1,5 +1,4 @@
 """The plan of a distributed app: execution groups, their subscriptions and publications, topics.
-
 Every class is an immutable value; `sp_dagster.topology.output` turns a Topology into the JSON
 contract, text or Mermaid.
 """

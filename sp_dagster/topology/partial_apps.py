@@ -1,5 +1,4 @@
 """Partial apps: each instance of a group as a complete Siddhi app with its transport annotations.
-
 Built as AST (the user's definitions and queries, with `@dist` removed and Kafka @source/@sink
 annotations added) and rendered with the language's renderer, so every partial app re-parses.
 """

@@ -1,11 +1,7 @@
-"""Whether this worker reaches the messaging layer, probed on a thread of its own and told in its heartbeats.
-
-A worker cut off from the broker but not from the control plane looks alive while its instances
-stall, and a transaction one of them left open hides every later output on the partitions it
-wrote from all read_committed readers. Once probes have failed for as long as the worker's own
-fence window, its heartbeat says `broker: unreachable`; the leader then places its instances on
-workers that do reach the broker (their start fences the stuck producers, which aborts their
-transactions) unless none does: then the broker itself is down and nothing moves.
+"""Whether this worker reaches the messaging layer, probed on a thread of its own and told in its
+heartbeats: once probes have failed for the worker's fence window, it says `broker: unreachable`, and
+the leader places its instances on workers that reach the broker, if any does
+(docs/concepts/workers.md).
 """
 
 from __future__ import annotations

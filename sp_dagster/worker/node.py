@@ -1,16 +1,7 @@
-"""A worker: a long-running Spark application that runs the instances assigned to it.
-
-Every poll it heartbeats (registering first), and reconciles its instances with the
-assignments of the current leader term: it stops removed or changed instances first, then
-starts new ones, so two copies of an instance never run at once; one being moved to another node
-(`releasing`) it stops with a last checkpoint, which its new owner starts from (the new owner's task
-is launched while the old owner lets go, and starts once placed). Each instance runs as a
-long-running Spark task (`spark/continuous.py`, the default) or a Structured Streaming query
-(`spark/microbatch.py`, `spark.executionMode: microbatch`; there the driver hosts HTTP receivers itself). When the control plane says it is
-fenced it stops everything and registers again as a new incarnation; continuous tasks also
-stop by themselves when the lease the worker renews while its heartbeat holds runs out. It
-reports each instance's status and metrics, saves state revisions every `intervalInMin`, and
-on SIGTERM or SIGINT stops its instances, saves their state and deregisters.
+"""A worker: a long-running Spark application that runs the instances assigned to it. Every poll it
+heartbeats and reconciles its instances with the current leader term's assignments, stopping removed
+or changed instances before starting new ones, so two copies of an instance never run at once. How
+instances run, move and stop is described in docs/concepts/workers.md and docs/concepts/control-plane.md.
 """
 
 from __future__ import annotations
@@ -137,7 +128,12 @@ def require_receiver_users(plan, config) -> None:
 
 
 class Worker:
-    """One resource node: heartbeats, assignments, streaming queries, state, metrics."""
+    """One resource node: heartbeats, assignments, streaming queries, state, metrics.
+
+    Each instance runs as a long-running Spark task (`spark/continuous.py`, the default) or a Structured
+    Streaming query (`spark/microbatch.py`; there the driver hosts HTTP receivers itself). The worker
+    reports each instance's status and metrics, saves state revisions every `intervalInMin`, and on
+    SIGTERM or SIGINT stops its instances, saves their state and deregisters."""
 
     def __init__(self, config, *, spark=None, plane=None):
         from sp_dagster.cluster.db import ControlPlane
@@ -284,7 +280,10 @@ class Worker:
         self.slots = now
 
     def step(self) -> None:
-        """One poll: fence or reconcile, report, save state when due (heartbeats run on their own)."""
+        """One poll: fence or reconcile, report, save state when due (heartbeats run on their own).
+
+        Fenced, it stops everything and registers again as a new incarnation. An instance being moved to
+        another node (`releasing`) is stopped with a last checkpoint, which its new owner starts from."""
         self.refresh_slots()
         # Read without the session lock: a heartbeat holds it across a database call that a network
         # partition can stall, and a fenced worker must stop its instances on time regardless.

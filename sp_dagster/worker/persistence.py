@@ -1,12 +1,8 @@
-"""State persistence of instances, per the seeds' `state.persistence` block.
-
-A Spark checkpoint (offsets, commits, and the engine's state in the state store) is an
-instance's whole state. With the file store the checkpoints live under `config.location`,
-which every worker must share. With the database store each worker keeps its checkpoints
-locally and, every `intervalInMin` and when it stops an instance, saves each one, packed as a
-tar archive, as a revision of the revision store (sp_dagster.cluster.store.revisions: the
-shared table, compression, `revisionsToKeep`, and the refusal of a save from a worker that no
-longer owns the instance); a worker taking an instance over restores the newest revision first.
+"""State persistence of instances, per the seeds' `state.persistence` block: an instance's checkpoint
+directory is its whole state. The file store keeps checkpoints where every worker finds them; the
+database store keeps them locally and saves each, packed as a tar archive, as a revision of the
+revision store (`sp_dagster.cluster.store.revisions`), whose newest a worker taking an instance over
+restores first.
 """
 
 from __future__ import annotations
@@ -110,7 +106,11 @@ class FileStore:
 
 
 class DatabaseStore:
-    """Local checkpoints, saved to and restored from the revision store."""
+    """Local checkpoints, saved to and restored from the revision store.
+
+    A worker saves each checkpoint every `intervalInMin` and when it stops an instance. The revision
+    store (`sp_dagster.cluster.store.revisions`) holds the shared table, the compression,
+    `revisionsToKeep`, and the refusal of a save from a worker that no longer owns the instance."""
 
     kind = "database"
 

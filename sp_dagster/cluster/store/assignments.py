@@ -1,12 +1,7 @@
 """Assignments: which node (incarnation) runs which instance, and the leader term that said so.
-
-An instance on its way to another node stays assigned to its owner, marked `releasing`, until the
-owner has stopped it with a last checkpoint (cluster.store.moves); the new node sees it as
-`incoming` from the move's planning on, so that it can have its start ready.
-
-Only the leader writes them, inside a fenced transaction (`assign`, `unassign`); the deploy
-step removes them with their deployment. A worker reads its own with `assignments_for`, which
-returns only those of its incarnation and of the current term.
+Only the leader writes them, inside a fenced transaction (`assign`, `unassign`); the deploy step removes
+them with their deployment, and a worker reads its own, of its incarnation and the current term, with
+`assignments_for`.
 """
 
 from __future__ import annotations
@@ -33,7 +28,12 @@ class AssignedInstance(InstanceDefinition):
 
 @dataclass(frozen=True)
 class NodeAssignments:
-    """A worker's assignments in the current leader term."""
+    """A worker's assignments in the current leader term.
+
+    An instance on its way to another node stays assigned to its owner, marked `releasing`, until the
+    owner has stopped it with a last checkpoint (cluster.store.moves); the new node sees it in `incoming`
+    from the move's planning on, so that it can have its start ready.
+    """
 
     node_id: str
     incarnation: int | None

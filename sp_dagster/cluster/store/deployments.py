@@ -1,10 +1,7 @@
 """Deployments (desired state) and their partial-app instances, as the deploy step records them.
-
-A deployment is an app: its name, content hash, SiddhiQL source, the planner's plan (JSON),
-and a status the leader keeps up to date (`waiting`, `partial`, `placed`) with the reason it
-waits. Its instances are the planner's partial apps, `<app>-<group>-<i>` (i from 1), each with
-its SiddhiQL text and whatever JSON the planner attaches. The deploy step writes these; the
-leader places them; workers report how each runs.
+A deployment is an app (name, content hash, SiddhiQL, plan) with a status the leader keeps up to date;
+its instances are the planner's partial apps, `<app>-<group>-<i>`. The deploy step writes these, the
+leader places them, and workers report how each runs.
 """
 
 from __future__ import annotations
@@ -66,7 +63,8 @@ class InstanceSpec:
 
 @dataclass(frozen=True)
 class DeploymentRecord:
-    """A recorded deployment."""
+    """A recorded deployment: name, content hash, SiddhiQL source, the planner's plan (JSON), and a status the
+    leader keeps up to date (`waiting`, `partial`, `placed`) with the reason it waits."""
 
     app: str
     content_hash: str
@@ -81,7 +79,7 @@ class DeploymentRecord:
 
 @dataclass(frozen=True)
 class InstanceDefinition:
-    """A recorded instance as the planner defined it."""
+    """A recorded instance as the planner defined it: its SiddhiQL text and whatever JSON the planner attaches."""
 
     instance_id: str
     app: str

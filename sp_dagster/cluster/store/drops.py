@@ -1,5 +1,4 @@
 """Dropped state: when `undeploy --drop-state` dropped each instance's state.
-
 The drop is the operator's word, kept in the control plane whatever machine gave it: the next
 deployment of an instance starts it empty at its committed offsets (`fresh_since`, as
 `deploy --fresh` does), so no revision, checkpoint or replay of before brings the state back.

@@ -1,5 +1,4 @@
 """The load history of execution groups (`sp_group_load`): samples the leader records, read back for advice.
-
 A row is one group at one moment: its parallelism, the sum of its input topics' end offsets (so the
 next sample, taken by whichever manager leads then, derives the arrival rate), and the sample itself.
 Only the last few minutes are kept.

@@ -1,16 +1,7 @@
 """Graceful moves: an instance leaves a live node only after that node stopped it with a last checkpoint.
-
-When the leader moves an instance off a node that is alive (a node joined, a rebalance was asked,
-a rejoined node takes work back), the instance stays assigned to its owner and a move is planned.
-One move per execution group is asked at a time (`asked_at`), so a group never stalls as a whole;
-the new node sees the move as soon as it is planned and launches the instance's task ahead; the
-owner is asked once the new node says it is ready for it (`READY` in its heartbeat; or after
-READY_WAIT_MS), so the instance starts there the moment it is placed. Then
-the owner's worker sees the instance as `releasing`, stops it, saves its state (it still owns it,
-so the save is accepted) and says in its next heartbeat that it no longer runs it. Only then does
-the leader assign the instance to the new node, which starts from that last revision: no replay
-from an older one. A move whose owner does not let go within MOVE_TIMEOUT_MS happens anyway. A
-dead owner's instances are not moved this way: they restore from the last revision there is.
+The leader plans a move, asks the owner to let go once the new node is ready (one move per execution
+group at a time) and then assigns the instance on; the steps and timeouts are under "Graceful moves"
+in docs/concepts/control-plane.md.
 """
 
 from __future__ import annotations
@@ -65,7 +56,11 @@ def plan_move(fence: Fence, instance_id: str, from_node: str, from_incarnation: 
 
 
 def ask_release(fence: Fence, move: Move) -> None:
-    """Leader only: the owner's turn, it stops the instance with a last checkpoint."""
+    """Leader only: the owner's turn, it stops the instance with a last checkpoint.
+
+    The owner's worker then sees the instance as `releasing`, stops it, saves its state (it still owns it,
+    so the save is accepted) and says in its next heartbeat that it no longer runs it.
+    """
     fence.conn.execute(update(moves).where(moves.c.instance_id == move.instance_id).values(asked_at=fence.now_ms))
     _record(fence, "release-asked", move.instance_id, move.from_node, move.to_node)
 

@@ -1,27 +1,7 @@
 """State revisions: every instance's snapshots in the table of the seeds' `state.persistence` block.
-
-The one store of revision rows. They live in `state.persistence.config.table` (default
-PERSISTENCE_TABLE) of the datasource `state.persistence.config.datasource`, in WSO2's layout
-(id, siddhiAppName, revision, snapshot) plus what this store needs: a number per instance
-(1, 2, ...), when the revision was saved and by which node incarnation, and its size before
-compression. Snapshots are stored gzip-compressed; a save deletes all but the newest
-`revisionsToKeep` of its instance in the same transaction. A table of the first layout (no
-numbers) is upgraded in place when the store opens it.
-
-Owner fencing: a save names its owner `(node_id, incarnation)` and is refused (NotOwnerError)
-unless the control plane assigns the instance to that live incarnation, so a fenced or
-superseded worker cannot overwrite the state its successor restores.
-
-- Table in the control-plane database: the check and the write are one transaction, and the
-  check locks the instance's assignment row, so a reassignment waits until the save has
-  committed (the new owner then restores it) or the save sees the new owner and is refused.
-- Table in another database: the row is written first and ownership is read from the control
-  plane just before the commit. Remaining window: the leader reassigns the instance *and* the
-  new owner restores between that read and the commit (one round trip). The new owner then
-  starts from the revision before, and the late one is stored as the newest until the new
-  owner's first save supersedes it; should the new owner die before that save, its successor
-  resumes from the late revision. Either way a whole, consistent revision is restored; events
-  after it are processed again, as after any failover.
+`RevisionStore` is the one store of revision rows; its saves are owner-fenced, so a fenced or
+superseded worker cannot overwrite the state its successor restores (docs/concepts/delivery.md,
+"Dead letters and saved state").
 """
 
 from __future__ import annotations
@@ -68,7 +48,15 @@ def same_database(a: str, b: str) -> bool:
 
 class RevisionStore:
     """The state revisions in one table of `database`; ownership is decided by `plane`
-    (which may be `database` itself). See the module docstring."""
+    (which may be `database` itself).
+
+    The rows live in `state.persistence.config.table` (default PERSISTENCE_TABLE) of the datasource
+    `state.persistence.config.datasource`, in WSO2's layout (id, siddhiAppName, revision, snapshot) plus
+    what this store needs: a number per instance (1, 2, ...), when the revision was saved and by which
+    node incarnation, and its size before compression. Snapshots are stored gzip-compressed; a save
+    deletes all but the newest `revisionsToKeep` of its instance in the same transaction. A table of the
+    first layout (no numbers) is upgraded in place when the store opens it.
+    """
 
     def __init__(self, database: Database, plane: ControlPlane, *, table: str = DEFAULT_TABLE, keep: int = 2):
         if keep < 1:
@@ -114,7 +102,20 @@ class RevisionStore:
         """Store a new revision (compressed) and keep the newest `keep`, and the newest saved before `keep_before` (ms)
         when given (what the other new instances of a rescaled group take their state from); returns its number.
 
-        With `owner`, refused (NotOwnerError, nothing written) unless that node incarnation owns the instance.
+        With `owner`, refused (NotOwnerError, nothing written) unless the control plane assigns the instance
+        to that live node incarnation, so a fenced or superseded worker cannot overwrite the state its
+        successor restores:
+
+        - table in the control-plane database: the check and the write are one transaction, and the
+          check locks the instance's assignment row, so a reassignment waits until the save has
+          committed (the new owner then restores it) or the save sees the new owner and is refused;
+        - table in another database: the row is written first and ownership is read from the control
+          plane just before the commit. Remaining window: the leader reassigns the instance *and* the
+          new owner restores between that read and the commit (one round trip). The new owner then
+          starts from the revision before, and the late one is stored as the newest until the new
+          owner's first save supersedes it; should the new owner die before that save, its successor
+          resumes from the late revision. Either way a whole, consistent revision is restored; events
+          after it are processed again, as after any failover.
         """
         blob = gzip.compress(bytes(data), compresslevel=6, mtime=0)
         t = self.table.c

@@ -1,13 +1,4 @@
-"""Incremental executors: one per granularity, each rolling its closed buckets up to the next.
-
-As Siddhi's IncrementalExecutor: an executor buckets what reaches it by *processing* time (the
-event's timestamp at the root, the finer bucket's start further up). When a timestamp reaches
-its next roll-over time it writes every group of the bucket to its table, hands them to the
-next executor, and starts a new bucket. With `aggregate by ts` the group key also holds the
-event-time bucket (`AGG_EVENT_TIMESTAMP`), so a late event makes its own row, merged on read.
-Only the root has a timer: it fires at each root roll-over, and every executor then checks
-its own.
-"""
+"""Incremental executors (Siddhi's IncrementalExecutor): one per granularity, each rolling its closed buckets up to the next."""
 
 from __future__ import annotations
 
@@ -16,7 +7,16 @@ from sp_dagster.engine.aggregation.timing import bucket_start, next_start
 
 
 class Executor:
-    """The running bucket of one granularity."""
+    """The running bucket of one granularity.
+
+    What reaches it is bucketed by *processing* time: the event's timestamp at the root, the finer
+    bucket's start further up (`child` is the next coarser executor). When a timestamp reaches
+    the next roll-over time, every group of the bucket is written to the table and handed to
+    `child`, and a new bucket starts. With `aggregate by ts` (`external`) the group key also holds
+    the event-time bucket (AGG_EVENT_TIMESTAMP), so a late event makes its own row, merged on
+    read. Only the root has a timer (IncrementalAggregation._fire): it fires at each root
+    roll-over, and tick() passes the time on, so every executor then checks its own.
+    """
 
     def __init__(self, duration: str, plan, tz, external: bool, shard, store, child: Executor | None):
         self.duration = duration

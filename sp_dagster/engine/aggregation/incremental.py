@@ -1,13 +1,6 @@
 """One `define aggregation`: its executors, its tables, and retrieval (Siddhi's AggregationRuntime).
-
-Events of the input stream (after its filters) become records for the root executor. A
-retrieval `within [start, end) per P` reads the P table, adds what is still in memory (the
-executors from P down to the root) or, in distributed mode, the finer tables' rows no coarser
-row of their shard holds yet (by the newest bucket each shard wrote per table), then merges
-rows of the same bucket and group (sum of sums, min of mins, latest value by event time) when
-the data is on event time or comes from several shards. Distributed mode (`@PartitionById`,
-or partition_by_id on the runtime) tags every row with the runtime's shard id and never reads
-its own memory: a bucket is visible once it is written, whichever shard wrote it.
+Events of the input stream (after its filters) become records for the root executor; find()
+answers `within [start, end) per P` from the tables and what the executors still hold.
 """
 
 from __future__ import annotations
@@ -35,7 +28,12 @@ _RETENTION = {
 
 
 class IncrementalAggregation:
-    """A running incremental aggregation."""
+    """A running incremental aggregation.
+
+    Distributed mode (`@PartitionById`, or partition_by_id on the runtime) tags every row with
+    the runtime's shard id and never reads its own memory: a bucket is visible once it is
+    written, whichever shard wrote it.
+    """
 
     def __init__(self, definition: ast.AggregationDefinition, context):
         self.definition = definition
@@ -188,7 +186,14 @@ class IncrementalAggregation:
     # -- retrieval
 
     def find(self, start: int, end: int, per: str) -> list[tuple]:
-        """The aggregation's rows (AGG_TIMESTAMP and the selected attributes) within [start, end) per `per`."""
+        """The aggregation's rows (AGG_TIMESTAMP and the selected attributes) within [start, end) per `per`.
+
+        Reads the `per` table and adds what is still in memory (the executors from `per` down to
+        the root) or, in distributed mode, the finer tables' rows no coarser row of their shard
+        holds yet (_written); then merges rows of the same bucket and group (sum of sums, min of
+        mins, latest value by event time) when the data is on event time or comes from several
+        shards (_merged).
+        """
         if per not in self.durations:
             raise EngineError(
                 f"The aggregate values for {per} granularity cannot be provided since aggregation definition {self.name} does not contain {per} duration"

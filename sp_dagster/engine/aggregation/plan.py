@@ -1,10 +1,7 @@
 """What an aggregation keeps: its group-by keys, latest-value attributes and base aggregates.
-
-`define aggregation A from S select k, avg(x) as a, sum(y) as t, (x * y) as v group by k ...`
-keeps, per bucket and group, the base aggregates Siddhi keeps (AGG_SUM_x, AGG_COUNT, AGG_MIN_x,
-AGG_MAX_x, AGG_SET_x) and the latest value of every plain expression (`v`, from the event with
-the latest event time). The outputs are computed from them: avg = AGG_SUM_x / AGG_COUNT
-(integer division for int/long), distinctCount = size of AGG_SET_x, and so on.
+Per bucket and group it keeps the base aggregates Siddhi keeps (AGG_SUM_x, AGG_COUNT, AGG_MIN_x,
+AGG_MAX_x, AGG_SET_x) and the latest value of every plain expression; the outputs (avg,
+distinctCount, ...) are computed from them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Reading an aggregation: `within ... per ...` evaluated, in on-demand queries and in joins.
-
-    from A [on cond] within '2017-06-** **:**:**' per 'days' select ...        (on demand)
-    from S join A on A.k == S.k within S.start, S.end per S.per select ...     (a query)
-
-`within` and `per` may read the joining event's attributes; constants are checked when the
-query is built. A join whose event gives an invalid range or granularity matches nothing
-(the error is logged), as Siddhi drops such an event.
+`within` and `per` may read the joining event's attributes; constants are checked when the query
+is built, and a joining event whose range or granularity is invalid matches nothing.
 """
 
 from __future__ import annotations
@@ -63,7 +58,10 @@ class Retrieval:
 
 
 def on_demand_rows(context, store: ast.StoreInput, now: int):
-    """(scope, rows) of `from A [on c] within ... per ...`: the aggregation's rows the `on` keeps."""
+    """(scope, rows) of `from A [on c] within ... per ...`: the aggregation's rows the `on` keeps.
+
+    `from A [on cond] within '2017-06-** **:**:**' per 'days' select ...`
+    """
     aggregation = context.aggregations[store.store]
     names = (store.store,) + ((store.alias,) if store.alias else ())
     scope = JoinedScope([(names, aggregation.schema, 0)], context)
@@ -76,7 +74,10 @@ def on_demand_rows(context, store: ast.StoreInput, now: int):
 
 
 class AggregationJoinView:
-    """An aggregation as one side of a join: its rows for each event of the other side."""
+    """An aggregation as one side of a join: its rows for each event of the other side.
+
+    `from S join A on A.k == S.k within S.start, S.end per S.per select ...`
+    """
 
     def __init__(self, aggregation, join: ast.JoinInput, scope: JoinedScope, left: bool, callbacks: list):
         self.retrieval = Retrieval(aggregation, join.within, join.per, scope, join)
@@ -90,7 +91,7 @@ class AggregationJoinView:
         data = self.nulls + event.data if self.aggregation_left else event.data + self.nulls
         try:
             rows = self.retrieval.rows(StreamEvent(event.timestamp, data))
-        except EngineError as exc:
+        except EngineError as exc:  # an invalid range or granularity: Siddhi drops the event
             log.error("aggregation %s: a joining event was dropped: %s", self.name, exc)
             return []
         return [StreamEvent(event.timestamp, row) for row in rows]

@@ -1,18 +1,16 @@
 """The AppRuntime settings of incremental aggregations, from Siddhi properties or deployment.yaml.
-
-    AppRuntime(text, **runtime_settings(config))              # a worker, `sp-dagster query --conf`
-    AppRuntime(text, **property_settings({"shardId": "n1"}))  # Siddhi's own property names
-
-`shard_id` tags the rows this runtime writes (`siddhi.properties.shardId`, else the node id
-`wso2.carbon.id`), `partition_by_id` makes every aggregation distributed
-(`siddhi.properties.partitionById`), `agg_time_zone` places hour/day/month/year boundaries.
+`shard_id` tags the rows a runtime writes, `partition_by_id` makes every aggregation distributed,
+`agg_time_zone` places hour/day/month/year boundaries.
 """
 
 from __future__ import annotations
 
 
 def property_settings(properties: dict | None) -> dict:
-    """AppRuntime keyword arguments for Siddhi properties (shardId, partitionById, aggTimeZone)."""
+    """AppRuntime keyword arguments for Siddhi properties (shardId, partitionById, aggTimeZone).
+
+    `AppRuntime(text, **property_settings({"shardId": "n1"}))`: Siddhi's own property names.
+    """
     properties = properties or {}
     return {
         "shard_id": properties.get("shardId"),
@@ -22,7 +20,12 @@ def property_settings(properties: dict | None) -> dict:
 
 
 def runtime_settings(config) -> dict:
-    """AppRuntime keyword arguments for a deployment config: datasources, shard id, partitionById."""
+    """AppRuntime keyword arguments for a deployment config: datasources, shard id, partitionById.
+
+    `AppRuntime(text, **runtime_settings(config))`, as a worker and `sp-dagster query --conf` build
+    it. The shard id is `siddhi.properties.shardId`, else the node id `wso2.carbon.id`;
+    partitionById is `siddhi.properties.partitionById`.
+    """
     return {
         "datasources": config.datasources,
         "shard_id": config.shard_id,

@@ -1,15 +1,6 @@
 """Where an aggregation's closed buckets go: one table per granularity, in memory or in a database.
-
-A record is one bucket of one group as the executors hand it on:
-`(agg_ts, shard, event_ts, groups, lasts, last_ts, bases)`. In a database each granularity is
-Siddhi's table `<A>_<DURATION>` with Siddhi's columns, in Siddhi's order:
-
-    AGG_TIMESTAMP, [SHARD_ID], [AGG_EVENT_TIMESTAMP], <group by...>, <latest values...>,
-    [AGG_LAST_EVENT_TIMESTAMP], AGG_SUM_x / AGG_COUNT / AGG_MIN_x / AGG_MAX_x / AGG_SET_x ...
-
-and the primary key (AGG_TIMESTAMP[, SHARD_ID][, AGG_EVENT_TIMESTAMP], <group by...>). Writing
-a record whose key is there already replaces that row, so a bucket flushed again after a
-restore is not counted twice. A distinct-count set is stored as a JSON list.
+Writing a record whose key is there already replaces that row, so a bucket flushed again after a
+restore is not counted twice.
 """
 
 from __future__ import annotations
@@ -20,7 +11,8 @@ from typing import Any
 
 from sp_dagster.engine.errors import EngineError
 
-#: Field positions in a record.
+#: Field positions in a record: one bucket of one group as the executors hand it on,
+#: (agg_ts, shard, event_ts, groups, lasts, last_ts, bases).
 AGG_TS, SHARD, EVENT_TS, GROUPS, LASTS, LAST_TS, BASES = range(7)
 
 
@@ -141,7 +133,16 @@ class _TimeIndex:
 
 
 class RdbmsStore:
-    """The granularity tables in a database (`@store(type='rdbms', ...)` on the aggregation)."""
+    """The granularity tables in a database (`@store(type='rdbms', ...)` on the aggregation).
+
+    Each granularity is Siddhi's table `<A>_<DURATION>` with Siddhi's columns, in Siddhi's order:
+
+        AGG_TIMESTAMP, [SHARD_ID], [AGG_EVENT_TIMESTAMP], <group by...>, <latest values...>,
+        [AGG_LAST_EVENT_TIMESTAMP], AGG_SUM_x / AGG_COUNT / AGG_MIN_x / AGG_MAX_x / AGG_SET_x ...
+
+    and the primary key (AGG_TIMESTAMP[, SHARD_ID][, AGG_EVENT_TIMESTAMP], <group by...>). A
+    distinct-count set is stored as a JSON list.
+    """
 
     persistent = True
 

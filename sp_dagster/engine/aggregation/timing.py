@@ -1,9 +1,7 @@
 """Time for incremental aggregations: bucket starts, roll-over times, `within` and `per` values.
-
-Granularities are Siddhi's six durations (SECONDS ... YEARS). Seconds and minutes are fixed
-lengths; hours, days, months and years start at the local boundary of the aggregation's time
-zone (`aggTimeZone`, GMT by default), as Siddhi's IncrementalTimeConverterUtil does.
-`within` strings are read in GMT unless they carry their own `+hh:mm` offset.
+Seconds and minutes are fixed lengths; hours, days, months and years start at the local boundary
+of the aggregation's time zone (`aggTimeZone`, GMT by default), as Siddhi's
+IncrementalTimeConverterUtil does.
 """
 
 from __future__ import annotations

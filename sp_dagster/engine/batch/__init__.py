@@ -1,11 +1,6 @@
 """The batch path: a query's outputs for a whole run of chunks at once, exactly as chunk by chunk.
-
-A kernel belongs to one query that reads a stream nothing in the app writes (only sends feed
-it, so nothing can reach the query while a segment is being delivered). `extent` says how far
-into a run it can go (not past a timer of its own), `run` computes the outputs of a segment
-and leaves the query's state as the event path would, and returns an Output that delivers
-them chunk by chunk (or all at once where nobody can tell chunks apart). `plan_stream`
-finds the kernels of a stream's subscribers (cached per stream); send_each.py drives them.
+A kernel (base.Kernel) computes one query's outputs over a segment of a run; `plan_stream` finds
+the kernels of a stream's subscribers (cached per stream), and send_each.py drives them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """sum, count and avg per group over a sequence of adds and removes, computed at once, value for value.
-
-The event path applies each add (+1) or remove (-1) to its group's state in turn. Here counts
-and integer sums are running sums per group; double sums (and avg's value) are added in the
-same order with the same roundings: one row per group in a matrix, cumulated along the row.
-The final state of every group is written back to the aggregator, in the order the event path
-would have left its groups (a group is forgotten when its state empties and made anew later).
+Counts and integer sums are running sums per group; double sums (and avg's value) are added in
+the event path's order with its roundings, and every group's final state is written back.
 """
 
 from __future__ import annotations
@@ -25,7 +21,10 @@ def integer_sum(aggregator) -> bool:
 
 
 class Ops:
-    """Adds and removes in the order the event path applies them: group code, sign, values."""
+    """Adds and removes in the order the event path applies them: group code, sign, values.
+
+    The event path applies each add (+1) or remove (-1) to its group's state in turn.
+    """
 
     def __init__(self, groups: np.ndarray, signs: np.ndarray, keys: list, values: list[np.ndarray | None]):
         self.groups = groups
@@ -49,7 +48,11 @@ class Ops:
         return out
 
     def running_float(self, initial: np.ndarray, deltas: np.ndarray) -> np.ndarray:
-        """initial[group] + delta + delta ... added one at a time in op order, after every op."""
+        """initial[group] + delta + delta ... added one at a time in op order, after every op.
+
+        One row per group in a matrix, cumulated along the row: the same additions, in the same
+        order and with the same roundings, as the event path makes.
+        """
         count = len(self.keys)
         width = int((self.ends - self.starts).max(initial=0)) + 1
         matrix = np.zeros((count, width), np.float64)
@@ -116,7 +119,10 @@ def _new_state(aggregator, count: int, total):
 
 
 def _write_back(aggregator, ops: Ops, counts: np.ndarray, sums: np.ndarray | None, stores: list) -> None:
-    """Final states in the event path's dict order: survivors first, groups made anew after, by when."""
+    """Final states in the event path's dict order: survivors first, groups made anew after, by when.
+
+    The event path forgets a group when its state empties and makes it anew later.
+    """
     empty = counts == 0
     if sums is not None:
         empty &= sums == 0

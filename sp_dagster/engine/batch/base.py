@@ -89,7 +89,14 @@ def apply_filters(chunk: ArrowChunk, filters) -> tuple[ArrowChunk, np.ndarray | 
 
 
 class Kernel:
-    """Computes one query's outputs over a segment of a run (see the package docstring)."""
+    """Computes one query's outputs over a segment of a run.
+
+    A kernel belongs to one query that reads a stream nothing in the app writes: only sends feed
+    it, so nothing can reach the query while a segment is being delivered. `extent` says how far
+    into a run it can go (not past a timer of its own); `run` computes the outputs of a segment,
+    leaves the query's state as the event path would, and returns an Output that delivers them
+    chunk by chunk (or all at once where nobody can tell chunks apart).
+    """
 
     #: the timer queue a kernel fires itself (StreamPlan), or None
     timers: TimerQueue | None = None

@@ -1,11 +1,6 @@
 """One side of a windowed stream join (`from A#window.length(n) join B#window... on A.k == B.k`) over a segment.
-
-While a segment of A's sends is processed, B's window does not move (only A is sent), so
-what B holds is indexed by the key once: each A arrival enters A's length window (the oldest
-expiring first) and is joined with B's held events of its key, in held order; a chunk's
-joined rows go out as one chunk (expired joins are computed by the event path but not
-selected: the query selects current events only). A's window keeps its events column-wise
-until something reads it (HeldLength), which is also where B's kernel finds them.
+While A is sent, B's window does not move, so what B holds is indexed by the key once and probed
+by every arrival of A (JoinKernel).
 """
 
 from __future__ import annotations
@@ -32,7 +27,10 @@ KEY_TYPES = ("string", "int", "long", "bool")
 
 
 class HeldLength:
-    """The events of a length window, held column-wise by a kernel until the window is read."""
+    """The events of a length window, held column-wise by a kernel until the window is read.
+
+    The other side's JoinKernel finds them here too (held_columns).
+    """
 
     def __init__(self, columns: list[pa.Array], times: np.ndarray):
         self.columns = columns
@@ -56,7 +54,15 @@ def held_columns(window, schema: pa.Schema) -> tuple[list[pa.Array], np.ndarray]
 
 
 class JoinKernel(Kernel):
-    """One triggering side (filters, then a length window) of an inner join on `L.a == R.b`."""
+    """One triggering side (filters, then a length window) of an inner join on `L.a == R.b`.
+
+    While a segment of this side's sends is processed, the other side's window does not move
+    (only this side is sent), so what it holds is indexed by the key once: each arrival enters
+    this side's length window (the oldest expiring first) and is joined with the other side's
+    held events of its key, in held order. A chunk's joined rows go out as one chunk (expired
+    joins are computed by the event path but not selected: the query selects current events
+    only). This side's window keeps its events column-wise until something reads it (HeldLength).
+    """
 
     @classmethod
     def build(cls, receiver, runtime):

@@ -1,11 +1,6 @@
 """Partitions (`partition with (key of S) begin ... end`) over a whole segment.
-
-The event path routes every chunk of S to the instance of its key, split into runs of one key
-(sub-chunks; events without a key are dropped), and each instance's queries process their
-sub-chunk. Here the segment's keys are found at once, instances made in the order the event
-path makes them, and each inner query's kernel computes every instance at once, one lane per
-key (batch.windows.length); outputs are delivered sub-chunk by sub-chunk, query by query,
-as the instances would send them.
+The segment's keys are found at once, instances made in the order the event path makes them, and
+each inner query's kernel computes every instance at once, one lane per key.
 """
 
 from __future__ import annotations
@@ -30,7 +25,14 @@ INNER = (LengthAggregateKernel, PatternKernel)
 
 
 class PartitionKernel(Kernel):
-    """A value partition on one attribute of S whose every inner query has a lane kernel."""
+    """A value partition on one attribute of S whose every inner query has a lane kernel.
+
+    The event path routes every chunk of S to the instance of its key, split into runs of one key
+    (sub-chunks; events without a key are dropped), and each instance's queries process their
+    sub-chunk. Here each inner query's kernel computes every instance at once, one lane per key
+    (batch.windows.length, batch.patterns); PartitionOutput delivers the outputs sub-chunk by
+    sub-chunk, query by query, as the instances would send them.
+    """
 
     @classmethod
     def build(cls, receiver, runtime):

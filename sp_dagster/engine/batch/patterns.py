@@ -1,16 +1,7 @@
 """`every e1=S[c1] -> e2=S[c2] [within t]` on one stream, over a whole segment.
-
-The event path keeps a list of partial matches: one per e1 taken so far (oldest first), then a
-fresh one waiting for an e1. Each event first drops the partials older than `within`, then
-every partial waiting for e2 whose c2 holds for (e1, event) completes (oldest first: one
-output chunk per event), and if c1 holds the event becomes a new e1. So each e1 completes
-with the first later event that passes c2 before it expires. Here every e1 of a segment is
-found at once (c1 as a vector) and the partials scan forward together, one step per round,
-among the events that can complete them: those of its own partition key (lanes, when the
-pattern is inside a partition), or of its own value of an attribute c2 requires equal to
-e1's (`symbol == e1.symbol`, an equality index). Conditions are compared as the event path
-compares (numbers widened as Java widens them), on runs without nulls and with timestamps
-that never go back (anything else falls back to the event path).
+Every e1 of a segment is found at once (c1 as a vector) and the partials scan forward together
+among the events that can complete them: those of their partition key (lanes) or of their value
+of an attribute c2 requires equal to e1's (an equality index).
 """
 
 from __future__ import annotations
@@ -34,7 +25,18 @@ _OPS = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt
 
 
 class PatternKernel(Kernel):
-    """A two-state `every e1 -> e2` pattern on one stream, selecting attributes of e1 and e2."""
+    """A two-state `every e1 -> e2` pattern on one stream, selecting attributes of e1 and e2.
+
+    The event path keeps a list of partial matches: one per e1 taken so far (oldest first), then a
+    fresh one waiting for an e1. Each event first drops the partials older than `within`, then
+    every partial waiting for e2 whose c2 holds for (e1, event) completes (oldest first: one
+    output chunk per event), and if c1 holds the event becomes a new e1. So each e1 completes
+    with the first later event that passes c2 before it expires. Here the partials scan forward
+    together, one step per round, among the events that can complete them: those of its own
+    partition key (lanes, when the pattern is inside a partition), or of its own value of an
+    attribute c2 requires equal to e1's (`symbol == e1.symbol`, an equality index). Runs with
+    nulls where the kernel reads, or with timestamps that go back, are left to the event path.
+    """
 
     @classmethod
     def build(cls, receiver, runtime):
@@ -280,7 +282,8 @@ def _conjuncts(node):
 
 
 class _Compiler:
-    """Conditions as vectors over (e1, candidate) pairs of rows of one table."""
+    """Conditions as vectors over (e1, candidate) pairs of rows of one table, compared as the
+    event path compares (numbers widened as Java widens them)."""
 
     def __init__(self, schema, names):
         self.schema = schema

@@ -1,21 +1,6 @@
 """Sequential batch sends: a run of sends to one stream, with exactly the outputs of sending them one by one.
-
-`AppRuntime.send_each` lands here. A run is cut into *chunks*: each send is one chunk, and in
-playback a send whose rows carry different timestamps is cut at every change of timestamp,
-as `AppRuntime.send` cuts it. Chunks are what operators and callbacks see.
-
-Two paths compute the same thing:
-- the reference: every send goes through `AppRuntime.send`'s event path in turn;
-- the fast path: subscribers of the stream that have a kernel (sp_dagster.engine.batch)
-  compute their outputs for a *segment* of chunks at once, leaving their state exactly as
-  the reference would; then, chunk by chunk, the clock moves, `before(i)` is called when a
-  send starts, and every subscriber's output for that chunk is delivered in subscription
-  order (subscribers without a kernel get the chunk itself), then the stream's callbacks.
-  A segment never reaches past a timer that falls due (in playback), so no timer fires
-  inside it except ones armed by what the delivery itself runs (other queries, by reference).
-  Where nobody can tell chunks apart (one subscriber with a kernel, blind callbacks only) and
-  nobody asked for `before`, a segment's outputs go whole, as ArrowChunks whose `sends` name
-  each row's send; chunk by chunk, `runtime.send_index` names the send being delivered.
+`AppRuntime.send_each` lands here. Subscribers with a kernel (sp_dagster.engine.batch) compute a
+segment of chunks at once (_fast); without kernels every chunk takes the event path (_reference).
 """
 
 from __future__ import annotations
@@ -31,7 +16,12 @@ from sp_dagster.engine.events import ArrowChunk, StreamEvent
 
 
 class Run:
-    """The rows, timestamps and send/chunk boundaries of one sequential batch send."""
+    """The rows, timestamps and send/chunk boundaries of one sequential batch send.
+
+    A run is cut into *chunks*, what operators and callbacks see: each send is one chunk, and in
+    playback a send whose rows carry different timestamps is cut at every change of timestamp,
+    as `AppRuntime.send` cuts it.
+    """
 
     def __init__(self, rows: list[tuple] | None, batch: pa.RecordBatch | None, times: np.ndarray, sizes: np.ndarray, playback: bool, schema: pa.Schema | None):
         self.arrow_schema = schema
@@ -153,7 +143,15 @@ def _reference(runtime, junction, run: Run, before) -> None:
 
 
 def _fast(runtime, junction, run: Run, plan, before, at_once: bool) -> None:
-    """Segments of chunks through the kernels, delivered chunk by chunk (or at once where nobody can tell)."""
+    """Segments of chunks through the kernels, delivered chunk by chunk (or at once where nobody can tell).
+
+    The kernels compute their outputs for a *segment* of chunks at once, leaving their state
+    exactly as the event path would; then, chunk by chunk, the clock moves, `before(i)` is called
+    when a send starts, and every subscriber's output for that chunk is delivered in subscription
+    order (subscribers without a kernel get the chunk itself), then the stream's callbacks. In
+    playback a segment never reaches past a timer that falls due, so no timer fires inside it
+    except ones armed by what the delivery itself runs (other queries, by the event path).
+    """
     clock, playback = runtime.clock, runtime.playback
     chunk, total = 0, run.chunks
     advancing = _advancing(run, clock.now()) if playback else None
@@ -226,7 +224,11 @@ def _deliver(runtime, junction, run: Run, plan, outputs, start: int, end: int, b
 
 
 def _deliver_at_once(runtime, junction, run: Run, plan, outputs, start: int, end: int) -> None:
-    """Nobody can tell chunks apart (one kernel subscriber, buffers only): deliver the segment whole."""
+    """Nobody can tell chunks apart (one kernel subscriber, buffers only): deliver the segment whole.
+
+    Only where nobody asked for `before`. Callbacks get ArrowChunks whose `sends` name each row's
+    send; chunk by chunk, `runtime.send_index` names the send being delivered instead.
+    """
     if runtime.playback:
         runtime.clock.advance(int(run.chunk_times[start:end].max()))
     for output in outputs.values():

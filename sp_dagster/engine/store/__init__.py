@@ -1,10 +1,7 @@
 """Tables behind `@store(...)`: `type='rdbms'` keeps a table's rows in a database through SQLAlchemy.
-
-build_table() picks a table definition's kind: in memory (tables.py) or one of these.
-
-options.py reads the annotation (siddhi-store-rdbms's options), conditions.py turns `on`
-conditions into SQL with bound parameters, rdbms.py is the table itself. Other store types
-(mongodb, redis, ...) are rejected when the app is built.
+options.py reads the annotation (siddhi-store-rdbms's options), conditions.py turns `on` conditions
+into SQL with bound parameters, rdbms.py is the table; other store types are rejected when the app
+is built.
 """
 
 from __future__ import annotations
@@ -23,7 +20,10 @@ def build_table(definition: ast.TableDefinition, context) -> Table:
 
 
 def build_store_table(definition: ast.TableDefinition, store: ast.Annotation, context):
-    """The table behind `@store(...)` on `definition` (SiddhiQLError or EngineError when it cannot be had)."""
+    """The table behind `@store(...)` on `definition` (SiddhiQLError or EngineError when it cannot be had).
+
+    Only type='rdbms': other store types (mongodb, redis, ...) are rejected.
+    """
     kind = store.get("type")
     if kind is None or kind.lower() != "rdbms":
         shown = f"type '{kind}'" if kind is not None else "no type"

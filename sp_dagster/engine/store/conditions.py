@@ -1,18 +1,7 @@
 """Siddhi conditions on a stored table, as SQLAlchemy Core expressions with bound parameters.
-
-A condition such as `StockTable.symbol == symbol and StockTable.volume > vol * 2` becomes
-`WHERE symbol = :p1 AND volume > :p2`: each piece that reads no table column (the other side's
-attributes, constants, arithmetic or functions over them) is computed by the engine for the
-event at hand and sent as a bound parameter, so the SQL text never holds a value.
-
-Only what SQL computes exactly as Siddhi does is translated: comparisons between a column and
-a parameter or another column (strings only for ==/!= and only on columns whose collation
-compares exactly), `is null` on a column, a bool column, `and`, `or`, and `not` (as
-`NOT COALESCE(x, FALSE)`, since Siddhi's `not` of a comparison with null is true). Anything
-else that reads a column (arithmetic or functions over columns, `in` checks, order comparisons
-of strings) cannot be expressed: the top-level conjuncts that can be translated still filter
-in SQL, and the engine checks the whole condition in Python on the rows fetched (`residual`).
-Comparisons with null are false in both: SQL's unknown never reaches a NOT, so it acts as false.
+Only what SQL computes exactly as Siddhi does is translated: the top-level conjuncts that translate
+filter in SQL, and where some do not, the engine checks the whole condition in Python on the rows
+fetched (`residual`).
 """
 
 from __future__ import annotations
@@ -110,6 +99,19 @@ def _conjuncts(node: ast.Expression) -> list[ast.Expression]:
 
 
 class _Translator:
+    """Turns conditions into SQL truth values, or None where SQL would not compute them as Siddhi.
+
+    `StockTable.symbol == symbol and StockTable.volume > vol * 2` becomes
+    `WHERE symbol = :p1 AND volume > :p2`: each piece that reads no table column (the other
+    side's attributes, constants, arithmetic or functions over them) is computed by the engine
+    for the event at hand and sent as a bound parameter, so the SQL text never holds a value.
+    Translated: comparisons between a column and a parameter or another column (strings only
+    for ==/!= and only on columns whose collation compares exactly), `is null` on a column, a
+    bool column, `and`, `or` and `not`. Not: arithmetic or functions over columns, `in` checks,
+    order comparisons of strings. Comparisons with null are false in both: SQL's unknown never
+    reaches a NOT, so it acts as false.
+    """
+
     def __init__(self, scope: JoinedScope, side: int, columns: list, types: tuple, exact_strings: set[int]):
         self.scope = scope
         self.side = side
@@ -142,6 +144,7 @@ class _Translator:
             inner = self.boolean(node.operand)
             if inner is None:
                 return None
+            # NOT COALESCE(x, FALSE): Siddhi's `not` of a comparison with null is true
             return lambda e: sa.not_(sa.func.coalesce(inner(e), sa.false()))
         if isinstance(node, ast.IsNull):
             index = self._column(node.operand)

@@ -1,13 +1,6 @@
 """`@store(type='rdbms', ...)`: siddhi-store-rdbms's options, checked and turned into SQLAlchemy terms.
-
-    @store(type='rdbms', jdbc.url='jdbc:mysql://h:3306/db', username='u', password='p',
-           jdbc.driver.name='com.mysql.jdbc.Driver', table.name='Stocks',
-           field.length='symbol:100', pool.properties='maximumPoolSize:5, maxLifetime:60000')
-    @store(type='rdbms', datasource='STOCKS_DB')      -- a datasource of deployment.yaml
-
-The JDBC URL goes through the same translation as deployment.yaml's datasources (MySQL and
-MariaDB through pymysql, PostgreSQL through psycopg, H2 and SQLite on SQLite). Every mistake is
-a SiddhiQLError at the annotation element it concerns.
+The JDBC URL goes through the same translation as deployment.yaml's datasources; every mistake is a
+SiddhiQLError at the annotation element it concerns.
 """
 
 from __future__ import annotations
@@ -54,7 +47,15 @@ class StoreOptions:
 
 
 def parse_store(definition: ast.TableDefinition, store: ast.Annotation, datasources: dict | None) -> StoreOptions:
-    """The options of `@store(type='rdbms', ...)` on `definition` (SiddhiQLError on a mistake)."""
+    """The options of `@store(type='rdbms', ...)` on `definition` (SiddhiQLError on a mistake).
+
+        @store(type='rdbms', jdbc.url='jdbc:mysql://h:3306/db', username='u', password='p',
+               jdbc.driver.name='com.mysql.jdbc.Driver', table.name='Stocks',
+               field.length='symbol:100', pool.properties='maximumPoolSize:5, maxLifetime:60000')
+        @store(type='rdbms', datasource='STOCKS_DB')      -- a datasource of deployment.yaml
+
+    MySQL and MariaDB URLs go through pymysql, PostgreSQL through psycopg, H2 and SQLite on SQLite.
+    """
     from sqlalchemy.engine import make_url
 
     from sp_dagster.config.binding import Context

@@ -1,29 +1,7 @@
 """A table kept in a relational database (SQLite, MySQL/MariaDB, PostgreSQL) through SQLAlchemy Core.
-
-Created when missing, with Siddhi's types mapped as siddhi-store-rdbms maps them (int INTEGER,
-long BIGINT, double DOUBLE, bool BOOLEAN, string VARCHAR(254) or its field.length), except:
-
-- float is REAL on PostgreSQL and SQLite but DOUBLE on MySQL/MariaDB, whose FLOAT reads back
-  rounded to six digits; a float's 32-bit value is exact in either;
-- strings compare exactly, as in memory: a binary collation on MySQL/MariaDB (NO PAD, so
-  trailing spaces count) and "C" on PostgreSQL (use.collation is accepted; it changes nothing);
-- a hidden `sp_dagster_seq` column (auto-increment, the table's SQL primary key) keeps
-  insertion order, so rows come back in the order an in-memory table keeps them; @primaryKey
-  becomes a UNIQUE constraint (a duplicate key is dropped, as in memory) and each @index an
-  index named `<table>_index`;
-- nulls are stored as NULL in every column (allow.null.values is accepted; it changes nothing);
-  NaN and infinities are the database's business: PostgreSQL keeps them, SQLite stores NaN as
-  NULL, MySQL/MariaDB refuse them (that insert fails);
-- `object` attributes cannot be stored.
-
-An existing table (created by WSO2 or by hand) is used as it is: its columns are matched to
-the attributes by name, ignoring case; without `sp_dagster_seq` its rows come back in the
-database's order, and string columns without a binary collation are compared in Python.
-
-Every statement uses bound parameters (see conditions.py). The rows live in the database, not
-in the runtime: snapshot() holds nothing for this table and restore() leaves it alone, so a
-restored runtime sees the database as it is now (a snapshot cannot roll it back). Each output
-chunk is one transaction; reads (joins, `in`) run in their own.
+Siddhi's types map as siddhi-store-rdbms maps them, with a few departures (column_type), and a
+hidden `sp_dagster_seq` column keeps insertion order. The rows live in the database: snapshots hold
+nothing for the table.
 """
 
 from __future__ import annotations
@@ -147,7 +125,12 @@ def _mysql_binary_collation(engine: sa.Engine) -> str:
 
 
 def column_type(kind: str, engine: sa.Engine, length: int | None):
-    """The SQL type of a Siddhi attribute type on this engine's database."""
+    """The SQL type of a Siddhi attribute type on this engine's database.
+
+    As siddhi-store-rdbms maps them, except that float is DOUBLE on MySQL/MariaDB (whose FLOAT
+    reads back rounded to six digits) and strings take a collation that compares exactly: a
+    binary one on MySQL/MariaDB (NO PAD, so trailing spaces count), "C" on PostgreSQL.
+    """
     dialect = engine.dialect.name
     if kind == "string":
         size = length or STRING_SIZE
@@ -181,7 +164,17 @@ def _exact_collation(dialect: str, collation: str | None) -> bool:
 
 
 class RdbmsTable(Table):
-    """A table whose rows live in a database table."""
+    """A table whose rows live in a database table.
+
+    Created when missing (column_type); a hidden `sp_dagster_seq` column (auto-increment, the
+    table's SQL primary key) keeps insertion order, @primaryKey becomes a UNIQUE constraint and
+    each @index an index. An existing table (created by WSO2 or by hand) is used as it is: its
+    columns are matched to the attributes by name, ignoring case; without `sp_dagster_seq` its
+    rows come back in the database's order, and string columns without a binary collation are
+    compared in Python. snapshot() holds nothing and restore() leaves the database alone, so a
+    restored runtime sees the database as it is now. Each output chunk is one transaction;
+    reads (joins, `in`) run in their own.
+    """
 
     def __init__(self, definition: ast.TableDefinition, options: StoreOptions, connections: Connections):
         self.name = definition.name

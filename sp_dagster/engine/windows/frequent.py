@@ -1,7 +1,6 @@
 """frequent(n [, attrs]) and lossyFrequent(support [, error] [, attrs]) windows.
-
-Both key events by the string form of the chosen attributes (all of them by default) and
-walk their counts in Java hash-map order, which decides the order of expired events.
+Both key events by the string form of the chosen attributes (all of them by default) and walk
+their counts in Java hash-map order, which decides the order of expired events.
 """
 
 from __future__ import annotations

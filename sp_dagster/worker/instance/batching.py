@@ -1,13 +1,7 @@
-"""Inter-group topics carry batches: what an instance reads there is cut into its events, what it publishes there is packed.
-
-An instance publishes what one turn produced for a partition of an inter-group topic as one
-message (`messaging/batches.py`), and its reader hands the engine each event of a batch as the
-message it once was: its own timestamp, key and origin, and its place in the batch (`index`).
-The plan records each topic's wire format on its map (`wire`). By column (COLUMN_WIRE, what
-plans record now), the runtime publishes rows, `pack` writes them column by column, and
-`expand` gives each event's row as its message's value: no event is encoded or decoded on its
-own. Batches of encoded events (BATCH_WIRE) and single-event messages (an app planned before
-batches, which goes on publishing one event per message) read as before.
+"""Inter-group topics carry batches: what an instance reads there is cut into its events (`expand`),
+what it publishes there is packed (`pack`), per the wire format the plan records on each topic's
+map. The reader hands the engine each event of a batch as the message it once was, with its own
+timestamp, key, origin and place in the batch (docs/messaging.md).
 """
 
 from __future__ import annotations
@@ -50,7 +44,8 @@ def batched_outputs(plan: InstancePlan) -> dict[str, BinaryCodec | None]:
 def expand(topic: str, raws: Iterable[Sequence], codec: BinaryCodec) -> list[Message]:
     """Messages from raw (partition, offset, timestamp, key, value, origin) ones of an inter-group topic, each batch
     cut into its events (by column: each event's row as its value, read by `codec`); a batch that cannot be read
-    stays whole (the engine rejects it, with the reason logged)."""
+    stays whole (the engine rejects it, with the reason logged). Single-event messages (an app planned before batches,
+    which goes on publishing one event per message) and batches of encoded events (BATCH_WIRE) read as before."""
     out: list[Message] = []
     for partition, offset, stamp, key, value, origin in raws:
         if origin is not None or not batches.is_batch(value):
@@ -68,7 +63,8 @@ def expand(topic: str, raws: Iterable[Sequence], codec: BinaryCodec) -> list[Mes
 
 def pack(messages: list[Message], topics: Mapping[str, BinaryCodec | None], max_bytes: int = batches.MAX_BYTES) -> list[Message]:
     """`messages` with those to `topics` packed into one batch per partition (more when larger than `max_bytes`), in their
-    order: by column where `topics` gives a codec (their values are rows), else of the encoded values."""
+    order: by column where `topics` gives a codec (their values are rows: COLUMN_WIRE, what plans record now, so no
+    event is encoded on its own), else of the encoded values."""
     if not topics:
         return messages
     kept: list[Message] = []

@@ -1,23 +1,7 @@
-"""Continuous-mode checkpoints: what one holds, and whether it still fits the topics and the app it resumes.
-
-A checkpoint is the engine's snapshot with, per input (topic, partition), the next offset it
-has not seen, and the *incarnation* of each input topic (its Kafka topic id, new each time a
-topic is created). Offsets mean something only for the incarnation they were read from, so
-an instance resumes from a checkpoint only when
-
-- every input topic is the one the checkpoint read (same topic id), and
-- no saved offset lies past its partition's end (the broker lost data, e.g. an in-memory
-  broker restarted: topic ids then differ too, the end check covers layers without ids).
-
-Otherwise the policy is: **state and offsets reset together**. The instance starts empty from
-the beginning of its topics as they are now, says why (log, metrics `state_note`, which
-`status`, `deploy`, `up` and Dagster show), and the checkpoint it did not use is *set aside*
-(kept next to the instance's checkpoints, never deleted) by the first checkpoint after it.
-
-A checkpoint of an earlier version of the partial app resumes partially: the queries whose
-definition is unchanged get their state back, the others start empty (engine.stateparts).
-A checkpoint that cannot be read or restored at all is set aside the same way: never a
-restore that fails again at every retry.
+"""Continuous-mode checkpoints: what one holds, and whether it still fits the topics and the app it
+resumes. A checkpoint is the engine's snapshot with, per input (topic, partition), the next offset it
+has not seen, and each input topic's *incarnation* (its Kafka topic id, new each time a topic is
+created), since offsets mean something only for the incarnation they were read from.
 """
 
 from __future__ import annotations
@@ -154,8 +138,24 @@ class Resumed:
 def resume(
     runtime, data: bytes | None, incarnations: Mapping[str, str], ends: Callable[[str], Mapping[int, int]], *, fresh_since: int | None = None
 ) -> Resumed:
-    """Restore `runtime` (an InstanceRuntime) from checkpoint bytes when they fit (see the module docstring);
-    a checkpoint saved before `fresh_since` (ms: a deploy asked for a fresh start) is not resumed."""
+    """Restore `runtime` (an InstanceRuntime) from checkpoint bytes when they fit;
+    a checkpoint saved before `fresh_since` (ms: a deploy asked for a fresh start) is not resumed.
+
+    An instance resumes from a checkpoint only when
+
+    - every input topic is the one the checkpoint read (same topic id), and
+    - no saved offset lies past its partition's end (the broker lost data, e.g. an in-memory
+      broker restarted: topic ids then differ too, the end check covers layers without ids).
+
+    Otherwise the policy is: **state and offsets reset together**. The instance starts empty from
+    the beginning of its topics as they are now, says why (log, metrics `state_note`, which
+    `status`, `deploy`, `up` and Dagster show), and the checkpoint it did not use is *set aside*
+    (kept next to the instance's checkpoints, never deleted) by the first checkpoint after it.
+
+    A checkpoint of an earlier version of the partial app resumes partially: the queries whose
+    definition is unchanged get their state back, the others start empty (engine.stateparts).
+    A checkpoint that cannot be read or restored at all is set aside the same way: never a
+    restore that fails again at every retry."""
     if not data:
         return Resumed({})
     try:

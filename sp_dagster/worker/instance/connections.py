@@ -1,9 +1,6 @@
-"""An instance's connections: which messaging client each input and output uses, the partitions it reads, and its publishers.
-
-Most inputs and outputs are on the cluster's own messaging layer; a user source or sink may name
-a Kafka cluster of its own (`bootstrap.servers`, `optional.configuration`) or a NATS server. One
-client per such endpoint, made on first use; one publisher per client (the cluster's own may be
-the instance's transactional one), closed with the instance.
+"""An instance's connections: which messaging client each input and output uses, the partitions it
+reads, and its publishers. Most inputs and outputs are on the cluster's own messaging layer; a user
+source or sink may name a Kafka cluster of its own or a NATS server, with one client per such endpoint.
 """
 
 from __future__ import annotations
@@ -18,7 +15,12 @@ OWN = ""  # the key of the cluster's own publisher
 
 
 class Connections:
-    """The clients and publishers of one instance (see the module docstring)."""
+    """The clients and publishers of one instance.
+
+    A user source or sink may name a Kafka cluster of its own (`bootstrap.servers`,
+    `optional.configuration`) or a NATS server: one client per such endpoint, made on first use; one
+    publisher per client (the cluster's own may be the instance's transactional one), closed with the
+    instance."""
 
     def __init__(self, plan: InstancePlan, transport: Transport, others: dict | None = None):
         self.plan = plan

@@ -1,14 +1,7 @@
-"""An instance's exactly-once duties: each turn's outputs and input offsets in one transaction.
-
-`ExactlyOnce.start` opens the instance's transactional publisher (named after the instance, so
-its next owner fences it) and reads what the last owner committed: the offsets, the wall clock
-of its last turn, the incarnations it read. The loop then runs the inputs up to those offsets
-without publishing (`split_replay`, `replay_done`). Where the broker lets a dead owner's open
-transaction through (tansu), it also finds those outputs and drops them when they are computed
-again (leaked_outputs.py). Each turn ends with `commit`; each checkpoint records where the
-outputs end (`mark_outputs`). A stateless instance that only feeds other groups needs no
-transaction: `FeedOffsets` commits its offsets after each flush, and the next group drops by
-origin what a successor publishes again.
+"""An instance's exactly-once duties: each turn's outputs and input offsets in one transaction
+(`ExactlyOnce`), and a successor's replay, without publishing, of what its predecessor committed. A
+stateless instance that only feeds other groups needs no transaction: `FeedOffsets` commits its
+offsets after each flush, and the next group drops by origin what a successor publishes again.
 """
 
 from __future__ import annotations
@@ -94,7 +87,15 @@ class FeedOffsets:
 
 
 class ExactlyOnce:
-    """The transactions of one instance (see the module docstring)."""
+    """The transactions of one instance.
+
+    `start` opens the instance's transactional publisher (named after the instance, so its next
+    owner fences it); `take_over` reads what the last owner committed: the offsets, the wall clock
+    of its last turn, the incarnations it read. The loop then runs the inputs up to those offsets
+    without publishing (`split_replay`, `replay_done`). Where the broker lets a dead owner's open
+    transaction through (tansu), `find_leaked` finds those outputs and `drop_leaked` drops them when
+    they are computed again (leaked_outputs.py). Each turn ends with `commit`; each checkpoint
+    records where the outputs end (`mark_outputs`)."""
 
     def __init__(self, plan: InstancePlan, publisher: TransactionalPublisher, topics: set[str], stamp: str):
         self.name = plan.name

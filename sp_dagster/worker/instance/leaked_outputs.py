@@ -1,19 +1,7 @@
 """Outputs a dead owner's open transaction let through: found once at start, never published again.
-
-A worker killed between publishing a turn's outputs and committing them leaves its transaction
-open. Kafka aborts it when the instance's next owner starts its transactions; some brokers
-(tansu 0.6) let its messages through instead, so the next owner, which replays from the last
-committed offsets, would publish those outputs a second time.
-
-Every output carries an origin that names what it stems from and is the same when it is computed
-again (`runtime.py`). So each checkpoint records *marks*: where the instance's output
-partitions ended when it was taken (`TransactionalPublisher.marks`; anything published later lands
-past them). A next owner starting from that checkpoint reads every output partition from its
-marks to the end, keeps the origins of its own group's outputs, and drops an output it computes
-again with one of those origins (the wall clock's outputs too: they are named after their due
-time and the instance). It does so until it has read its inputs as far as they reached at its
-start (the dead owner cannot have read further); until then its own checkpoints keep the old
-marks. On Kafka only committed outputs are found, which the replay never publishes again.
+Some brokers (tansu 0.6) let such a transaction's messages through to the instance's next owner,
+which would publish them again as it replays; each checkpoint therefore marks where the output
+partitions ended, and the next owner reads on from there for the origins to drop.
 """
 
 from __future__ import annotations
@@ -33,7 +21,15 @@ def own_prefixes(group: str, stateless: bool, inputs: Iterable[tuple[str, int]],
 
 class LeakedOutputs:
     """The origins of an instance's outputs already on the output topics, per (topic, partition);
-    `drop` removes them from what is published."""
+    `drop` removes them from what is published.
+
+    They are read from the start checkpoint's *marks* (`TransactionalPublisher.marks`: where the output
+    partitions ended when it was taken; anything published later lands past them) to the end, keeping
+    the origins of the instance's own outputs (`own_prefixes`). An output computed again carries the
+    same origin (runtime.py), the wall clock's too: they are named after their due time and the
+    instance. Dropping goes on while `pending`: until the inputs are read as far as they reached at the
+    start (the dead owner cannot have read further); until then the instance's own checkpoints keep the
+    old marks. On Kafka only committed outputs are found, which the replay never publishes again."""
 
     def __init__(self, found: Mapping[tuple[str, int], Iterable[bytes]], prefixes: tuple[str, ...], horizon: Mapping[tuple[str, int], int], started_at: int):
         self.horizon = dict(horizon)  # where the inputs ended at the start: the dead owner read no further

@@ -1,26 +1,7 @@
 """One partial-app instance run continuously: read its partitions -> engine -> publish, as events come.
-
-This is what a worker's long-running Spark task does (see `spark/continuous.py` for the Spark side);
-it knows nothing of Spark, so it also runs, and is tested, in a plain thread.
-
-    loop = InstanceLoop(plan, transport, LoopSettings(...), checkpoint=blob_or_None, control=control)
-    loop.run()   # until the control says stop, or its lease runs out
-
-Each turn polls every input (waiting at most until the engine's next timer), sends the messages
-through `InstanceRuntime` (one engine send per message, origins named as in micro-batch mode),
-publishes the outputs and waits for the broker's acknowledgement. With no input, wall-clock
-timers fire on time (`advance`). Every `checkpoint_interval_s` (and when asked, and when told to
-stop with save) the loop hands the control a *checkpoint*: the engine snapshot together with the
-input offsets it covers, taken after the outputs of those inputs were acknowledged. Restored, a
-checkpoint resumes the engine and re-reads from its offsets; what the instance publishes again
-carries the same origins, so the next group drops it (`InstanceRuntime`); with transactions, what its
-predecessor committed is run again without publishing, and a stateless instance that only feeds other
-groups starts at the offsets its predecessor committed (`exactly_once.py`). A checkpoint whose
-offsets belong to other incarnations of the topics, or whose state does not fit the partial
-app, is not resumed silently (`checkpoints.py`).
-
-The loop stops at once, without a checkpoint, when its lease runs out: the worker renews the
-lease while its own heartbeat holds, so an instance never outlives its worker's claim on it.
+This is what a worker's long-running Spark task runs (`spark/continuous.py` is the Spark side), but
+it knows nothing of Spark, so it also runs, and is tested, in a plain thread. Its turns, checkpoints
+and lease are described in docs/concepts/workers.md (Continuous mode, inside a task).
 """
 
 from __future__ import annotations
@@ -119,7 +100,26 @@ def _percentile(samples: list[tuple[float, int]], fraction: float) -> float | No
 
 
 class InstanceLoop:
-    """Runs one instance until stopped (see the module docstring)."""
+    """Runs one instance until stopped.
+
+        loop = InstanceLoop(plan, transport, LoopSettings(...), checkpoint=blob_or_None, control=control)
+        loop.run()   # until the control says stop, or its lease runs out
+
+    Each turn polls every input (waiting at most until the engine's next timer), sends the messages
+    through `InstanceRuntime` (one engine send per message, origins named as in micro-batch mode),
+    publishes the outputs and waits for the broker's acknowledgement. With no input, wall-clock
+    timers fire on time (`advance`). Every `checkpoint_interval_s` (and when asked, and when told to
+    stop with save) the loop hands the control a *checkpoint*: the engine snapshot together with the
+    input offsets it covers, taken after the outputs of those inputs were acknowledged. Restored, a
+    checkpoint resumes the engine and re-reads from its offsets; what the instance publishes again
+    carries the same origins, so the next group drops it (`InstanceRuntime`); with transactions, what its
+    predecessor committed is run again without publishing, and a stateless instance that only feeds other
+    groups starts at the offsets its predecessor committed (`exactly_once.py`). A checkpoint whose
+    offsets belong to other incarnations of the topics, or whose state does not fit the partial
+    app, is not resumed silently (`checkpoints.py`).
+
+    The loop stops at once, without a checkpoint, when its lease runs out: the worker renews the
+    lease while its own heartbeat holds, so an instance never outlives its worker's claim on it."""
 
     def __init__(
         self, plan: InstancePlan, transport: Transport, settings: LoopSettings, *, checkpoint: bytes | None, control: Control, transports: dict | None = None

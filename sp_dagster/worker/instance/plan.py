@@ -1,12 +1,7 @@
-"""What a worker needs to run one partial-app instance, read from its transport annotations.
-
-The topology planner writes every partial app as complete SiddhiQL whose Kafka @source and
-@sink annotations name topics, partitions, mapping and publishing strategy; user sources and
-sinks (kafka, nats, http, log) stand next to them. This module turns them into an `InstancePlan`:
-which topic partitions (or HTTP receivers) feed which stream, which streams go to which
-topics, HTTP endpoints or the log and how, and whether the instance can run keyed by its
-partition key. What workers cannot run is refused by `check_supported`, the same check that
-`validate`, `plan` and `deploy` make.
+"""What a worker needs to run one partial-app instance, read from its transport annotations into an
+`InstancePlan`: which topic partitions (or HTTP receivers) feed which stream, which streams go to
+which topics, HTTP endpoints or the log and how, and whether the instance can run keyed by its
+partition key. `check_supported` refuses what workers cannot run.
 """
 
 from __future__ import annotations
@@ -220,7 +215,11 @@ def check_supported(name: str, app: ast.App) -> None:
 
 
 def plan_instance(name: str, siddhi: str) -> InstancePlan:
-    """Read a partial app's transport annotations into an InstancePlan."""
+    """Read a partial app's transport annotations into an InstancePlan.
+
+    The topology planner writes every partial app as complete SiddhiQL whose Kafka @source and @sink
+    annotations name topics, partitions, mapping and publishing strategy; user sources and sinks
+    (kafka, nats, http, log) stand next to them."""
     app = parse(siddhi, name)
     check_supported(name, app)
     inputs, outputs, logs, http_inputs, http_outputs = [], [], [], [], []

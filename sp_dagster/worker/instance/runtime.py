@@ -1,25 +1,8 @@
-"""One partial-app instance's engine, fed raw Kafka messages, returning raw messages to publish.
-
-This is the part of a worker's streaming query that runs Siddhi: it decodes each input
-message with its topic's codec, sends it to the engine in per-partition order (partitions
-merged by event time), and encodes every event of an output stream for its topic with the
-topic's publishing strategy. Undecodable messages become dead-letter messages with the reason.
-It knows nothing of Spark, so it is tested on its own and wrapped by `spark/microbatch.py`.
-
-Exactly-once effect across failovers. Delivery between groups is at-least-once: an instance
-that takes over replays from its last saved state and publishes some events again. Every
-published event therefore carries an *origin* (the `sp-origin` header): a key naming where it
-stems from and a sequence that grows along that key. A stateful instance names its outputs
-after its own input (`group@topic:partition`, sequence `(offset, n)`); a stateless one passes
-its input's origin on, extended. Replays produce the same origins, so each instance keeps the
-highest sequence seen per (input partition, origin key) in its state and drops what it has
-already seen: duplicates never reach a window or an aggregate.
-
-Time. An app with `@app:playback` runs on event time, as in process. Any other runs on the
-wall clock as its host tells it (a DrivenClock): each `process(messages, now)` first moves
-time to `now`, firing what fell due, and the host comes back at `next_wakeup()` to call
-`advance(now)` when no event arrives. Outputs fired by time name the clock of their engine
-key, or of their instance (`group@clock:key`, sequence `(due time, n)`), as replays of them do.
+"""One partial-app instance's engine, fed raw Kafka messages, returning raw messages to publish: it
+decodes each input message with its topic's codec, sends it to the engine in per-partition order,
+and encodes each output for its topic with the topic's publishing strategy; undecodable messages
+become dead letters. Every output carries an origin by which the next group drops replays. It knows
+nothing of Spark.
 """
 
 from __future__ import annotations
@@ -135,7 +118,26 @@ def dead_letter(instance: str, message: Message, reason: str) -> dict:
 
 
 class InstanceRuntime:
-    """The engine of one instance (or of one key of it), with codecs and strategies around it."""
+    """The engine of one instance (or of one key of it), with codecs and strategies around it.
+
+    Input messages go to the engine in per-partition order, partitions merged by event time. Undecodable
+    messages become dead-letter messages with the reason. It knows nothing of Spark, so it is tested on
+    its own, and run by `loop.py`, the receivers and `spark/microbatch.py`.
+
+    Exactly-once effect across failovers. Delivery between groups is at-least-once: an instance
+    that takes over replays from its last saved state and publishes some events again. Every
+    published event therefore carries an *origin* (the `sp-origin` header): a key naming where it
+    stems from and a sequence that grows along that key. A stateful instance names its outputs
+    after its own input (`group@topic:partition`, sequence `(offset, n)`); a stateless one passes
+    its input's origin on, extended (`_origin`). Replays produce the same origins, so each instance
+    keeps the highest sequence seen per (input partition, origin key) in its state and drops what it
+    has already seen: duplicates never reach a window or an aggregate.
+
+    Time. An app with `@app:playback` runs on event time, as in process. Any other runs on the
+    wall clock as its host tells it (a DrivenClock): each `process(messages, now)` first moves
+    time to `now`, firing what fell due, and the host comes back at `next_wakeup()` to call
+    `advance(now)` when no event arrives. Outputs fired by time name the clock of their engine
+    key, or of their instance (`group@clock:key`, sequence `(due time, n)`), as replays of them do."""
 
     def __init__(self, plan: InstancePlan, dead_letter_topic: str | None = None, *, key: str = "", now: int | None = None, partitions_of=None):
         self.plan = plan

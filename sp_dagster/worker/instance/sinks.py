@@ -1,17 +1,7 @@
-"""User sinks beyond Kafka topics, and the per-event choices of Siddhi's distributed sinks.
-
-    destination_chooser   @distribution over @destination(...): which destinations get an event
-                          (partitioned: |String.hashCode(key) % n|, as Siddhi's PartitionedDistribution)
-    message_key           a kafka sink's `key`, with {{attr}} templates filled in
-    sequenced             siddhi-io-kafka's `seq.enabled` messages (`sequenceId:seqNo~body`)
-    log_sink              `@sink(type='log', prefix, priority)`
-    HttpSinks             `@sink(type='http')`: POSTs (or PUT/...) with headers and basic auth,
-                          retried, then sent to the app's dead-letter topic with the reason
-
-The instance loop (and a micro-batch query's engine task) hands the messages InstanceRuntime
-makes to `HttpSinks.deliver`, which sends those of the HTTP sinks (topic `http:<stream>`,
-partition = destination index) before the Kafka outputs are committed or flushed, so a turn's
-input offsets are committed only after its HTTP sends ended.
+"""User sinks beyond Kafka topics (log and HTTP), and the per-event choices of Siddhi's distributed
+sinks: which destinations get an event, a kafka sink's message key, and siddhi-io-kafka's sequenced
+messages. A turn's HTTP requests are sent before its Kafka outputs are committed or flushed
+(`HttpSinks.deliver`), so its input offsets are committed only after its HTTP sends ended.
 """
 
 from __future__ import annotations
@@ -52,7 +42,8 @@ def java_hash_destination(value: Any, count: int) -> int:
 def destination_chooser(
     strategy: str, names: Sequence[str], partition_key: str | None, count: int, turn: RoundRobin | None = None
 ) -> Callable[[Sequence[Any]], Sequence[int]]:
-    """A function from a row to the indexes of the destinations it goes to (round robin: in `turn`'s order)."""
+    """A function from a row to the indexes of the destinations it goes to (round robin: in `turn`'s order), per
+    @distribution over @destination(...) (partitioned: |String.hashCode(key) % n|, as Siddhi's PartitionedDistribution)."""
     kind = (strategy or "roundRobin").replace("_", "").lower()
     if kind == "partitioned":
         if partition_key is None:
@@ -67,7 +58,7 @@ def destination_chooser(
 
 
 def message_key(template: str | None, names: Sequence[str], row: Sequence[Any]) -> bytes | None:
-    """A kafka sink's `key` option for one row (None without one)."""
+    """A kafka sink's `key` option for one row, with {{attr}} templates filled in (None without one)."""
     if template is None:
         return None
     values = dict(zip(names, row))
@@ -75,7 +66,7 @@ def message_key(template: str | None, names: Sequence[str], row: Sequence[Any]) 
 
 
 def sequenced(message):
-    """A `seq.enabled` message with its `sequenceId:seqNo~` header taken off and made its origin."""
+    """A siddhi-io-kafka `seq.enabled` message (`sequenceId:seqNo~body`) with its header taken off and made its origin."""
     value = message.value or b""
     head, tilde, body = value.partition(b"~")
     sequence_id, colon, number = head.decode("utf-8", "replace").partition(":")
@@ -107,7 +98,12 @@ def _password(target, instance: str, stream: str) -> str:
 
 
 class HttpSinks:
-    """The HTTP sinks of one instance: queue requests, then send them all (retried) on flush."""
+    """The HTTP sinks of one instance: queue requests, then send them all (retried) on flush.
+
+    `@sink(type='http')`: POSTs (or PUT/...) with headers and basic auth, retried, then sent to the app's
+    dead-letter topic with the reason. The instance loop (and a micro-batch query's engine task) hands
+    the messages InstanceRuntime makes to `deliver`, which sends those of the HTTP sinks (topic
+    `http:<stream>`, partition = destination index)."""
 
     def __init__(self, outputs, instance: str):
         self.instance = instance

@@ -1,7 +1,6 @@
-"""A watch on a loop: when one pass takes longer than STUCK_AFTER_S it logs, once, where the loop is.
-
-A call that does not keep its timeout (a client waiting on a peer that a network partition took
-away) keeps a loop from acting on time; this says which call it was.
+"""A watch on a loop: when one pass takes longer than STUCK_AFTER_S it logs, once, where the loop is. A
+call that does not keep its timeout (a client waiting on a peer that a network partition took away)
+keeps a loop from acting on time; this says which call it was.
 """
 
 from __future__ import annotations

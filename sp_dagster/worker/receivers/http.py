@@ -1,30 +1,7 @@
-"""A receiver partial app run continuously: HTTP requests in -> engine -> entry topics, acknowledged when durable.
-
-A user `@source(type='http', receiver.url=...)` always becomes a receiver (passthrough) group
-(`topology.flows`); its instances run here instead of `InstanceLoop`. An aiohttp server (its
-low-level `web.Server`, on an event loop of its own in a thread; uvloop's when installed) takes
-each request:
-
-    401  basic.auth.enabled and no valid `Authorization: Basic` for a user of deployment.yaml
-    400  the body does not decode with the source's @map; the reason is the answer's text
-    200  only once the request's events are in the instance's output topics (the broker acknowledged)
-    413  an event is larger than the messaging layer takes (or the body than MAX_BODY): retrying cannot help
-    503  publishing failed; the client should retry
-
-Group commit. The handler checks the credentials, decodes the body (once: the engine gets the
-rows) and leaves the request waiting. One batch is in flight at a time: on the server's loop, the
-requests waiting are run through `InstanceRuntime` as one run (the engine's `send_each`, each
-request a send of its own), their outputs are produced in one call, and a helper thread waits
-for the broker's acknowledgement of all of them (`flush`); then every request of the batch is
-answered at once, and the requests that arrived meanwhile make the next batch. So a request
-costs the endpoint its HTTP parsing, a check and a decode; the engine pass, the produce call and
-the broker's round trip are shared by all requests of a batch.
-
-Each request gets an origin `<instance>@http|<sequence>` with a sequence that grows across
-restarts (microseconds of the wall clock), so the next group never mistakes a new request for a
-replay. In continuous mode a receiver runs as a Spark task like any instance (`run()` serves
-its control: stop commands, the lease, metrics); in micro-batch mode (a query cannot listen) the
-worker's driver hosts it on a thread (`HostedReceiver`), as bench/receiver.py does.
+"""A receiver partial app run continuously: HTTP requests in -> engine -> entry topics, acknowledged
+when durable. A user `@source(type='http', receiver.url=...)` always becomes a receiver
+(passthrough) group (`topology.flows`), whose instances run here (`ReceiverLoop`) instead of `InstanceLoop`; requests
+are published and answered in groups, one batch in flight at a time (docs/concepts/workers.md).
 """
 
 from __future__ import annotations
@@ -71,7 +48,31 @@ def _event_loop() -> asyncio.AbstractEventLoop:
 
 
 class ReceiverLoop:
-    """Runs one receiver instance until stopped (see the module docstring)."""
+    """Runs one receiver instance until stopped.
+
+    An aiohttp server (its low-level `web.Server`, on an event loop of its own in a thread; uvloop's when
+    installed) takes each request and answers:
+
+        401  basic.auth.enabled and no valid `Authorization: Basic` for a user of deployment.yaml
+        400  the body does not decode with the source's @map; the reason is the answer's text
+        200  only once the request's events are in the instance's output topics (the broker acknowledged)
+        413  an event is larger than the messaging layer takes (or the body than MAX_BODY): retrying cannot help
+        503  publishing failed (or the receiver is stopping); the client should retry
+
+    Group commit. The handler checks the credentials, decodes the body (once: the engine gets the
+    rows) and leaves the request waiting. One batch is in flight at a time: on the server's loop, the
+    requests waiting are run through `InstanceRuntime` as one run (the engine's `send_each`, each
+    request a send of its own), their outputs are produced in one call, and a helper thread waits
+    for the broker's acknowledgement of all of them (`flush`); then every request of the batch is
+    answered at once, and the requests that arrived meanwhile make the next batch. So a request
+    costs the endpoint its HTTP parsing, a check and a decode; the engine pass, the produce call and
+    the broker's round trip are shared by all requests of a batch.
+
+    Each request gets an origin `<instance>@http|<sequence>` with a sequence that grows across
+    restarts (microseconds of the wall clock), so the next group never mistakes a new request for a
+    replay. In continuous mode a receiver runs as a Spark task like any instance (`run()` serves
+    its control: stop commands, the lease, metrics); in micro-batch mode (a query cannot listen) the
+    worker's driver hosts it on a thread (`HostedReceiver`), as bench/receiver.py does."""
 
     def __init__(self, plan: InstancePlan, transport: Transport, settings, *, control, users=(), messaging=None, process_index: int = 0):
         self.plan = plan

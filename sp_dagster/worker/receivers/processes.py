@@ -1,18 +1,7 @@
-"""More processes for one HTTP receiver: `@source(type='http', worker.count='N')` serves on N cores.
-
-One receiver's event loop is one Python thread: a request costs it about 40 µs here, most of it
-the HTTP stack and its system calls, so a receiver takes one core and stops there. With
-`worker.count` above 1 the receiver starts N - 1 helper processes (spawned: each its own
-interpreter, event loop, producer and engine) that listen on the same host:port with
-SO_REUSEPORT, so the kernel spreads the connections over all N. Each names its requests'
-origins after itself (`<instance>@http<k>`), so the next group keeps every process's
-sequence apart. The receiver's loop stays the one the worker talks to: it stops the helpers
-when told to stop or when its lease runs out, sums their metrics into its own, and fails when
-one of them dies (the worker then starts the instance again).
-
-    helpers = ReceiverProcesses(plan, messaging, settings, users, count=N - 1).start()
-    helpers.poll()      # their newest metrics; raises when one has died
-    helpers.stop()
+"""More processes for one HTTP receiver: `@source(type='http', worker.count='N')` serves on N cores. A
+receiver's event loop is one Python thread and takes one core, so with `worker.count` above 1 the
+receiver starts N - 1 helper processes (`ReceiverProcesses`) that listen on the same host:port with
+SO_REUSEPORT, and the kernel spreads the connections over all N.
 """
 
 from __future__ import annotations
@@ -84,7 +73,18 @@ def _serve(plan, messaging, settings, users, index: int, connection, log_level: 
 
 
 class ReceiverProcesses:
-    """The helper processes of one receiver (see the module docstring)."""
+    """The helper processes of one receiver.
+
+    Each helper is spawned: its own interpreter, event loop, producer and engine. Each names its
+    requests' origins after itself (`<instance>@http<k>`), so the next group keeps every process's
+    sequence apart. The receiver's loop stays the one the worker talks to: it stops the helpers
+    when told to stop or when its lease runs out, sums their metrics into its own, and fails when
+    one of them dies (the worker then starts the instance again).
+
+        helpers = ReceiverProcesses(plan, messaging, settings, users, count=N - 1).start()
+        helpers.poll()      # their newest metrics; raises when one has died
+        helpers.stop()
+    """
 
     def __init__(self, plan, messaging, settings, users: dict, count: int):
         if messaging is None:

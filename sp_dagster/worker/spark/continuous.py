@@ -1,16 +1,7 @@
-"""Continuous mode: each instance is one long-running task of the worker's Spark application.
-
-The driver submits, per instance, a Spark job of one task (its job group names the instance, so
-Spark's UI lists it) from a thread of its own. The task runs `InstanceLoop` in the executor's
-Python worker and talks to the driver over the control line (`control.py`): it receives its
-lease and the checkpoint to start from, and sends back checkpoints and metrics. The driver keeps
-the newest checkpoint in the instance's checkpoint directory (`continuous.ckpt`), which the
-persistence store saves as revisions like any checkpoint. Spark places the task on an executor,
-hosts its Python worker and retries it per `spark.task.maxFailures`; a retried task starts from
-the newest checkpoint the driver holds.
-
-One task holds one task slot for as long as the instance runs: a worker runs at most as many
-instances as its Spark application has slots (`slots()`), and says so to the control plane.
+"""Continuous mode: each instance is one long-running task of the worker's Spark application, a
+one-task job the driver submits from a thread of its own. The task runs `InstanceLoop` and talks to
+the driver over the control line (`control.py`); it holds a task slot while the instance runs, so a
+worker runs at most as many instances as it has slots.
 """
 
 from __future__ import annotations
@@ -112,7 +103,14 @@ def write_checkpoint(directory: Path, data: bytes) -> None:
 
 
 class ContinuousInstance:
-    """The driver's handle on one instance's long-running task."""
+    """The driver's handle on one instance's long-running task.
+
+    Its job group names the instance, so Spark's UI lists it. The task runs `InstanceLoop` in the
+    executor's Python worker. Over the control line it receives its lease and the checkpoint to start
+    from, and sends back checkpoints and metrics; the driver keeps the newest checkpoint in the
+    instance's checkpoint directory (`continuous.ckpt`), which the persistence store saves as revisions
+    like any checkpoint. Spark places the task on an executor, hosts its Python worker and retries it
+    per `spark.task.maxFailures`; a retried task starts from the newest checkpoint the driver holds."""
 
     mode = "continuous"
 

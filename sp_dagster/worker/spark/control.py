@@ -1,19 +1,7 @@
-"""The line between a worker's driver and the long-running tasks that run its instances.
-
-The driver listens on one authenticated TCP socket (`multiprocessing.connection`, a random key
-per worker process); each task connects back with its instance's token. Over the line:
-
-    task -> driver   ("hello", token)                  first; the driver answers ("start", checkpoint or None),
-                                                       at once, or once released when the task was held
-                     ("metrics", {...})                about every second
-                     ("checkpoint", bytes)             the newest checkpoint (kept on disk by the driver)
-                     ("stopped", reason)               last
-    driver -> task   ("lease", seconds)                renewed every half second while the worker's heartbeat holds
-                     ("stop", save)                    finish (with a last checkpoint when save)
-                     ("checkpoint",)                   checkpoint now
-
-A task stops by itself, without a checkpoint, when its lease runs out or the line breaks (the
-driver is gone): an instance never runs on without a worker that holds it.
+"""The line between a worker's driver and the long-running tasks that run its instances: the driver
+listens on one authenticated TCP socket (`ControlServer`), each task connects back with its
+instance's token (`DriverControl`). A task stops by itself, without a checkpoint, when its lease runs
+out or the line breaks: an instance never runs on without a worker that holds it.
 """
 
 from __future__ import annotations
@@ -118,7 +106,20 @@ class TaskLink:
 
 
 class ControlServer:
-    """The driver's listener: tasks connect here; leases go out from here."""
+    """The driver's listener: tasks connect here; leases go out from here.
+
+    One authenticated TCP socket (`multiprocessing.connection`, a random key per worker process); each
+    task connects back with its instance's token. Over the line:
+
+        task -> driver   ("hello", token)                  first; the driver answers ("start", checkpoint or None),
+                                                           at once, or once released when the task was held
+                         ("metrics", {...})                about every second
+                         ("checkpoint", bytes)             the newest checkpoint (kept on disk by the driver)
+                         ("stopped", reason)               last
+        driver -> task   ("lease", seconds)                renewed every half second while the worker's heartbeat holds
+                         ("stop", save)                    finish (with a last checkpoint when save)
+                         ("checkpoint",)                   checkpoint now
+    """
 
     def __init__(self, advertised_host: str = "127.0.0.1", bind_host: str | None = None, lease: Callable[[], float] = lambda: 30.0):
         self.authkey = os.urandom(16)

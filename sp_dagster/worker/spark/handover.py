@@ -1,12 +1,7 @@
-"""A rescaled group's first micro-batch start: where its old queries left each partition, and the keyed state it takes over.
-
-In micro-batch mode an instance's read positions and state live in its query's Spark checkpoint: the
-offsets each committed batch ended at (`offsets/N`, one line per source in the plan's input order, with
-`commits/N`) and the state store. A new instance of a rescaled group (deploy.rescale) starts a fresh
-query from its group's old checkpoints as they were when the rescale was recorded: each of its
-partitions from where its old owner's last committed batch ended, and the state of the keys it now
-owns, read with Spark's state data source and handed to transformWithStateInPandas as initial state.
-A marker in the new checkpoint names the rescale, so a restart resumes the query's own checkpoint.
+"""A rescaled group's first micro-batch start: where its old queries left each partition, and the keyed
+state it takes over. A new instance (deploy.rescale) starts a fresh query from its group's old Spark
+checkpoints as they were when the rescale was recorded; a marker in the new checkpoint names the
+rescale, so a restart resumes the query's own checkpoint.
 """
 
 from __future__ import annotations
@@ -56,7 +51,10 @@ def last_committed(checkpoint: Path) -> int | None:
 
 
 def committed_offsets(checkpoint: Path, topics: Sequence[str]) -> dict[str, dict[int, int]]:
-    """Per input topic (`topics`: the plan's inputs, in order), the positions after the query's last committed batch."""
+    """Per input topic (`topics`: the plan's inputs, in order), the positions after the query's last committed batch.
+
+    A query's Spark checkpoint keeps the offsets each committed batch ended at in `offsets/N` (one line per
+    source in the plan's input order), with `commits/N` saying the batch committed."""
     batch = last_committed(checkpoint)
     if batch is None:
         return {}  # it committed no batch: its partitions start where they would have
@@ -80,7 +78,11 @@ def committed_offsets(checkpoint: Path, topics: Sequence[str]) -> dict[str, dict
 
 def take_over(spark, topics: Mapping[str, Sequence[int]], olds: Sequence[Path], owns: Callable[[str], bool] | None) -> Handover:
     """What a new instance reading `topics` (topic -> its partitions) starts from, out of its group's old checkpoints;
-    `owns(key)` picks the keys whose state it takes (None: a stateless instance, no state)."""
+    `owns(key)` picks the keys whose state it takes (None: a stateless instance, no state).
+
+    Each partition starts where its old owner's last committed batch ended; the state of the keys it now
+    owns is read from the old state stores with Spark's state data source, and handed to
+    transformWithStateInPandas as initial state."""
     start_at: dict[str, dict[int, int]] = {topic: {} for topic in topics}
     for old in olds:
         for topic, offsets in committed_offsets(old, list(topics)).items():

@@ -1,12 +1,6 @@
-"""A Spark streaming sink that publishes rows to a Kafka topic with a publishing strategy.
-
-Registered as the Python data source `sp-kafka` too (its writer side). Options:
-bootstrap.servers, topic, attributes (JSON [[name, type]]), codec (json|binary),
-strategy (roundRobin|partitioned|broadcast), partitionKey, kafka.* (librdkafka settings).
-A `_timestamp` column, when present, becomes each message's event timestamp. With
-format=raw the frame holds ready messages (`_topic, _partition, _key, _value, _timestamp`,
-and optionally `_origin`, sent as the sp-origin header), published as they are.
-Delivery is at-least-once: a micro-batch that Spark re-runs is published again.
+"""A Spark streaming sink that publishes rows to a Kafka topic with a publishing strategy: the writer
+side of the Python data source `sp-kafka` (options in docs/messaging.md, From Spark). Delivery is
+at-least-once: a micro-batch that Spark re-runs is published again.
 """
 
 from __future__ import annotations

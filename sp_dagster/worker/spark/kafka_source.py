@@ -1,18 +1,7 @@
-"""A Spark streaming source (and, through kafka_sink, sink) that reads exactly the given partitions of one Kafka topic.
-
-Registered as the Python data source `sp-kafka`. Offsets are per partition (`{"0": 12}`);
-Spark's checkpoint keeps them, so a restarted query resumes where it stopped. Each micro-batch
-task reads one partition's offset range over confluent-kafka and yields Arrow batches.
-Undecodable messages become rows with `_error` and `_raw` set (the dead-letter path).
-
-Options: bootstrap.servers, topic, partitions ("0,2"), attributes (JSON [[name, type]]),
-codec (json|binary, default json), startingOffsets (earliest|latest|JSON `{"0": 12}`, where partitions
-not named start at 0: where a rescaled instance's partitions were left; default earliest),
-maxEventsPerTrigger, pauseFlag (a file: while it exists the source offers no new events, so that its
-query can be stopped between two batches), kafka.* (extra librdkafka settings). With format=raw the rows are the
-messages as they are (`_topic, _partition, _offset, _timestamp, _key, _value, _origin`; no attributes
-or codec needed), so frames of several topics can be unioned and decoded downstream.
-The same `sp-kafka` name writes too (kafka_sink). Option names are case-insensitive.
+"""A Spark streaming source (and, through kafka_sink, sink) that reads exactly the given partitions of
+one Kafka topic, registered as the Python data source `sp-kafka`. Offsets are per partition
+(`{"0": 12}`) and Spark's checkpoint keeps them, so a restarted query resumes where it stopped. Its
+options are described in docs/messaging.md (From Spark).
 """
 
 from __future__ import annotations
@@ -63,7 +52,8 @@ class KafkaPartitionsSource(DataSource):
 
 
 class KafkaStreamReader(DataSourceStreamReader):
-    """Plans offset ranges on the driver; reads them on executors."""
+    """Plans offset ranges on the driver; reads them on executors (each task one partition's range, over
+    confluent-kafka, yielded as Arrow batches; undecodable messages as rows with `_error` and `_raw` set)."""
 
     def __init__(self, options: dict):
         self.options = options

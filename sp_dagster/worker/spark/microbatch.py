@@ -1,20 +1,7 @@
-"""Start one partial-app instance as a Spark Structured Streaming query.
-
-    sources (sp-kafka or Spark's Kafka connector, raw form, exactly the instance's partitions, unioned)
-      -> the engine: transformWithStateInPandas keyed by the partition key (one engine per
-         key; a constant key when the instance cannot be split by key), or mapInArrow when
-         the partial app is stateless
-      -> sink (sp-kafka, raw form: messages already encoded and routed by strategy); the
-         user's HTTP sinks send their requests from the engine's task, before the batch commits
-
-The engine's state lives in Spark's state store (RocksDB) next to the offsets in the query's
-checkpoint, so a restarted query resumes exactly where its last committed batch ended.
-
-Wall-clock time: an instance whose app has no @app:playback and uses timers (time windows,
-time rate limits, ...) runs with timeMode="ProcessingTime". Its engines take the batch's
-processing time as now, and after each call the key registers a Spark timer for its engine's
-next wake-up; handleExpiredTimer moves the engine to that time and emits what it produces, so
-expired events and timer-driven outputs come when their time comes, with no new input.
+"""Start one partial-app instance as a Spark Structured Streaming query: its sources read exactly the
+instance's partitions, the engine runs in transformWithStateInPandas (one engine per partition key
+where the instance splits by key) or in mapInArrow when the partial app is stateless, and the sink
+publishes the encoded messages. A restarted query resumes where its last committed batch ended.
 """
 
 from __future__ import annotations
@@ -198,7 +185,13 @@ def _processing_time(timer_values) -> int:
 
 
 def _stateful_processor(plan: InstancePlan, dead_letters: str | None, timers: bool, *, indexed: bool):
-    """The processor of a stateful instance's keys (`indexed`: its input rows were cut by `_exploded`)."""
+    """The processor of a stateful instance's keys (`indexed`: its input rows were cut by `_exploded`).
+
+    Wall-clock time: an instance whose app has no @app:playback and uses timers (time windows,
+    time rate limits, ...) runs with timeMode="ProcessingTime" (`timers`). Its engines take the batch's
+    processing time as now, and after each call the key registers a Spark timer for its engine's
+    next wake-up; handleExpiredTimer moves the engine to that time and emits what it produces, so
+    expired events and timer-driven outputs come when their time comes, with no new input."""
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -317,7 +310,17 @@ def _delivered(plan: InstancePlan, out: list[Message], dead_letters: str | None)
 
 
 def build_query(spark, plan: InstancePlan, settings: QuerySettings):
-    """The (not yet started) DataStreamWriter of one instance."""
+    """The (not yet started) DataStreamWriter of one instance:
+
+        sources (sp-kafka or Spark's Kafka connector, raw form, exactly the instance's partitions, unioned)
+          -> the engine: transformWithStateInPandas keyed by the partition key (one engine per
+             key; a constant key when the instance cannot be split by key), or mapInArrow when
+             the partial app is stateless
+          -> sink (sp-kafka, raw form: messages already encoded and routed by strategy); the
+             user's HTTP sinks send their requests from the engine's task, before the batch commits
+
+    The engine's state lives in Spark's state store (RocksDB) next to the offsets in the query's
+    checkpoint, so a restarted query resumes exactly where its last committed batch ended."""
     from pyspark.sql import functions as F
 
     for place in (*plan.inputs, *plan.outputs):

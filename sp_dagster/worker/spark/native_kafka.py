@@ -1,13 +1,7 @@
-"""Spark's own Kafka connector as an instance's source, where its jar is on the classpath.
-
-`spark.kafkaSource` in the worker config chooses: `auto` (the default) reads with the native
-connector when the session's JVM can load it and with the `sp-kafka` Python data source
-otherwise; `native` insists on the connector; `python` never uses it. The native reader takes
-exactly the instance's partitions (`assign`), with headers, and its rows are mapped to the
-raw form of `sp-kafka` (types.RAW_COLUMNS), so the rest of the query is the same.
-
-The two sources keep offsets in different shapes in a query's checkpoint, so a checkpoint made
-with one cannot be resumed by the other: keep one choice while instances have checkpoints.
+"""Spark's own Kafka connector as an instance's source, where its jar is on the classpath, chosen by
+`spark.kafkaSource` (docs/configuration.md). Its rows are mapped to `sp-kafka`'s raw form, so the
+rest of the query is the same; the two sources keep offsets in different shapes in a query's
+checkpoint, so a checkpoint made with one cannot be resumed by the other.
 """
 
 from __future__ import annotations
@@ -45,7 +39,9 @@ def connector_package(spark) -> str:
 
 
 def kafka_source_kind(spark, choice: str) -> str:
-    """`native` or `python`: which source an instance reads with, for the `spark.kafkaSource` choice."""
+    """`native` or `python`: which source an instance reads with, for the `spark.kafkaSource` choice: `auto` (the
+    default) reads with the native connector when the session's JVM can load it and with the `sp-kafka` Python
+    data source otherwise; `native` insists on the connector; `python` never uses it."""
     if choice not in CHOICES:
         raise ConfigError(f"spark.kafkaSource: expected one of {', '.join(CHOICES)}, got {choice!r}")
     if choice == "python":
@@ -99,6 +95,7 @@ def raw_from_native(frame):
 
 
 def read_native(spark, bootstrap: str, topic: str, partitions, **options):
-    """A streaming frame of `partitions` of `topic` through the native connector, in the raw form."""
+    """A streaming frame of `partitions` of `topic` through the native connector, in the raw form: exactly the
+    instance's partitions (`assign`), with headers, mapped to `sp-kafka`'s raw columns (types.RAW_COLUMNS)."""
     reader = spark.readStream.format("kafka").options(**native_options(bootstrap, topic, partitions, **options))
     return raw_from_native(reader.load())

@@ -1,17 +1,7 @@
-"""A Spark streaming source (and sink) over NATS JetStream that reads exactly the given partitions of one topic.
-
-Registered as the Python data source `sp-nats`: the `sp-kafka` source and sink (kafka_source,
-kafka_sink) on the NATS transport. A topic is a JetStream stream with one subject per
-partition; offsets are stream sequence numbers per partition (`{"0": 12}` = read partition 0
-from sequence 12 on), kept in the query's checkpoint, so a restarted or moved query resumes
-exactly where its last committed batch ended. The sink publishes with JetStream
-acknowledgements: a task, and so its batch, succeeds only once every publish is acknowledged.
-
-Options, as siddhi-io-nats names them: bootstrap.servers (NATS URLs, nats://host:4222,
-comma-separated), cluster.id (the clusterId that names the streams), and otherwise those of
-`sp-kafka`: topic, partitions ("0,2"), attributes, codec, format=raw, startingOffsets
-(earliest|latest), maxEventsPerTrigger (an upper bound: sequences are shared by a topic's
-partitions, so a batch may hold fewer), timeout; the sink's strategy and partitionKey.
+"""A Spark streaming source (and sink) over NATS JetStream that reads exactly the given partitions of
+one topic: the `sp-kafka` source and sink (kafka_source, kafka_sink) on the NATS transport,
+registered as the Python data source `sp-nats`, with siddhi-io-nats's option names
+`bootstrap.servers` (NATS URLs) and `cluster.id` (docs/messaging.md, From Spark).
 """
 
 from __future__ import annotations
@@ -28,7 +18,10 @@ def transport_from_options(options: dict):
 
 
 class NatsStreamReader(KafkaStreamReader):
-    """Plans sequence ranges on the driver; reads them on executors through ordered JetStream consumers."""
+    """Plans sequence ranges on the driver; reads them on executors through ordered JetStream consumers.
+
+    Offsets are stream sequence numbers per partition (`{"0": 12}` = read partition 0 from sequence 12 on).
+    maxEventsPerTrigger is an upper bound: a topic's partitions share one sequence, so a batch may hold fewer."""
 
     def open_transport(self):
         return transport_from_options(self.options)

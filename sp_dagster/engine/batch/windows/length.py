@@ -1,10 +1,6 @@
 """length(n) windows under sum/count/avg selectors (with or without group by), over a whole segment.
-
-Per arrival the event path expires the oldest event when the window is full, then adds the
-new one; the selector (batch mode) emits per chunk one row per group (the group's last
-current event, groups in first-seen order), or one row per chunk without group by. Here the
-adds and removes of a segment are laid out in that order once, the aggregates computed per
-group at once (batch.aggregators), and the winners of every chunk picked out.
+The adds and removes of a segment are laid out in the event path's order once, the aggregates
+computed per group at once (batch.aggregators), and the winners of every chunk picked out.
 """
 
 from __future__ import annotations
@@ -35,7 +31,12 @@ NUMERIC = ("int", "long", "float", "double")
 
 
 class LengthAggregateKernel(Kernel):
-    """`from S[...]#window.length(n) select <attributes, sum/count/avg> [group by a]`."""
+    """`from S[...]#window.length(n) select <attributes, sum/count/avg> [group by a]`.
+
+    Per arrival the event path expires the oldest event when the window is full, then adds the
+    new one; the selector (batch mode) emits per chunk one row per group (the group's last
+    current event, groups in first-seen order), or one row per chunk without group by.
+    """
 
     @classmethod
     def build(cls, receiver, runtime):

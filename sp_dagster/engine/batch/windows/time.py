@@ -1,13 +1,7 @@
 """timeBatch(t) windows (in playback) and lengthBatch(n) windows under sum/count/avg selectors.
-
-The event path keeps arrivals in the open batch; when the clock reaches the window's next
-emit time its timer flushes the batch: a RESET (the aggregates start over) then the batch's
-events, so the selector emits one row per group (the group's last event, groups in first-seen
-order) with the group's aggregates over the batch. The clock moves only with the timestamps
-sent, so where every boundary falls in a run is known up front: here the run is cut at the
-boundaries, every closed batch's aggregates are computed at once (batch.aggregators), and
-each batch's rows are delivered when the clock move that fires its timer is (this kernel
-handles its own timer: send_each.py lets a segment run past it).
+The clock moves only with the timestamps sent, so every batch boundary of a run is known up
+front: the run is cut there and every closed batch's aggregates are computed at once
+(batch.aggregators).
 """
 
 from __future__ import annotations
@@ -27,7 +21,15 @@ from sp_dagster.engine.windows.time import TimeBatchWindow
 
 
 class TimeBatchAggregateKernel(LengthAggregateKernel):
-    """`@app:playback ... from S[...]#window.timeBatch(t[, start]) select <attributes, sum/count/avg> [group by a]`."""
+    """`@app:playback ... from S[...]#window.timeBatch(t[, start]) select <attributes, sum/count/avg> [group by a]`.
+
+    The event path keeps arrivals in the open batch; when the clock reaches the window's next
+    emit time its timer flushes the batch: a RESET (the aggregates start over) then the batch's
+    events, so the selector emits one row per group (the group's last event, groups in
+    first-seen order) with the group's aggregates over the batch. Here each batch's rows are
+    delivered when the clock move that fires its timer is: this kernel handles its own timer
+    (`timers`), so send_each.py lets a segment run past it.
+    """
 
     @classmethod
     def build(cls, receiver, runtime):
