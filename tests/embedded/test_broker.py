@@ -4,11 +4,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from sp_dagster.embedded import EmbeddedBroker, port_open
+from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -37,10 +37,7 @@ def test_a_crashed_owner_leaves_no_broker_behind():
     assert _alive(broker_pid)
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait()
-    deadline = time.monotonic() + 10
-    while _alive(broker_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(broker_pid)
+    wait_until(lambda: not _alive(broker_pid), timeout=10, interval=0.1, what="the broker ending with its owner")
 
 
 def test_a_broker_on_every_address_tells_clients_the_address_it_was_given():

@@ -11,6 +11,7 @@ from sp_dagster.errors import BrokerUnavailable, ConfigError, JetStreamUnavailab
 from sp_dagster.messaging import EARLIEST, BinaryCodec, Broadcast, JsonCodec, Partitioned, RoundRobin
 from sp_dagster.messaging.nats import NatsTransport
 from sp_dagster.messaging.strategies import partition_for_key
+from tests.fixtures.waiting import wait_until
 from tests.messaging.helpers import SCHEMA, publish, read_all
 
 pytestmark = pytest.mark.nats
@@ -120,9 +121,7 @@ def test_a_server_without_jetstream_says_so(tmp_path):
     port = free_port()
     process = subprocess.Popen([nats_server_binary(), "--addr", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        while not port_open("127.0.0.1", port) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: port_open("127.0.0.1", port), timeout=10, what=f"nats-server listening on port {port}")
         with pytest.raises(JetStreamUnavailable, match=rf"JetStream is not enabled on the NATS server at nats://127.0.0.1:{port}; start nats-server with -js"):
             NatsTransport(f"127.0.0.1:{port}", "c1", timeout=5).list_topics()
     finally:

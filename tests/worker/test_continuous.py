@@ -70,11 +70,10 @@ def test_without_transactions_a_restore_from_an_older_checkpoint_replays_with_th
     for n in [n for n in plans if "-filter-" in n]:
         running[n].stop(save=False)
         running[n] = Running(kafka, plans[n], checkpoint=early[n], transactions=False)
-    deadline = time.monotonic() + 60
     averages = [n for n in plans if "-average-" in n]
     replays = sum(1 for r in rows if r[2] >= 10)  # what the filter passed, and now passes again
-    while sum(running[n].loop.runtime.duplicates for n in averages) < replays and time.monotonic() < deadline:
-        time.sleep(0.1)
+    dropped = lambda: sum(running[n].loop.runtime.duplicates for n in averages)  # noqa: E731
+    wait_until(lambda: dropped() >= replays, timeout=60, interval=0.1, what=lambda: f"{replays} replays dropped by origin (so far {dropped()})")
     got = read_outputs(kafka, f"{name}.Averages", total + 1, timeout=2)
     for r in running.values():
         r.stop()
@@ -196,9 +195,7 @@ def test_outputs_an_owner_killed_before_its_first_periodic_checkpoint_left_open_
     checkpoint's output marks still let the next owner find what that transaction let through."""
     name, topology, plans, running = running_app(kafka, "EarlyLeak", interval=3600)
     victims = [n for n in plans if "-average-" in n]
-    deadline = time.monotonic() + 60
-    while not all(running[n].loop.delivery == "exactly-once" for n in victims) and time.monotonic() < deadline:
-        time.sleep(0.05)  # started: its transactions begun
+    wait_until(lambda: all(running[n].loop.delivery == "exactly-once" for n in victims), timeout=60, what="the averages' transactions begun")
     for n in victims:
         killed_before_commit(running[n].loop)
     rows, stamps = trades(2000, seed=23)
@@ -227,13 +224,13 @@ def test_a_second_owner_of_an_instance_fences_the_first(kafka):
     rows, stamps = trades(1000, seed=2)
     old = Running(kafka, stateful)
     publish_trades(kafka, topology, rows[:500], stamps[:500])
-    deadline = time.monotonic() + 60
-    while not old.loop.stats.rows_in_total and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert old.loop.stats.rows_in_total, "the first owner read nothing"
+    wait_until(lambda: old.loop.stats.rows_in_total, timeout=60, what="the first owner reading")
     new = Running(kafka, stateful)
-    while not (new.loop.delivery == "exactly-once" and new.loop.stats.replayed and not new.loop.exactly_once.replay_until) and time.monotonic() < deadline + 60:
-        time.sleep(0.05)  # the new owner took over: it replayed what the old one had committed
+    wait_until(
+        lambda: new.loop.delivery == "exactly-once" and new.loop.stats.replayed and not new.loop.exactly_once.replay_until,
+        timeout=60,
+        what="the new owner replaying what the old one had committed",
+    )
     publish_trades(kafka, topology, rows[500:], stamps[500:])
     old.thread.join(60)
     assert not old.thread.is_alive() and isinstance(old.error, ProducerFenced), old.error  # its commit was refused
@@ -282,9 +279,7 @@ def test_a_loop_whose_lease_runs_out_stops_at_once_without_a_checkpoint(kafka):
     topology = deploy_topics(kafka, APP.replace("Trades", name))
     instance = topology.group("average").instances[0]
     running = Running(kafka, plan_instance(instance.name, instance.siddhi), interval=3600)
-    deadline = time.monotonic() + 30
-    while not running.line.checkpoints and time.monotonic() < deadline:
-        time.sleep(0.05)  # started: the checkpoint every loop takes at its start, with its output marks
+    wait_until(lambda: running.line.checkpoints, timeout=30, what="the checkpoint every loop takes at its start")
     txn, left = running.loop.exactly_once.publisher, []
     assert txn is not None
     leave = txn.leave
@@ -364,10 +359,8 @@ def test_instances_run_as_long_running_spark_tasks_under_the_control_line(spark,
         expected = reference(rows, stamps)
         got = read_outputs(kafka, f"{name}.Averages", sum(map(len, expected.values())), timeout=120)
         assert by_symbol(r for r, _ in got) == dict(expected)
-        deadline = time.monotonic() + 10
-        while not all(h.metrics().get("rows_in_total") for h in handles) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert all(h.active and h.metrics()["rows_in_total"] > 0 for h in handles)
+        wait_until(lambda: all(h.metrics().get("rows_in_total") for h in handles), timeout=10, interval=0.1, what="every task's metrics counting its input")
+        assert all(h.active for h in handles)
         # A stop with save leaves each instance's newest checkpoint where the worker keeps it.
         for handle in handles[:2]:
             handle.stop(save=True)
@@ -383,10 +376,7 @@ def test_instances_run_as_long_running_spark_tasks_under_the_control_line(spark,
         assert not fenced.active
         # The lease lapses (the worker's heartbeat failed): the other tasks stop by themselves.
         lease["seconds"] = 0.0
-        deadline = time.monotonic() + 30
-        while any(h.active for h in handles) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not any(h.active for h in handles)
+        wait_until(lambda: not any(h.active for h in handles), timeout=30, interval=0.1, what="every task stopping once its lease lapsed")
         assert all(h.link.reason == "lease lost" for h in handles[2:])
     finally:
         for handle in handles:

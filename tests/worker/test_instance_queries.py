@@ -19,6 +19,7 @@ from sp_dagster.worker.instance.runtime import InstanceRuntime, Message, identit
 from sp_dagster.worker.spark.microbatch import QuerySettings, start_query
 from tests.fixtures.clock import BATCHES, CLOCK_APP, GONE
 from tests.fixtures.trades import APP, reference, trades
+from tests.fixtures.waiting import wait_until
 
 
 def test_instance_runtime_rejects_bad_messages_to_the_dead_letter_topic():
@@ -217,9 +218,7 @@ def test_wall_clock_windows_on_spark_emit_when_time_comes_without_new_input(spar
     try:
         # With processing-time timers every trigger runs a batch, so processAllAvailable() would
         # never return: wait for the first batch instead, so the events go in while it runs.
-        deadline = time.monotonic() + 120
-        while query.lastProgress is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: query.lastProgress is not None, timeout=120, interval=0.1, what="the query's first batch")
         source = clock.inputs[0]
         publisher = kafka.publisher(source.topic, codec_for(source.codec, source.attributes), Partitioned(0, "symbol"))
         rows = [("IBM", 10.0, 5), ("WSO2", 20.0, 7), ("IBM", 30.0, 11)]

@@ -3,8 +3,6 @@ and the state revisions survive, the topics do not. Every key's result after the
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sp_dagster.deploy import deployment_state, load_app, plan_app
@@ -102,10 +100,8 @@ def test_a_redeploy_after_drop_state_from_another_machine_starts_empty_at_the_co
             with cluster.plane() as plane:
                 instances = [i.instance for i in deployment_state(plane, loaded.name).instances]
                 store = RevisionStore.from_config(worker_config, plane)
-                deadline = time.monotonic() + 60
-                while not all(store.revisions(i) for i in instances) and time.monotonic() < deadline:
-                    time.sleep(0.5)  # every instance has saved the state a replay must not bring back
-                assert all(store.revisions(i) for i in instances)
+                # Every instance has saved the state a replay must not bring back.
+                wait_until(lambda: all(store.revisions(i) for i in instances), timeout=60, interval=0.5, what="a state revision of every instance")
                 store.close()
                 operator = tmp_path / "operator.yaml"
                 operator.write_text(

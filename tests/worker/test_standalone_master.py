@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -54,9 +53,7 @@ def standalone(tmp_path):
         )
 
     try:
-        deadline = time.monotonic() + 60
-        while not port_open("127.0.0.1", port) and time.monotonic() < deadline:
-            time.sleep(0.3)
+        wait_until(lambda: port_open("127.0.0.1", port), timeout=60, interval=0.3, what=f"the Spark master listening on port {port}")
         yield url, add_worker
     finally:
         for process in reversed(processes):
