@@ -218,7 +218,8 @@ def test_wall_clock_windows_on_spark_emit_when_time_comes_without_new_input(spar
     try:
         # With processing-time timers every trigger runs a batch, so processAllAvailable() would
         # never return: wait for the first batch instead, so the events go in while it runs.
-        wait_until(lambda: query.lastProgress is not None, timeout=120, interval=0.1, what="the query's first batch")
+        wait_until(lambda: query.lastProgress is not None or not query.isActive, timeout=120, interval=0.1, what="the query's first batch")
+        assert query.isActive, f"the query ended before its first batch: {query.exception()}"
         source = clock.inputs[0]
         publisher = kafka.publisher(source.topic, codec_for(source.codec, source.attributes), Partitioned(0, "symbol"))
         rows = [("IBM", 10.0, 5), ("WSO2", 20.0, 7), ("IBM", 30.0, 11)]
